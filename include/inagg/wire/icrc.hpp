@@ -1,0 +1,39 @@
+// RoCEv2 invariant CRC (design.md §1 "Wire details"): zlib's CRC-32 over 8 bytes of 0xff, the IP
+// header with its variant fields set to ones, the UDP header with its checksum set to ones, the BTH
+// with byte 4 (FECN, BECN, reserved) set to ones, the extension headers, and the payload with its
+// pad bytes. Stored least-significant byte first after the payload.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "inagg/wire/crc32.hpp"
+#include "inagg/wire/parse.hpp"
+
+namespace inagg::wire {
+
+// CRC of the masked header part alone: 0xff x 8, IP .. end of the extension headers.
+uint32_t icrc_header_crc(const uint8_t* frame, const Layout& l);
+
+// CRC of the payload plus pad bytes alone.
+inline uint32_t icrc_payload_crc(const uint8_t* frame, const Layout& l) {
+  return crc32({frame + l.payload, l.padded_payload_len()});
+}
+
+// The ICRC the packet should carry.
+uint32_t icrc_compute(const uint8_t* frame, const Layout& l);
+
+// The same from a header CRC and a payload CRC computed separately (the engine computes the summed
+// payload's CRC once per slot and combines it with each packet's own header CRC). `shift` must be
+// Crc32Shift(l.padded_payload_len()).
+inline uint32_t icrc_combine(uint32_t header_crc, uint32_t payload_crc, const Crc32Shift& shift) {
+  return shift.combine(header_crc, payload_crc);
+}
+
+inline uint32_t icrc_stored(const uint8_t* frame, const Layout& l) { return load_le32(frame + l.icrc); }
+inline void icrc_store(uint8_t* frame, const Layout& l, uint32_t icrc) { store_le32(frame + l.icrc, icrc); }
+inline bool icrc_verify(const uint8_t* frame, const Layout& l) {
+  return icrc_compute(frame, l) == icrc_stored(frame, l);
+}
+
+}  // namespace inagg::wire

@@ -1,0 +1,89 @@
+// Parsing a frame into a validated Layout of offsets (zero-copy: nothing is copied or allocated).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "inagg/wire/headers.hpp"
+#include "inagg/wire/opcodes.hpp"
+
+namespace inagg::wire {
+
+// Every outcome of parse_frame(). The first four are well-formed frames (RoCEv2 or not); the rest
+// are malformed RoCEv2 candidates, each with its own code so that counters say what was wrong.
+#define INAGG_PARSE_STATUS(X)                                                                     \
+  X(roce, "RoCEv2 packet")                                                                        \
+  X(not_ip, "not IPv4 or IPv6")                                                                   \
+  X(not_udp, "IP but not UDP (or IPv6 with extension headers)")                                   \
+  X(not_roce, "UDP, but not to port 4791")                                                        \
+  X(truncated_l2, "frame shorter than its Ethernet (+802.1Q) header")                             \
+  X(truncated_ip, "frame shorter than the IP header")                                             \
+  X(bad_ip_version, "IP version field does not match the EtherType")                              \
+  X(bad_ipv4_ihl, "IPv4 IHL below 5 or past the IPv4 total length")                               \
+  X(bad_ip_length, "IP length field shorter than the headers or longer than the frame")           \
+  X(ip_fragment, "IPv4 fragment to the RoCEv2 port (RoCEv2 is never fragmented)")                 \
+  X(truncated_udp, "IP payload shorter than a UDP header")                                        \
+  X(bad_udp_length, "UDP length field disagrees with the IP payload length")                      \
+  X(truncated_bth, "UDP payload shorter than BTH + ICRC")                                         \
+  X(bad_bth_version, "BTH transport version is not 0")                                            \
+  X(unknown_opcode, "BTH opcode is not one inagg knows")                                          \
+  X(truncated_ext, "UDP payload shorter than the opcode's extension headers + ICRC")              \
+  X(bad_pad_count, "BTH pad count larger than the payload")                                       \
+  X(bad_payload_length, "payload on an opcode that carries none, or not a multiple of 4 bytes")
+
+enum class ParseStatus : uint8_t {
+#define X(name, text) name,
+  INAGG_PARSE_STATUS(X)
+#undef X
+};
+
+inline constexpr size_t kParseStatusCount = 0
+#define X(name, text) +1
+    INAGG_PARSE_STATUS(X)
+#undef X
+    ;
+
+std::string_view parse_status_name(ParseStatus s);  // "bad_udp_length"
+std::string_view parse_status_text(ParseStatus s);  // a sentence for logs
+
+inline constexpr bool is_malformed(ParseStatus s) { return s > ParseStatus::not_roce; }
+
+enum class IpVersion : uint8_t { none = 0, v4 = 4, v6 = 6 };
+
+// Offsets are from the start of the frame; 0 means "absent" (no header starts at byte 0 but
+// Ethernet). Frames up to 64 KiB.
+struct Layout {
+  uint16_t ethertype = 0;     // after any VLAN tag
+  uint16_t vlan_tci = 0;      // valid when has_vlan
+  bool has_vlan = false;
+  IpVersion ip = IpVersion::none;
+  uint8_t opcode = 0;
+  uint8_t pad = 0;            // BTH pad count
+  uint16_t l3 = 0;            // IP header
+  uint16_t l4 = 0;            // UDP header
+  uint16_t bth = 0;
+  uint16_t reth = 0, immdt = 0, aeth = 0, deth = 0, ieth = 0, atomic_eth = 0, atomic_ack = 0;
+  uint16_t payload = 0;       // first payload byte (== end of the extension headers)
+  uint16_t payload_len = 0;   // without pad bytes
+  uint16_t icrc = 0;          // offset of the 4 ICRC bytes
+  uint16_t end = 0;           // one past the ICRC; bytes beyond are Ethernet padding or trailer
+  const OpcodeInfo* info = nullptr;
+
+  // Payload plus pad bytes: what the ICRC covers after the headers.
+  size_t padded_payload_len() const { return static_cast<size_t>(payload_len) + pad; }
+};
+
+// Parses Ethernet (optional 802.1Q/802.1ad tag), IPv4 or IPv6, UDP and, for UDP port 4791, the BTH
+// and the extension headers its opcode implies. Never reads past frame.size(). For ParseStatus::roce
+// every offset in `out` is valid; for not_ip/not_udp/not_roce the L2/L3 fields that were reached are
+// filled; for a malformed frame `out` holds what was parsed before the error.
+ParseStatus parse_frame(std::span<const uint8_t> frame, Layout& out);
+
+inline BthView bth_of(const uint8_t* frame, const Layout& l) { return {frame + l.bth}; }
+inline RethView reth_of(const uint8_t* frame, const Layout& l) { return {frame + l.reth}; }
+inline AethView aeth_of(const uint8_t* frame, const Layout& l) { return {frame + l.aeth}; }
+inline uint32_t immdt_of(const uint8_t* frame, const Layout& l) { return load_be32(frame + l.immdt); }
+
+}  // namespace inagg::wire
