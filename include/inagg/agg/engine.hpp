@@ -1,0 +1,205 @@
+// The transparent RC aggregation engine (design.md §1): it holds the RDMA WRITE packets of
+// registered jobs per slot, sums them when all n ranks are in, regenerates their ICRCs and releases
+// them in PSN order; every other packet passes untouched.
+//
+// Pure C++, no DPDK: packets are PacketRefs (an opaque handle the dataplane maps onto an rte_mbuf,
+// plus its bytes). One Engine belongs to one lcore and is never shared: no locks. Memory is
+// allocated when a job is added and returned when it is removed or aborted; process() and poll()
+// never allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inagg/agg/dtype.hpp"
+#include "inagg/wire/build.hpp"
+#include "inagg/wire/crc32.hpp"
+#include "inagg/wire/parse.hpp"
+
+namespace inagg::agg {
+
+// One packet buffer. `handle` is the dataplane's (an rte_mbuf*); the engine never looks inside it.
+struct PacketRef {
+  void* handle = nullptr;
+  uint8_t* data = nullptr;
+  uint16_t len = 0;
+};
+
+// What the engine needs from the buffer owner. Called from process()/poll() on the owning lcore.
+struct BufferOps {
+  void* ctx = nullptr;
+  void (*free)(void* ctx, void* handle) = nullptr;  // drop one reference
+  void (*ref)(void* ctx, void* handle) = nullptr;   // take one more reference (kept for resends)
+  // A new buffer of at least `len` bytes for a NAK the engine sends; {nullptr} when out of buffers.
+  PacketRef (*alloc)(void* ctx, uint16_t len) = nullptr;
+};
+
+// Packets the engine wants transmitted; each entry consumes one reference. The caller drains it
+// (forwards by its L2 table) after each process()/poll() call.
+class TxList {
+ public:
+  explicit TxList(size_t capacity) : v_(capacity) {}
+  size_t size() const { return n_; }
+  size_t capacity() const { return v_.size(); }
+  const PacketRef& operator[](size_t i) const { return v_[i]; }
+  void clear() { n_ = 0; }
+  bool push(const PacketRef& p) {
+    if (n_ == v_.size()) return false;
+    v_[n_++] = p;
+    return true;
+  }
+
+ private:
+  std::vector<PacketRef> v_;
+  size_t n_ = 0;
+};
+
+// Counters, per job and for the engine as a whole (X-macro: the struct and the printed names come
+// from one list).
+#define INAGG_ENGINE_COUNTERS(X)                                                                \
+  X(rx_packets, "packets seen by the engine")                                                   \
+  X(passthrough, "packets forwarded untouched (not RoCEv2, unregistered, CNP, READ, SEND, ...)") \
+  X(malformed, "RoCEv2 packets that failed to parse, dropped")                                  \
+  X(bad_icrc, "packets of registered connections with a bad ICRC, dropped")                     \
+  X(spoofed, "registered QPN from the wrong source address, forwarded untouched")               \
+  X(aggregated_packets, "data packets added to a slot")                                         \
+  X(aggregated_bytes, "payload bytes added to a slot")                                          \
+  X(slots_completed, "slots that received all n ranks")                                         \
+  X(slots_released, "slots whose sums were sent")                                               \
+  X(released_packets, "packets sent with a sum")                                                \
+  X(duplicates_collecting, "duplicates that replaced a held packet of a collecting slot")       \
+  X(duplicates_dropped, "duplicates for a complete slot, dropped")                              \
+  X(retransmits_answered, "retransmissions of released slots answered from the retained sum")   \
+  X(stale, "packets older than their slot's epoch, dropped")                                    \
+  X(acks_observed, "ACK/NAK of registered connections, forwarded")                              \
+  X(naks_sent, "NAKs the engine sent after a PSN jump (loss before the appliance)")            \
+  X(nak_alloc_failed, "NAKs not sent for want of a buffer")                                     \
+  X(resends, "released packets sent again after no ACK within the resend timeout")             \
+  X(ecn_marked, "released packets CE-marked because an input of their slot was")               \
+  X(failed_job_drops, "packets of a failed job, dropped")                                       \
+  X(job_errors, "job errors (each aborts its job)")                                             \
+  X(err_length_or_opcode, "job error: a packet's length or opcode class does not fit its slot") \
+  X(err_ahead_of_window, "job error: a packet ahead of the window")                             \
+  X(err_ack_bypass, "job error: an ACK for a PSN never released (a path bypasses the appliance)") \
+  X(timeouts, "jobs aborted after their no-progress timeout")                                   \
+  X(generations, "replay jobs restarted at their start PSN")                                    \
+  X(tx_full, "packets freed because the TX list was full")
+
+struct EngineCounters {
+#define X(name, text) uint64_t name = 0;
+  INAGG_ENGINE_COUNTERS(X)
+#undef X
+  void add(const EngineCounters& o);
+};
+
+// Calls f(name, text, value) for every counter.
+template <class F>
+void for_each_counter(const EngineCounters& c, F&& f) {
+#define X(name, text) f(std::string_view(#name), std::string_view(text), c.name);
+  INAGG_ENGINE_COUNTERS(X)
+#undef X
+}
+
+// One rank's connection: it RDMA-WRITEs from (src_ip, src_qpn) to (dst_ip, dst_qpn), its
+// successor's receive QP, starting at start_psn.
+struct ConnectionSpec {
+  unsigned rank = 0;
+  wire::IpAddr src_ip, dst_ip;
+  uint32_t src_qpn = 0, dst_qpn = 0;
+  uint32_t start_psn = 0;
+};
+
+struct JobSpec {
+  uint32_t id = 0;
+  Dtype dtype = Dtype::fp32;
+  unsigned workers = 0;           // n, 1..64
+  uint32_t message_bytes = 0;     // M, a multiple of payload_bytes
+  uint32_t payload_bytes = 0;     // P, the path MTU payload, a multiple of 4
+  unsigned window = 0;            // W messages outstanding per QP
+  bool replay = false;            // a FIRST/ONLY at start_psn after all is released restarts the job
+  std::vector<ConnectionSpec> conns;  // one per rank
+};
+
+enum class JobState : uint8_t { active, failed };
+
+struct EngineConfig {
+  size_t max_jobs = 64;
+  size_t max_connections = 4096;          // both directions of every rank count
+  size_t memory_budget_bytes = 1ull << 30;
+  size_t mbuf_budget = 65536;             // held + retained packets over all jobs
+  uint64_t resend_timeout_ns = 200'000;   // released but unacknowledged: send again after this
+  uint64_t abort_timeout_ns = 30'000'000'000ull;  // no progress with work pending: abort the job
+  // NAK a sender on a PSN jump and resend unacknowledged released packets (design.md §1, "Loss
+  // recovery that does not wait for timeouts"). Correctness never depends on it; off only to
+  // measure what it saves.
+  bool fast_recovery = true;
+};
+
+struct JobInfo {
+  uint32_t id;
+  JobState state;
+  std::string error;          // why it failed, when it did
+  uint64_t released_slots;    // the job's release cursor (current generation)
+  size_t held_packets;        // packets in collecting/complete slots
+  size_t retained_packets;    // released packets kept for resend
+  size_t memory_bytes;
+  size_t mbuf_quota;
+  EngineCounters counters;
+};
+
+class Engine {
+ public:
+  Engine(const EngineConfig& cfg, const BufferOps& ops);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Control path (the owning lcore, between bursts). On refusal returns false and sets *error to a
+  // sentence saying what to change. Re-adding the id of a failed job replaces it.
+  bool add_job(const JobSpec& spec, std::string* error);
+  bool remove_job(uint32_t id, std::string* error);
+  bool job_info(uint32_t id, JobInfo* out) const;
+  std::vector<uint32_t> job_ids() const;
+
+  // Fast path. Takes ownership of `pkt`: it ends up in `tx` (forwarded, possibly rewritten), held
+  // by the engine, or freed. May also put released packets and NAKs in `tx`.
+  void process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
+
+  // Timers: resends of unacknowledged released packets, no-progress aborts. Call every few us.
+  void poll(uint64_t now_ns, TxList& tx);
+
+  const EngineCounters& counters() const { return totals_; }
+  size_t memory_in_use() const { return memory_used_; }
+  size_t mbufs_reserved() const { return mbufs_reserved_; }
+  size_t held_packets() const;
+
+  struct Job;  // defined in engine.cpp
+
+ private:
+  struct ConnTable;
+  void release_ready(Job& job, uint64_t now_ns, TxList& tx);
+  void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
+  void free_job_memory(Job& job);
+  void emit(const PacketRef& p, TxList& tx, Job* job);
+  void rebuild_conn_table();
+  void start_generation(Job& job);
+  bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
+  void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  void send_nak(Job& job, unsigned rank, const PacketRef& data_pkt, const wire::Layout& l, TxList& tx);
+  Job* find_job(uint32_t id);
+
+  EngineConfig cfg_;
+  BufferOps ops_;
+  std::vector<std::unique_ptr<Job>> jobs_;
+  std::unique_ptr<ConnTable> conns_;
+  EngineCounters totals_;
+  size_t memory_used_ = 0;
+  size_t mbufs_reserved_ = 0;
+};
+
+}  // namespace inagg::agg

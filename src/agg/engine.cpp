@@ -1,0 +1,723 @@
+#include "inagg/agg/engine.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "inagg/agg/kernels.hpp"
+#include "inagg/wire/icrc.hpp"
+
+namespace inagg::agg {
+
+using wire::Layout;
+
+void EngineCounters::add(const EngineCounters& o) {
+#define X(name, text) name += o.name;
+  INAGG_ENGINE_COUNTERS(X)
+#undef X
+}
+
+namespace {
+
+enum class SlotState : uint8_t { empty, collecting, complete, released };
+
+// Sign-extends a 24-bit PSN difference.
+inline int64_t sext24(uint32_t d) {
+  d &= wire::kPsnMask;
+  return d & 0x800000 ? static_cast<int64_t>(d) - 0x1000000 : static_cast<int64_t>(d);
+}
+
+inline bool bit(uint64_t mask, unsigned r) { return (mask >> r) & 1; }
+inline uint64_t full_mask(unsigned n) { return n == 64 ? ~0ull : (1ull << n) - 1; }
+
+wire::OpPosition expected_position(uint32_t k, uint32_t ppm) {
+  if (ppm == 1) return wire::OpPosition::only;
+  if (k == 0) return wire::OpPosition::first;
+  if (k == ppm - 1) return wire::OpPosition::last;
+  return wire::OpPosition::middle;
+}
+
+uint8_t ecn_of(const uint8_t* f, const Layout& l) {
+  const uint8_t* ip = f + l.l3;
+  return l.ip == wire::IpVersion::v4 ? (ip[1] & 3) : static_cast<uint8_t>((wire::load_be16(ip) >> 4) & 3);
+}
+
+void set_ce(uint8_t* f, const Layout& l) {
+  uint8_t* ip = f + l.l3;
+  if (l.ip == wire::IpVersion::v4) {
+    ip[1] |= wire::kEcnCe;
+    ip[10] = ip[11] = 0;
+    wire::store_be16(ip + 10, wire::ipv4_header_checksum(ip, static_cast<size_t>(ip[0] & 0x0f) * 4));
+  } else {
+    ip[1] |= wire::kEcnCe << 4;
+  }
+}
+
+// The UDP checksum over IPv6 (mandatory there unless zero-checksum is in use).
+uint16_t udp6_checksum(const uint8_t* f, const Layout& l) {
+  const uint8_t* ip = f + l.l3;
+  const uint8_t* udp = f + l.l4;
+  const uint32_t len = wire::load_be16(udp + 4);
+  uint64_t sum = 0;
+  for (int i = 8; i < 40; i += 2) sum += wire::load_be16(ip + i);
+  sum += len + wire::kIpProtoUdp;
+  for (uint32_t i = 0; i + 1 < len; i += 2)
+    if (i != 6) sum += wire::load_be16(udp + i);
+  if (len & 1) sum += static_cast<uint32_t>(udp[len - 1]) << 8;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  const uint16_t c = static_cast<uint16_t>(~sum);
+  return c == 0 ? 0xffff : c;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Job state.
+
+struct Engine::Job {
+  struct Conn {
+    ConnectionSpec spec;
+    uint64_t expected = 0;       // next new slot sequence from this sender
+    uint64_t acked = 0;          // its receiver holds every sequence below this
+    uint32_t msn = 0;            // the receiver's last reported MSN (for the NAKs we send)
+    bool nak_pending = false;    // a NAK went out and the sender has not gone back yet
+    uint64_t nak_seq = 0;
+    uint64_t nak_ns = 0;
+    uint64_t last_ack_ns = 0;
+  };
+  struct Held {
+    PacketRef p;
+    Layout l;
+    uint32_t header_crc = 0;  // the ICRC's header part; rewriting masked fields keeps it valid
+    bool retained = false;    // released and kept for a resend
+  };
+  struct Slot {
+    uint64_t seq = 0;       // slot sequence (message * ppm + packet index) it holds
+    uint64_t arrived = 0;   // one bit per rank
+    SlotState state = SlotState::empty;
+    bool ecn = false;       // some input was CE-marked or had FECN
+    uint32_t payload_crc = 0;
+  };
+
+  JobSpec spec;
+  JobState state = JobState::active;
+  std::string error;
+  uint32_t ppm = 0;    // packets per message
+  uint32_t nslots = 0; // 2 W ppm
+  std::vector<Slot> slots;
+  std::vector<Held> held;  // nslots x n
+  uint8_t* sums = nullptr; // nslots x P retained sums, 64-byte aligned
+  std::vector<Conn> conns;
+  wire::Crc32Shift shift;
+  uint64_t cursor = 0;     // next sequence to release
+  uint64_t highest = 0;    // one past the highest sequence any packet has claimed
+  size_t held_count = 0, retained_count = 0;
+  uint64_t last_progress_ns = 0, last_release_ns = 0;
+  size_t memory = 0, mbufs = 0;
+  EngineCounters c;
+
+  Slot& slot(uint64_t seq) { return slots[seq % nslots]; }
+  Held& held_at(uint64_t seq, unsigned rank) { return held[(seq % nslots) * spec.workers + rank]; }
+  uint8_t* sum_at(uint64_t seq) { return sums + (seq % nslots) * spec.payload_bytes; }
+};
+
+// Open-addressing map (address, QPN) -> (job, rank, direction), rebuilt on every job change (the
+// control path), read-only on the fast path.
+struct Engine::ConnTable {
+  struct Entry {
+    bool used = false;
+    bool ack_direction = false;  // key is the sender's QP: ACKs flow to it
+    wire::IpAddr addr;
+    uint32_t qpn = 0;
+    Job* job = nullptr;
+    unsigned rank = 0;
+  };
+  std::vector<Entry> entries;
+  size_t mask = 0;
+
+  explicit ConnTable(size_t max_conns) {
+    size_t cap = 16;
+    while (cap < 2 * max_conns) cap <<= 1;
+    entries.resize(cap);
+    mask = cap - 1;
+  }
+  static size_t hash(const uint8_t* addr, uint32_t qpn) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ qpn;
+    for (int i = 0; i < 16; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, addr + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 33;
+    }
+    return static_cast<size_t>(h);
+  }
+  void clear() { std::fill(entries.begin(), entries.end(), Entry{}); }
+  void insert(const Entry& e) {
+    for (size_t i = hash(e.addr.bytes.data(), e.qpn) & mask;; i = (i + 1) & mask) {
+      if (!entries[i].used) {
+        entries[i] = e;
+        return;
+      }
+    }
+  }
+  const Entry* find(wire::IpVersion v, const uint8_t* addr, uint32_t qpn) const {
+    uint8_t key[16] = {};
+    std::memcpy(key, addr, v == wire::IpVersion::v4 ? 4 : 16);
+    for (size_t i = hash(key, qpn) & mask;; i = (i + 1) & mask) {
+      const Entry& e = entries[i];
+      if (!e.used) return nullptr;
+      if (e.qpn == qpn && e.addr.version == v && std::memcmp(e.addr.bytes.data(), key, 16) == 0) return &e;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Control path.
+
+Engine::Engine(const EngineConfig& cfg, const BufferOps& ops)
+    : cfg_(cfg), ops_(ops), conns_(std::make_unique<ConnTable>(cfg.max_connections)) {}
+
+Engine::~Engine() {
+  for (auto& j : jobs_) free_job_memory(*j);
+}
+
+Engine::Job* Engine::find_job(uint32_t id) {
+  for (auto& j : jobs_)
+    if (j->spec.id == id) return j.get();
+  return nullptr;
+}
+
+namespace {
+std::string qp_str(const wire::IpAddr& a, uint32_t qpn) {
+  char buf[80], ip[64];
+  inet_ntop(a.version == wire::IpVersion::v4 ? AF_INET : AF_INET6, a.bytes.data(), ip, sizeof ip);
+  std::snprintf(buf, sizeof buf, "%s qpn 0x%x", ip, qpn);
+  return buf;
+}
+}  // namespace
+
+bool Engine::add_job(const JobSpec& s, std::string* error) {
+  auto fail = [&](const std::string& msg) {
+    *error = "job " + std::to_string(s.id) + ": " + msg;
+    return false;
+  };
+  if (s.workers < 1 || s.workers > 64) return fail("workers must be between 1 and 64 (got " + std::to_string(s.workers) + ")");
+  if (s.conns.size() != s.workers)
+    return fail("needs one connection per worker: " + std::to_string(s.workers) + " workers but " +
+                std::to_string(s.conns.size()) + " conn lines");
+  const size_t esize = dtype_size(s.dtype);
+  if (s.payload_bytes == 0 || s.payload_bytes % 4 != 0 || s.payload_bytes % esize != 0 || s.payload_bytes > 8192)
+    return fail("payload_bytes must be a positive multiple of 4 and at most 8192 (the path MTU payload, e.g. 1024 or 4096); got " +
+                std::to_string(s.payload_bytes));
+  if (s.message_bytes == 0 || s.message_bytes % s.payload_bytes != 0)
+    return fail("message_bytes (" + std::to_string(s.message_bytes) + ") must be a positive multiple of payload_bytes (" +
+                std::to_string(s.payload_bytes) + ")");
+  if (s.window < 1) return fail("window must be at least 1 message");
+  const uint64_t ppm = s.message_bytes / s.payload_bytes;
+  if (ppm * s.window >= (1u << 22))
+    return fail("window x packets per message must stay below 2^22 so 24-bit PSNs extend unambiguously; lower window or message_bytes");
+  uint64_t ranks_seen = 0;
+  for (const ConnectionSpec& c : s.conns) {
+    if (c.rank >= s.workers) return fail("conn rank " + std::to_string(c.rank) + " is not below workers (" + std::to_string(s.workers) + ")");
+    if (bit(ranks_seen, c.rank)) return fail("rank " + std::to_string(c.rank) + " has two conn lines");
+    ranks_seen |= 1ull << c.rank;
+    if (c.src_ip.version == wire::IpVersion::none || c.src_ip.version != c.dst_ip.version)
+      return fail("rank " + std::to_string(c.rank) + ": source and destination must both be IPv4 or both IPv6");
+    if (c.src_qpn > 0xffffff || c.dst_qpn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": QPNs are 24-bit");
+    if (c.start_psn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": start PSN is 24-bit");
+  }
+
+  Job* old = find_job(s.id);
+  if (old && old->state == JobState::active)
+    return fail("already exists and is active; remove it first");
+  // Keys must not collide with another job's (a failed job being replaced does not count) or
+  // with each other.
+  std::vector<std::pair<wire::IpAddr, uint32_t>> keys;
+  for (const ConnectionSpec& c : s.conns) {
+    keys.push_back({c.dst_ip, c.dst_qpn});
+    keys.push_back({c.src_ip, c.src_qpn});
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t k = i + 1; k < keys.size(); ++k)
+      if (keys[i] == keys[k]) return fail("QP " + qp_str(keys[i].first, keys[i].second) + " appears twice in the job");
+    const ConnTable::Entry* e = conns_->find(keys[i].first.version, keys[i].first.bytes.data(), keys[i].second);
+    if (e && e->job != old)
+      return fail("QP " + qp_str(keys[i].first, keys[i].second) + " already belongs to job " + std::to_string(e->job->spec.id));
+  }
+  size_t total_conns = 0;
+  for (auto& j : jobs_)
+    if (j.get() != old) total_conns += 2 * j->spec.workers;
+  if (total_conns + 2 * s.workers > cfg_.max_connections)
+    return fail("would exceed the engine's " + std::to_string(cfg_.max_connections) + " connections");
+  if (!old && jobs_.size() >= cfg_.max_jobs) return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
+
+  const uint32_t nslots = static_cast<uint32_t>(2 * s.window * ppm);
+  const size_t mem = static_cast<size_t>(nslots) *
+                     (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + s.payload_bytes);
+  const size_t mbufs = static_cast<size_t>(nslots) * s.workers;
+  if (memory_used_ + mem > cfg_.memory_budget_bytes)
+    return fail("needs " + std::to_string(mem >> 10) + " KiB of slot memory but only " +
+                std::to_string((cfg_.memory_budget_bytes - memory_used_) >> 10) +
+                " KiB of the budget is free; lower window or message_bytes, or raise the memory budget");
+  if (mbufs_reserved_ + mbufs > cfg_.mbuf_budget)
+    return fail("needs up to " + std::to_string(mbufs) + " held packet buffers (2 x window x packets per message x workers) but only " +
+                std::to_string(cfg_.mbuf_budget - mbufs_reserved_) + " of the mbuf budget are free");
+
+  if (old) {
+    jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == old; }));
+  }
+  auto job = std::make_unique<Job>();
+  job->spec = s;
+  std::sort(job->spec.conns.begin(), job->spec.conns.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+  job->ppm = static_cast<uint32_t>(ppm);
+  job->nslots = nslots;
+  job->slots.resize(nslots);
+  job->held.resize(static_cast<size_t>(nslots) * s.workers);
+  job->sums = static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
+  if (job->sums == nullptr) return fail("out of memory for the retained sums");
+  job->conns.resize(s.workers);
+  for (unsigned r = 0; r < s.workers; ++r) job->conns[r].spec = job->spec.conns[r];
+  job->shift = wire::Crc32Shift(s.payload_bytes);
+  job->memory = mem;
+  job->mbufs = mbufs;
+  memory_used_ += mem;
+  mbufs_reserved_ += mbufs;
+  jobs_.push_back(std::move(job));
+
+  rebuild_conn_table();
+  return true;
+}
+
+bool Engine::remove_job(uint32_t id, std::string* error) {
+  Job* job = find_job(id);
+  if (!job) {
+    *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
+    return false;
+  }
+  free_job_memory(*job);
+  jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == job; }));
+  rebuild_conn_table();
+  return true;
+}
+
+void Engine::rebuild_conn_table() {
+  conns_->clear();
+  for (auto& j : jobs_) {
+    for (unsigned r = 0; r < j->spec.workers; ++r) {
+      const ConnectionSpec& c = j->conns[r].spec;
+      conns_->insert({true, false, c.dst_ip, c.dst_qpn, j.get(), r});  // data: to the receiver's QP
+      conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r});   // ACKs: to the sender's QP
+    }
+  }
+}
+
+void Engine::free_job_memory(Job& job) {
+  for (Job::Held& h : job.held) {
+    if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
+    h = Job::Held{};
+  }
+  job.held_count = job.retained_count = 0;
+  std::vector<Job::Held>().swap(job.held);
+  std::vector<Job::Slot>().swap(job.slots);
+  std::free(job.sums);
+  job.sums = nullptr;
+  memory_used_ -= job.memory;
+  mbufs_reserved_ -= job.mbufs;
+  job.memory = job.mbufs = 0;
+}
+
+bool Engine::job_info(uint32_t id, JobInfo* out) const {
+  for (auto& j : jobs_) {
+    if (j->spec.id != id) continue;
+    *out = JobInfo{j->spec.id, j->state, j->error, j->cursor, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
+    return true;
+  }
+  return false;
+}
+
+std::vector<uint32_t> Engine::job_ids() const {
+  std::vector<uint32_t> ids;
+  for (auto& j : jobs_) ids.push_back(j->spec.id);
+  return ids;
+}
+
+size_t Engine::held_packets() const {
+  size_t n = 0;
+  for (auto& j : jobs_) n += j->held_count + j->retained_count;
+  return n;
+}
+
+void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind) {
+  if (job.state == JobState::failed) return;
+  job.state = JobState::failed;
+  job.error = why;
+  ++(job.c.*kind);
+  ++(totals_.*kind);
+  if (kind != &EngineCounters::timeouts) {
+    ++job.c.job_errors;
+    ++totals_.job_errors;
+  }
+  std::fprintf(stderr, "inagg: job %u aborted: %s\n", job.spec.id, why.c_str());
+  free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fast path.
+
+#define BUMP(job, name) (++(job).c.name, ++totals_.name)
+
+void Engine::emit(const PacketRef& p, TxList& tx, Job* job) {
+  if (!tx.push(p)) {
+    ops_.free(ops_.ctx, p.handle);
+    if (job) ++job->c.tx_full;
+    ++totals_.tx_full;
+  }
+}
+
+void Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+  ++totals_.rx_packets;
+  Layout l;
+  const wire::ParseStatus st = wire::parse_frame({pkt.data, pkt.len}, l);
+  if (st != wire::ParseStatus::roce) {
+    if (wire::is_malformed(st)) {
+      ++totals_.malformed;
+      ops_.free(ops_.ctx, pkt.handle);
+    } else {
+      ++totals_.passthrough;
+      emit(pkt, tx, nullptr);
+    }
+    return;
+  }
+  const uint8_t* ip = pkt.data + l.l3;
+  const bool v4 = l.ip == wire::IpVersion::v4;
+  const uint8_t* dst = ip + (v4 ? 16 : 24);
+  const uint8_t* src = ip + (v4 ? 12 : 8);
+  const ConnTable::Entry* e = conns_->find(l.ip, dst, wire::bth_of(pkt.data, l).dest_qp());
+  if (e == nullptr) {
+    ++totals_.passthrough;
+    emit(pkt, tx, nullptr);
+    return;
+  }
+  Job& job = *e->job;
+  ++job.c.rx_packets;
+  const Job::Conn& conn = job.conns[e->rank];
+  const wire::IpAddr& peer = e->ack_direction ? conn.spec.dst_ip : conn.spec.src_ip;
+  if (std::memcmp(peer.bytes.data(), src, v4 ? 4 : 16) != 0) {
+    BUMP(job, spoofed);
+    emit(pkt, tx, &job);
+    return;
+  }
+  const bool ours = e->ack_direction ? l.opcode == (wire::op::kRc | wire::op::kAcknowledge) : wire::is_rdma_write(l.opcode);
+  if (!ours) {  // CNP, READ, SEND, ... on a registered QP: not ours to touch
+    BUMP(job, passthrough);
+    emit(pkt, tx, &job);
+    return;
+  }
+  if (job.state == JobState::failed) {
+    BUMP(job, failed_job_drops);
+    ops_.free(ops_.ctx, pkt.handle);
+    return;
+  }
+  if (e->ack_direction)
+    handle_ack(job, e->rank, pkt, l, now_ns, tx);
+  else
+    handle_data(job, e->rank, pkt, l, now_ns, tx);
+}
+
+void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
+  Job::Conn& conn = job.conns[rank];
+  const uint32_t header_crc = wire::icrc_header_crc(pkt.data, l);
+  if (wire::crc32({pkt.data + l.payload, l.padded_payload_len()}, header_crc) != wire::icrc_stored(pkt.data, l)) {
+    BUMP(job, bad_icrc);
+    ops_.free(ops_.ctx, pkt.handle);
+    return;
+  }
+  const wire::BthView bth = wire::bth_of(pkt.data, l);
+  const uint32_t psn = bth.psn();
+  const wire::OpPosition pos = l.info->position;
+
+  // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
+  if (job.spec.replay && psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
+      (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
+    start_generation(job);
+    BUMP(job, generations);
+  }
+
+  const int64_t sseq = static_cast<int64_t>(conn.expected) + sext24(psn - (conn.spec.start_psn + conn.expected));
+  if (sseq < 0) {  // before the job's start PSN
+    BUMP(job, stale);
+    ops_.free(ops_.ctx, pkt.handle);
+    return;
+  }
+  const uint64_t seq = static_cast<uint64_t>(sseq);
+  const uint64_t msg = seq / job.ppm;
+  const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
+  const uint64_t first_incomplete_msg = job.cursor / job.ppm;
+  if (msg >= first_incomplete_msg + job.spec.window) {
+    ops_.free(ops_.ctx, pkt.handle);
+    abort_job(job,
+              "rank " + std::to_string(rank) + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
+                  ") while message " + std::to_string(first_incomplete_msg) + " is incomplete: ahead of the window of " +
+                  std::to_string(job.spec.window) + " (every rank must honour the same window)",
+              &EngineCounters::err_ahead_of_window);
+    return;
+  }
+  if (pos != expected_position(k, job.ppm) || l.payload_len != job.spec.payload_bytes || l.pad != 0) {
+    ops_.free(ops_.ctx, pkt.handle);
+    abort_job(job,
+              "rank " + std::to_string(rank) + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
+                  std::to_string(l.payload_len) + " payload bytes does not fit packet " + std::to_string(k) + " of a " +
+                  std::to_string(job.spec.message_bytes) + "-byte message of " + std::to_string(job.spec.payload_bytes) +
+                  "-byte packets (every message must be exactly message_bytes, on the same path MTU)",
+              &EngineCounters::err_length_or_opcode);
+    return;
+  }
+
+  // Loss before the appliance: packets of one connection arrive in PSN order, so a jump means one
+  // was lost. NAK the sender from what its receiver has, once per gap (again if that NAK is lost).
+  if (cfg_.fast_recovery && seq > conn.expected && (!conn.nak_pending || now_ns - conn.nak_ns > cfg_.resend_timeout_ns)) {
+    send_nak(job, rank, pkt, l, tx);
+    conn.nak_pending = true;
+    conn.nak_seq = conn.acked;
+    conn.nak_ns = now_ns;
+  } else if (conn.nak_pending && seq <= conn.nak_seq) {
+    conn.nak_pending = false;  // the sender went back
+  }
+  if (seq + 1 > conn.expected) conn.expected = seq + 1;
+
+  Job::Slot& slot = job.slot(seq);
+  if (slot.state == SlotState::empty || slot.seq < seq) {
+    // First packet of a new epoch for this slot. The window check above guarantees the old epoch
+    // was released (its sequence is below the cursor); its retained sum and packets go now.
+    for (unsigned r = 0; r < job.spec.workers; ++r) {
+      Job::Held& h = job.held_at(seq, r);  // same slot index as slot.seq
+      if (h.p.handle) {
+        ops_.free(ops_.ctx, h.p.handle);
+        --job.retained_count;
+      }
+      h = Job::Held{};
+    }
+    slot = Job::Slot{};
+    slot.seq = seq;
+    slot.state = SlotState::collecting;
+  } else if (slot.seq > seq) {
+    BUMP(job, stale);  // older than the epoch the slot holds: a duplicate the network made
+    ops_.free(ops_.ctx, pkt.handle);
+    return;
+  }
+  if (seq + 1 > job.highest) job.highest = seq + 1;
+
+  switch (slot.state) {
+    case SlotState::collecting: {
+      Job::Held& h = job.held_at(seq, rank);
+      if (bit(slot.arrived, rank)) {
+        ops_.free(ops_.ctx, h.p.handle);  // a retransmission replaces the held copy, never added twice
+        BUMP(job, duplicates_collecting);
+      } else {
+        slot.arrived |= 1ull << rank;
+        ++job.held_count;
+        BUMP(job, aggregated_packets);
+        job.last_progress_ns = now_ns;
+        job.c.aggregated_bytes += l.payload_len;
+        totals_.aggregated_bytes += l.payload_len;
+      }
+      h = Job::Held{pkt, l, header_crc, false};
+      if (ecn_of(pkt.data, l) == wire::kEcnCe || bth.fecn()) slot.ecn = true;
+      if (slot.arrived == full_mask(job.spec.workers)) {
+        slot.state = SlotState::complete;
+        BUMP(job, slots_completed);
+        job.last_progress_ns = now_ns;
+        if (seq == job.cursor) release_ready(job, now_ns, tx);
+      }
+      return;
+    }
+    case SlotState::complete:
+      BUMP(job, duplicates_dropped);
+      ops_.free(ops_.ctx, pkt.handle);
+      return;
+    case SlotState::released: {
+      // A retransmission of a released slot: the receiver may need it (it writes any packet at or
+      // above its expected PSN), so it carries the retained sum with a fresh ICRC.
+      if (write_sum(job, seq, pkt.data, l, header_crc)) BUMP(job, ecn_marked);
+      BUMP(job, retransmits_answered);
+      emit(pkt, tx, &job);
+      return;
+    }
+    case SlotState::empty:
+      break;
+  }
+}
+
+void Engine::start_generation(Job& job) {
+  for (Job::Held& h : job.held) {
+    if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
+    h = Job::Held{};
+  }
+  std::fill(job.slots.begin(), job.slots.end(), Job::Slot{});
+  for (Job::Conn& c : job.conns) c = Job::Conn{c.spec};
+  job.cursor = job.highest = 0;
+  job.held_count = job.retained_count = 0;
+}
+
+// Writes a slot's sum into one of its packets: payload, ECN, UDP checksum, ICRC. Returns whether
+// the packet was CE-marked.
+bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc) {
+  const Job::Slot& slot = job.slot(seq);
+  std::memcpy(f + l.payload, job.sum_at(seq), job.spec.payload_bytes);
+  const bool mark = slot.ecn && ecn_of(f, l) != wire::kEcnNotEct;  // only ECN-capable packets
+  if (mark) set_ce(f, l);
+  // The header part of the ICRC masks TOS, checksums and FECN: the input's header CRC still holds.
+  wire::icrc_store(f, l, wire::icrc_combine(header_crc, slot.payload_crc, job.shift));
+  uint8_t* udp = f + l.l4;
+  if (l.ip == wire::IpVersion::v4) {
+    udp[6] = udp[7] = 0;
+  } else if (udp[6] | udp[7]) {
+    wire::store_be16(udp + 6, udp6_checksum(f, l));  // covers the new ICRC too
+  }
+  return mark;
+}
+
+// Releases complete slots from the cursor on, in sequence order, while TX has room for a slot.
+void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
+  const unsigned n = job.spec.workers;
+  const uint32_t P = job.spec.payload_bytes;
+  const uint8_t* srcs[64];
+  while (job.state == JobState::active) {
+    Job::Slot& slot = job.slot(job.cursor);
+    if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
+    if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
+    Job::Held* held = &job.held_at(job.cursor, 0);
+    for (unsigned r = 0; r < n; ++r) srcs[r] = held[r].p.data + held[r].l.payload;
+    uint8_t* sum = job.sum_at(job.cursor);
+    sum_ranked(job.spec.dtype, sum, srcs, n, P);
+    slot.payload_crc = wire::crc32({sum, P});  // once per slot; P is a multiple of 4: no pad
+    for (unsigned r = 0; r < n; ++r) {
+      Job::Held& h = held[r];
+      if (write_sum(job, job.cursor, h.p.data, h.l, h.header_crc)) BUMP(job, ecn_marked);
+      ops_.ref(ops_.ctx, h.p.handle);  // kept for a resend until acknowledged or the slot is reused
+      h.retained = true;
+      tx.push(h.p);
+    }
+    job.c.released_packets += n;
+    totals_.released_packets += n;
+    job.held_count -= n;
+    job.retained_count += n;
+    slot.state = SlotState::released;
+    BUMP(job, slots_released);
+    ++job.cursor;
+    job.last_progress_ns = job.last_release_ns = now_ns;
+  }
+}
+
+void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
+  if (!wire::icrc_verify(pkt.data, l)) {
+    BUMP(job, bad_icrc);
+    ops_.free(ops_.ctx, pkt.handle);
+    return;
+  }
+  Job::Conn& conn = job.conns[rank];
+  const wire::AethView aeth = wire::aeth_of(pkt.data, l);
+  const uint32_t psn = wire::bth_of(pkt.data, l).psn();
+  const int64_t at = static_cast<int64_t>(conn.acked) + sext24(psn - (conn.spec.start_psn + conn.acked));
+  // ACK p: the receiver has everything up to p. NAK / RNR NAK p: everything below p.
+  const int64_t acked = aeth.is_ack() ? at + 1 : at;
+  BUMP(job, acks_observed);
+  conn.msn = aeth.msn();
+  if (acked > static_cast<int64_t>(job.cursor) && !job.spec.replay) {
+    emit(pkt, tx, &job);
+    abort_job(job,
+              "the receiver of rank " + std::to_string(rank) + " acknowledged PSN " + std::to_string(psn) +
+                  ", which the appliance never released: some path bypasses the appliance (every packet of a "
+                  "registered connection must cross it)",
+              &EngineCounters::err_ack_bypass);
+    return;
+  }
+  if (acked > static_cast<int64_t>(conn.acked)) {
+    // Retained copies the receiver now has are no longer needed for resends.
+    const uint64_t to = static_cast<uint64_t>(acked);
+    const uint64_t from = std::max(conn.acked, to > job.nslots ? to - job.nslots : 0);
+    for (uint64_t s = from; s < to; ++s) {
+      Job::Held& h = job.held_at(s, rank);
+      if (h.retained && job.slot(s).seq == s) {
+        ops_.free(ops_.ctx, h.p.handle);
+        h = Job::Held{};
+        --job.retained_count;
+      }
+    }
+    conn.acked = to;
+    conn.last_ack_ns = now_ns;
+    job.last_progress_ns = now_ns;
+  }
+  emit(pkt, tx, &job);
+}
+
+void Engine::send_nak(Job& job, unsigned rank, const PacketRef& data_pkt, const Layout& l, TxList& tx) {
+  const Job::Conn& conn = job.conns[rank];
+  wire::RoceFrameSpec s;
+  std::memcpy(s.dst_mac.data(), data_pkt.data + 6, 6);  // back to the sender
+  std::memcpy(s.src_mac.data(), data_pkt.data, 6);
+  if (l.has_vlan) s.vlan_tci = l.vlan_tci;
+  s.src_ip = conn.spec.dst_ip;
+  s.dst_ip = conn.spec.src_ip;
+  s.tos = static_cast<uint8_t>((l.ip == wire::IpVersion::v4 ? data_pkt.data[l.l3 + 1]
+                                                            : wire::load_be16(data_pkt.data + l.l3) >> 4) & 0xfc);
+  s.src_port = wire::load_be16(data_pkt.data + l.l4);
+  s.opcode = wire::op::kRc | wire::op::kAcknowledge;
+  s.migreq = false;
+  s.dest_qp = conn.spec.src_qpn;
+  s.psn = wire::psn_add(conn.spec.start_psn, static_cast<uint32_t>(conn.acked & wire::kPsnMask));
+  s.aeth_syndrome = wire::aeth::kNakPsnSequenceError;
+  s.aeth_msn = conn.msn;
+  const size_t len = wire::roce_frame_size(s, 0);
+  PacketRef nak = ops_.alloc(ops_.ctx, static_cast<uint16_t>(len));
+  if (nak.handle == nullptr) {
+    BUMP(job, nak_alloc_failed);
+    return;
+  }
+  nak.len = static_cast<uint16_t>(wire::build_roce_frame({nak.data, len}, s, {}));
+  BUMP(job, naks_sent);
+  emit(nak, tx, &job);
+}
+
+void Engine::poll(uint64_t now_ns, TxList& tx) {
+  for (auto& jp : jobs_) {
+    Job& job = *jp;
+    if (job.state != JobState::active) continue;
+    release_ready(job, now_ns, tx);  // continue a release that TX space cut short
+    const bool pending = job.held_count > 0 || (!job.spec.replay && job.retained_count > 0 &&
+                                                 std::any_of(job.conns.begin(), job.conns.end(),
+                                                             [&](const Job::Conn& c) { return c.acked < job.cursor; }));
+    if (!pending) {
+      job.last_progress_ns = now_ns;
+      continue;
+    }
+    if (now_ns - job.last_progress_ns > cfg_.abort_timeout_ns) {
+      abort_job(job, "no progress for " + std::to_string(cfg_.abort_timeout_ns / 1000000) +
+                         " ms (a worker stopped sending or its packets no longer reach the appliance)",
+                &EngineCounters::timeouts);
+      continue;
+    }
+    if (job.spec.replay || !cfg_.fast_recovery) continue;  // a replayed capture has no receivers
+    // Loss after the appliance at the tail of a burst: nothing later makes the receiver NAK, so
+    // send its unacknowledged released packets again.
+    for (unsigned r = 0; r < job.spec.workers; ++r) {
+      Job::Conn& c = job.conns[r];
+      if (c.acked >= job.cursor) continue;
+      if (now_ns - std::max(c.last_ack_ns, job.last_release_ns) <= cfg_.resend_timeout_ns) continue;
+      const uint64_t from = std::max(c.acked, job.cursor > job.nslots ? job.cursor - job.nslots : 0);
+      for (uint64_t s = from; s < job.cursor; ++s) {
+        Job::Held& h = job.held_at(s, r);
+        if (!h.retained || job.slot(s).seq != s) continue;
+        if (tx.size() == tx.capacity()) return;
+        ops_.ref(ops_.ctx, h.p.handle);
+        tx.push(h.p);
+        BUMP(job, resends);
+      }
+      c.last_ack_ns = now_ns;  // wait another timeout before the next round
+    }
+  }
+}
+
+}  // namespace inagg::agg

@@ -1,0 +1,259 @@
+// Test harness for the RC engine: a buffer pool with reference counts (so leaks and double frees
+// show), a job fixture that builds its workers' packets with the wire builder, and the reference
+// sum computed by a plain loop.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "inagg/agg/engine.hpp"
+#include "inagg/agg/kernels.hpp"
+#include "inagg/wire/build.hpp"
+#include "inagg/wire/icrc.hpp"
+
+namespace inagg::enginetest {
+
+using agg::Dtype;
+using agg::PacketRef;
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  int refs = 1;
+};
+
+// Buffers live until their last reference is dropped; a free of a dead buffer fails the test.
+class Pool {
+ public:
+  Pool() {
+    ops.ctx = this;
+    ops.free = [](void* c, void* h) { static_cast<Pool*>(c)->unref(static_cast<Buffer*>(h)); };
+    ops.ref = [](void* c, void* h) { static_cast<Pool*>(c)->ref(static_cast<Buffer*>(h)); };
+    ops.alloc = [](void* c, uint16_t len) { return static_cast<Pool*>(c)->alloc(len); };
+  }
+  ~Pool() {
+    for (Buffer* b : live_) delete b;
+  }
+  PacketRef alloc(uint16_t len) {
+    if (fail_alloc) return {};
+    auto* b = new Buffer;
+    b->bytes.resize(len);
+    live_.insert(b);
+    return {b, b->bytes.data(), len};
+  }
+  PacketRef wrap(const std::vector<uint8_t>& frame) {
+    PacketRef p = alloc(static_cast<uint16_t>(frame.size()));
+    std::memcpy(p.data, frame.data(), frame.size());
+    return p;
+  }
+  void ref(Buffer* b) {
+    ASSERT_TRUE(live_.count(b)) << "ref of a freed buffer";
+    ++b->refs;
+  }
+  void unref(Buffer* b) {
+    ASSERT_TRUE(live_.count(b)) << "free of a freed buffer";
+    if (--b->refs == 0) {
+      live_.erase(b);
+      delete b;
+    }
+  }
+  // The caller consumed a TX entry (it "sent" it): drop that reference.
+  std::vector<uint8_t> take(const PacketRef& p) {
+    auto* b = static_cast<Buffer*>(p.handle);
+    std::vector<uint8_t> v(p.data, p.data + p.len);
+    unref(b);
+    return v;
+  }
+  size_t live() const { return live_.size(); }
+
+  agg::BufferOps ops;
+  bool fail_alloc = false;
+
+ private:
+  std::set<Buffer*> live_;
+};
+
+// A job whose rank r writes from 10.0.<job>.<r+1> to rank r+1's receive QP.
+struct JobFixture {
+  agg::JobSpec spec;
+  uint32_t ppm = 0;
+  uint32_t seed = 1;
+  bool v6 = false;
+
+  JobFixture(uint32_t id, unsigned n, Dtype dtype, uint32_t message_bytes, uint32_t payload_bytes, unsigned window,
+             uint32_t start_psn_base = 0xfffff0, bool ipv6 = false)
+      : v6(ipv6) {
+    spec.id = id;
+    spec.dtype = dtype;
+    spec.workers = n;
+    spec.message_bytes = message_bytes;
+    spec.payload_bytes = payload_bytes;
+    spec.window = window;
+    ppm = message_bytes / payload_bytes;
+    for (unsigned r = 0; r < n; ++r) {
+      agg::ConnectionSpec c;
+      c.rank = r;
+      c.src_ip = ip_of(id, r);
+      c.dst_ip = ip_of(id, (r + 1) % n);
+      c.src_qpn = 0x1000 * id + 0x100 + r;
+      c.dst_qpn = 0x1000 * id + 0x200 + (r + 1) % n;
+      c.start_psn = (start_psn_base + 7 * r) & 0xffffff;  // near the 24-bit wrap, different per rank
+      spec.conns.push_back(c);
+    }
+  }
+
+  wire::IpAddr ip_of(uint32_t id, unsigned r) const {
+    if (v6) {
+      std::array<uint8_t, 16> a{};
+      a[0] = 0xfd;
+      a[13] = static_cast<uint8_t>(id);
+      a[15] = static_cast<uint8_t>(r + 1);
+      return wire::IpAddr::v6(a);
+    }
+    return wire::IpAddr::v4(0x0a000000u | id << 8 | (r + 1));
+  }
+
+  // Gradient bytes of (rank, seq): deterministic, with fp specials now and then.
+  std::vector<uint8_t> payload(unsigned rank, uint64_t seq, uint32_t variant = 0) const {
+    std::vector<uint8_t> v(spec.payload_bytes);
+    std::mt19937 rng(static_cast<uint32_t>(seed * 1000003u + rank * 7919u + seq * 104729u + variant));
+    const size_t es = agg::dtype_size(spec.dtype);
+    for (size_t i = 0; i < v.size(); i += es) {
+      if (spec.dtype == Dtype::fp32) {
+        float f = std::uniform_real_distribution<float>(-100, 100)(rng);
+        std::memcpy(&v[i], &f, 4);
+      } else if (spec.dtype == Dtype::int32) {
+        uint32_t x = rng();
+        std::memcpy(&v[i], &x, 4);
+      } else {
+        const float f = std::uniform_real_distribution<float>(-4, 4)(rng);
+        const uint16_t h = spec.dtype == Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
+        std::memcpy(&v[i], &h, 2);
+      }
+    }
+    return v;
+  }
+
+  // The rank-ordered sum of every rank's payload for `seq`, by a plain loop (halves through the
+  // scalar reference conversions).
+  std::vector<uint8_t> expected_sum(uint64_t seq) const {
+    std::vector<std::vector<uint8_t>> in;
+    for (unsigned r = 0; r < spec.workers; ++r) in.push_back(payload(r, seq));
+    std::vector<uint8_t> out(spec.payload_bytes);
+    const size_t es = agg::dtype_size(spec.dtype);
+    for (size_t i = 0; i < out.size(); i += es) {
+      if (spec.dtype == Dtype::fp32) {
+        float acc;
+        std::memcpy(&acc, &in[0][i], 4);
+        for (unsigned r = 1; r < spec.workers; ++r) {
+          float x;
+          std::memcpy(&x, &in[r][i], 4);
+          acc += x;
+        }
+        std::memcpy(&out[i], &acc, 4);
+      } else if (spec.dtype == Dtype::int32) {
+        uint32_t acc = 0;
+        for (unsigned r = 0; r < spec.workers; ++r) {
+          uint32_t x;
+          std::memcpy(&x, &in[r][i], 4);
+          acc += x;
+        }
+        std::memcpy(&out[i], &acc, 4);
+      } else {
+        auto widen = [&](const uint8_t* p) {
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          return spec.dtype == Dtype::fp16 ? agg::scalar::fp16_to_fp32(h) : agg::scalar::bf16_to_fp32(h);
+        };
+        float acc = widen(&in[0][i]);
+        for (unsigned r = 1; r < spec.workers; ++r) acc += widen(&in[r][i]);
+        const uint16_t h = spec.dtype == Dtype::fp16 ? agg::scalar::fp32_to_fp16(acc) : agg::scalar::fp32_to_bf16(acc);
+        std::memcpy(&out[i], &h, 2);
+      }
+    }
+    return out;
+  }
+
+  uint32_t psn(unsigned rank, uint64_t seq) const {
+    return static_cast<uint32_t>((spec.conns[rank].start_psn + seq) & 0xffffff);
+  }
+
+  wire::RoceFrameSpec frame_spec(unsigned rank, uint64_t seq) const {
+    const agg::ConnectionSpec& c = spec.conns[rank];
+    wire::RoceFrameSpec s;
+    s.src_mac = {2, 0, 0, 0, 0, static_cast<uint8_t>(rank + 1)};
+    s.dst_mac = {2, 0, 0, 0, 0, static_cast<uint8_t>((rank + 1) % spec.workers + 1)};
+    s.src_ip = c.src_ip;
+    s.dst_ip = c.dst_ip;
+    s.tos = wire::kEcnEct0;
+    s.dest_qp = c.dst_qpn;
+    s.psn = psn(rank, seq);
+    const uint32_t k = static_cast<uint32_t>(seq % ppm);
+    using namespace wire::op;
+    s.opcode = ppm == 1 ? kWriteOnly : k == 0 ? kWriteFirst : k == ppm - 1 ? kWriteLastImm : kWriteMiddle;
+    s.ack_req = k == ppm - 1;
+    s.reth_va = 0x7f0000000000ull + (seq / ppm) * spec.message_bytes;
+    s.reth_rkey = 0x1234;
+    s.reth_dma_len = spec.message_bytes;
+    s.immdt = static_cast<uint32_t>(seq / ppm);
+    return s;
+  }
+
+  std::vector<uint8_t> data_frame(unsigned rank, uint64_t seq, uint32_t variant = 0) const {
+    return build(frame_spec(rank, seq), payload(rank, seq, variant));
+  }
+
+  // The ACK (or NAK) that rank r's receiver sends back to rank r for `seq`.
+  std::vector<uint8_t> ack_frame(unsigned rank, uint64_t seq, uint8_t syndrome = wire::aeth::kAckUnlimitedCredits,
+                                 uint32_t msn = 0) const {
+    const agg::ConnectionSpec& c = spec.conns[rank];
+    wire::RoceFrameSpec s;
+    s.src_ip = c.dst_ip;
+    s.dst_ip = c.src_ip;
+    s.opcode = wire::op::kRc | wire::op::kAcknowledge;
+    s.dest_qp = c.src_qpn;
+    s.psn = psn(rank, seq);
+    s.aeth_syndrome = syndrome;
+    s.aeth_msn = msn;
+    return build(s, {});
+  }
+
+  static std::vector<uint8_t> build(const wire::RoceFrameSpec& s, const std::vector<uint8_t>& payload) {
+    std::vector<uint8_t> f(wire::roce_frame_size(s, payload.size()));
+    EXPECT_EQ(wire::build_roce_frame(f, s, payload), f.size());
+    return f;
+  }
+};
+
+// A decoded engine output packet.
+struct Out {
+  std::vector<uint8_t> frame;
+  wire::Layout l;
+  uint8_t opcode() const { return l.opcode; }
+  uint32_t dest_qp() const { return wire::bth_of(frame.data(), l).dest_qp(); }
+  uint32_t psn() const { return wire::bth_of(frame.data(), l).psn(); }
+  std::vector<uint8_t> payload() const {
+    return {frame.begin() + l.payload, frame.begin() + l.payload + l.payload_len};
+  }
+  bool icrc_ok() const { return wire::icrc_verify(frame.data(), l); }
+};
+
+// Takes every TX entry out of `tx` (dropping the engine's reference), decoded.
+inline std::vector<Out> drain(Pool& pool, agg::TxList& tx) {
+  std::vector<Out> v;
+  for (size_t i = 0; i < tx.size(); ++i) {
+    Out o;
+    o.frame = pool.take(tx[i]);
+    EXPECT_NE(wire::parse_frame(o.frame, o.l), wire::ParseStatus::truncated_l2);
+    v.push_back(std::move(o));
+  }
+  tx.clear();
+  return v;
+}
+
+}  // namespace inagg::enginetest
