@@ -133,9 +133,12 @@ uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
   return mult_mod_p(x8n_mod_p(len_b), crc_a) ^ crc_b;
 }
 
-Crc32Shift::Crc32Shift(size_t len_b) : len_(len_b), op_(x8n_mod_p(len_b)) {}
-
-uint32_t Crc32Shift::combine(uint32_t crc_a, uint32_t crc_b) const { return mult_mod_p(op_, crc_a) ^ crc_b; }
+Crc32Shift::Crc32Shift(size_t len_b) : len_(len_b) {
+  // The operator is linear over GF(2): op * a = XOR over the bytes of a of op * (byte << 8i).
+  const uint32_t op = x8n_mod_p(len_b);
+  for (unsigned i = 0; i < 4; ++i)
+    for (uint32_t b = 0; b < 256; ++b) table_[i][b] = mult_mod_p(op, b << (8 * i));
+}
 
 std::string_view crc32_impl_name() { return crc32_impl().name; }
 

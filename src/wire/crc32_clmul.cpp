@@ -86,29 +86,34 @@ inline uint32_t reduce128(simde__m128i x) {
   return static_cast<uint32_t>(simde_mm_extract_epi32(x, 1));
 }
 
-// 128-bit folding over len bytes (len >= 64), starting from x0 = the first 16 bytes already xored
-// with the state. Returns the state after consuming floor(len/16)*16 bytes; *done says how many.
+// 128-bit folding over len bytes (len >= 16), starting from x0 = the first 16 bytes already xored
+// with the state: four lanes at a time from 64 bytes on, then one. Returns the state after
+// consuming floor(len/16)*16 bytes; *done says how many.
 inline uint32_t fold_from(simde__m128i x0, const uint8_t* p, size_t len, size_t* done) {
-  simde__m128i x1 = load128(p + 16), x2 = load128(p + 32), x3 = load128(p + 48);
-  size_t off = 64;
-  const simde__m128i k4x = k128<4 * 128>();
-  for (; off + 64 <= len; off += 64) {
-    x0 = simde_mm_xor_si128(fold128(x0, k4x), load128(p + off));
-    x1 = simde_mm_xor_si128(fold128(x1, k4x), load128(p + off + 16));
-    x2 = simde_mm_xor_si128(fold128(x2, k4x), load128(p + off + 32));
-    x3 = simde_mm_xor_si128(fold128(x3, k4x), load128(p + off + 48));
-  }
+  size_t off = 16;
   const simde__m128i k1x = k128<128>();
-  x0 = simde_mm_xor_si128(fold128(x0, k1x), x1);
-  x0 = simde_mm_xor_si128(fold128(x0, k1x), x2);
-  x0 = simde_mm_xor_si128(fold128(x0, k1x), x3);
+  if (len >= 64) {
+    simde__m128i x1 = load128(p + 16), x2 = load128(p + 32), x3 = load128(p + 48);
+    off = 64;
+    const simde__m128i k4x = k128<4 * 128>();
+    for (; off + 64 <= len; off += 64) {
+      x0 = simde_mm_xor_si128(fold128(x0, k4x), load128(p + off));
+      x1 = simde_mm_xor_si128(fold128(x1, k4x), load128(p + off + 16));
+      x2 = simde_mm_xor_si128(fold128(x2, k4x), load128(p + off + 32));
+      x3 = simde_mm_xor_si128(fold128(x3, k4x), load128(p + off + 48));
+    }
+    x0 = simde_mm_xor_si128(fold128(x0, k1x), x1);
+    x0 = simde_mm_xor_si128(fold128(x0, k1x), x2);
+    x0 = simde_mm_xor_si128(fold128(x0, k1x), x3);
+  }
   for (; off + 16 <= len; off += 16) x0 = simde_mm_xor_si128(fold128(x0, k1x), load128(p + off));
   *done = off;
   return reduce128(x0);
 }
 
+// From 16 bytes on folding beats the tables (a 56-byte ICRC header: ~12 ns -> ~5 ns here).
 uint32_t update_pclmul(uint32_t state, const uint8_t* p, size_t len) {
-  if (len < 64) return crc32_update_slice8(state, p, len);
+  if (len < 16) return crc32_update_slice8(state, p, len);
   size_t done = 0;
   simde__m128i x0 = simde_mm_xor_si128(load128(p), simde_mm_cvtsi32_si128(static_cast<int32_t>(state)));
   state = fold_from(x0, p, len, &done);

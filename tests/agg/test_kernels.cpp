@@ -165,12 +165,17 @@ struct Implementation {
   bool dispatched;
   util::SimdTier tier;
 };
+// The tiers this architecture builds (x86-64: three; elsewhere: native). A tier this CPU cannot
+// run is skipped, and says so.
 constexpr Implementation kImplementations[] = {
     {"dispatched", true, util::SimdTier::sse2},
+#if defined(__x86_64__)
     {"sse2", false, util::SimdTier::sse2},
     {"avx2", false, util::SimdTier::avx2},
     {"avx512", false, util::SimdTier::avx512},
+#else
     {"native", false, util::SimdTier::native},
+#endif
 };
 const detail::KernelOps kDispatchedOps = {&add_into, &sum_ranked};
 

@@ -18,17 +18,21 @@ uint32_t crc32(std::span<const uint8_t> data, uint32_t crc = 0);
 // #defines crc32_combine to crc32_combine64).
 uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 
-// The combine operator for one fixed len(b), computed once (a multiplication by x^(8 len_b) modulo
-// the CRC polynomial); applying it costs ~32 shift/xor steps, independent of len_b.
+// The combine operator for one fixed len(b), computed once: a multiplication by x^(8 len_b) modulo
+// the CRC polynomial, tabulated per byte of crc_a (4 KiB), so applying it is four table look-ups
+// (~2 ns, against ~50 ns for the bit-serial multiplication crc32_concat does).
 class Crc32Shift {
  public:
   explicit Crc32Shift(size_t len_b = 0);
   size_t length() const { return len_; }
-  uint32_t combine(uint32_t crc_a, uint32_t crc_b) const;
+  uint32_t combine(uint32_t crc_a, uint32_t crc_b) const {
+    return table_[0][crc_a & 0xff] ^ table_[1][(crc_a >> 8) & 0xff] ^ table_[2][(crc_a >> 16) & 0xff] ^
+           table_[3][crc_a >> 24] ^ crc_b;
+  }
 
  private:
   size_t len_;
-  uint32_t op_;  // x^(8 len_b) mod P, reflected
+  uint32_t table_[4][256];
 };
 
 // The implementation in use: "vpclmulqdq", "pclmulqdq" or "slice-by-8".
