@@ -1,0 +1,116 @@
+// inagg-ctl: adds, removes, lists jobs of a running appliance and prints its counters, over the
+// control socket (include/inagg/control/protocol.hpp). Exit status 0 when the appliance says ok, 1
+// when it refuses (an "error:" reply), 2 on a usage, job file or connection error.
+#include <boost/program_options.hpp>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "inagg/control/job_file.hpp"
+#include "inagg/control/protocol.hpp"
+#include "inagg/control/socket.hpp"
+
+namespace po = boost::program_options;
+using namespace inagg;
+
+namespace {
+
+constexpr const char* kCommands =
+    "Commands:\n"
+    "  add JOBFILE   check JOBFILE here (syntax, ranges), then add its job to the appliance;\n"
+    "                conf/jobs/*.job are commented examples of the format\n"
+    "  remove ID     remove job ID and free its slots\n"
+    "  list          one line per job: id, state (active|failed), dtype, workers, released slots,\n"
+    "                held packets, and why it failed\n"
+    "  stats [ID]    counters of the whole engine, or of job ID, as 'name value' lines\n";
+
+int usage_error(const std::string& msg) {
+  std::cerr << "inagg-ctl: " << msg << " (see inagg-ctl --help)\n";
+  return 2;
+}
+
+bool parse_id_arg(const std::string& text, uint32_t* id) {
+  const std::optional<uint64_t> v = control::parse_unsigned(text, UINT32_MAX);
+  if (v) *id = static_cast<uint32_t>(*v);
+  return v.has_value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description opts("Options");
+  opts.add_options()
+      ("help,h", "show this help")
+      ("socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath), "the appliance's control socket")
+      ("timeout", po::value<int>()->default_value(5000), "milliseconds to wait for the reply");
+  po::options_description hidden;
+  hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("words", -1);
+  const std::string usage = "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID]\n\n";
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return usage_error(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << usage << kCommands << "\n" << opts
+              << "\nExit status: 0 ok, 1 the appliance refused the request (its reply starts with \"error:\"),\n"
+                 "2 a usage, job file or connection error.\n";
+    return 0;
+  }
+  const std::vector<std::string> words =
+      vm.count("words") ? vm["words"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (words.empty()) return usage_error("no command; expected add JOBFILE, remove ID, list or stats [ID]");
+  const int timeout_ms = vm["timeout"].as<int>();
+  if (timeout_ms <= 0) return usage_error("--timeout must be a positive number of milliseconds");
+
+  const std::string& cmd = words[0];
+  const size_t nargs = words.size() - 1;
+  control::Request req;
+  if (cmd == "add") {
+    if (nargs != 1) return usage_error("add takes one job file, e.g. inagg-ctl add conf/jobs/example-fp32-4workers.job");
+    std::string error;
+    // Send the file's own text (checked here first), comments and all: it is what the user wrote.
+    if (!control::load_job_file(words[1], &error, &req.body)) {
+      std::cerr << "inagg-ctl: " << error << "\n";
+      return 2;
+    }
+    req.verb = control::Request::Verb::add;
+  } else if (cmd == "remove") {
+    if (nargs != 1) return usage_error("remove takes one job id, e.g. inagg-ctl remove 7");
+    if (!parse_id_arg(words[1], &req.id)) return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
+    req.verb = control::Request::Verb::remove;
+    req.has_id = true;
+  } else if (cmd == "list") {
+    if (nargs != 0) return usage_error("list takes no arguments");
+    req.verb = control::Request::Verb::list;
+  } else if (cmd == "stats") {
+    if (nargs > 1) return usage_error("stats takes at most one job id");
+    req.verb = control::Request::Verb::stats;
+    if (nargs == 1) {
+      if (!parse_id_arg(words[1], &req.id)) return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
+      req.has_id = true;
+    }
+  } else {
+    return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats");
+  }
+
+  std::string reply, error;
+  if (!control::send_request(vm["socket"].as<std::string>(), control::format_request(req), &reply, &error, timeout_ms)) {
+    std::cerr << "inagg-ctl: " << error << "\n";
+    return 2;
+  }
+  if (control::is_error_reply(reply)) {
+    std::cerr << reply;
+    return 1;
+  }
+  std::cout << reply;
+  return 0;
+}

@@ -1,0 +1,193 @@
+#include "inagg/control/protocol.hpp"
+
+#include <cstdio>
+
+#include "inagg/control/job_file.hpp"
+
+namespace inagg::control {
+namespace {
+
+constexpr std::string_view kValidVerbs = "add, remove, list, stats";
+
+bool is_blank(std::string_view s) {
+  return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+std::vector<std::string_view> split_words(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (true) {
+    i = s.find_first_not_of(" \t\r", i);
+    if (i == std::string_view::npos) break;
+    size_t end = s.find_first_of(" \t\r", i);
+    if (end == std::string_view::npos) end = s.size();
+    out.push_back(s.substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+bool parse_id(std::string_view verb, std::string_view text, uint32_t* id, std::string* error) {
+  NumberError e = NumberError::none;
+  const std::optional<uint64_t> v = parse_unsigned(text, UINT32_MAX, &e);
+  if (v) {
+    *id = static_cast<uint32_t>(*v);
+    return true;
+  }
+  const std::string q = std::string(verb) + ": job id " + quote_for_error(text);
+  if (e == NumberError::out_of_range || e == NumberError::negative)
+    *error = q + " is out of range; job ids are 0..4294967295";
+  else
+    *error = q + " is not a number; write a decimal job id, e.g. '" + std::string(verb) + " 7'";
+  return false;
+}
+
+std::string escape_quoted(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Request> parse_request(std::string_view text, std::string* error) {
+  const size_t nl = text.find('\n');
+  const std::string_view first = text.substr(0, nl);
+  const std::string_view body = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+  const std::vector<std::string_view> words = split_words(first);
+  if (words.empty()) {
+    *error = "empty request; send one of: add (then a job file), remove <id>, list, stats [<id>]";
+    return std::nullopt;
+  }
+  const std::string_view verb = words[0];
+  const size_t nargs = words.size() - 1;
+  Request r;
+  if (verb == "add") {
+    r.verb = Request::Verb::add;
+    if (nargs != 0) {
+      *error = "add takes no arguments; send the job file text on the lines after 'add'";
+      return std::nullopt;
+    }
+    if (is_blank(body)) {
+      *error = "add needs a job file: send its text on the lines after 'add'";
+      return std::nullopt;
+    }
+    std::string why;
+    std::optional<agg::JobSpec> job = parse_job(body, &why);
+    if (!job) {
+      *error = "job file: " + why;
+      return std::nullopt;
+    }
+    r.body = std::string(body);
+    r.job = std::move(*job);
+    r.id = r.job.id;
+    r.has_id = true;
+    return r;
+  }
+  if (verb == "remove") {
+    r.verb = Request::Verb::remove;
+    if (nargs != 1) {
+      *error = nargs == 0 ? "remove needs a job id, e.g. 'remove 7'"
+                          : "remove takes one job id, got " + std::to_string(nargs) + " arguments";
+      return std::nullopt;
+    }
+  } else if (verb == "list") {
+    r.verb = Request::Verb::list;
+    if (nargs != 0) {
+      *error = "list takes no arguments, got " + std::to_string(nargs);
+      return std::nullopt;
+    }
+  } else if (verb == "stats") {
+    r.verb = Request::Verb::stats;
+    if (nargs > 1) {
+      *error = "stats takes at most one job id, got " + std::to_string(nargs) + " arguments";
+      return std::nullopt;
+    }
+  } else {
+    *error = "unknown request " + quote_for_error(verb) + "; valid: " + std::string(kValidVerbs);
+    return std::nullopt;
+  }
+  if (nargs == 1) {
+    if (!parse_id(verb, words[1], &r.id, error)) return std::nullopt;
+    r.has_id = true;
+  }
+  if (!is_blank(body)) {
+    *error = std::string(verb) + " takes nothing after its first line";
+    return std::nullopt;
+  }
+  return r;
+}
+
+std::string format_request(const Request& r) {
+  switch (r.verb) {
+    case Request::Verb::add: return "add\n" + r.body;
+    case Request::Verb::remove: return "remove " + std::to_string(r.id) + "\n";
+    case Request::Verb::list: return "list\n";
+    case Request::Verb::stats: return r.has_id ? "stats " + std::to_string(r.id) + "\n" : "stats\n";
+  }
+  return {};
+}
+
+std::string format_error(std::string_view reason) {
+  std::string out = "error: ";
+  for (char c : reason) out += (c == '\n' || c == '\r') ? ' ' : c;
+  return out + "\n";
+}
+
+std::string format_job_added(uint32_t id) { return "ok job " + std::to_string(id) + " added\n"; }
+std::string format_job_removed(uint32_t id) { return "ok job " + std::to_string(id) + " removed\n"; }
+
+bool is_error_reply(std::string_view reply) { return reply.substr(0, 6) == "error:"; }
+
+std::string format_job_list(const std::vector<JobListEntry>& jobs) {
+  if (jobs.empty()) return "no jobs\n";
+  std::string out;
+  for (const JobListEntry& j : jobs) {
+    out += "id=" + std::to_string(j.info.id);
+    out += j.info.state == agg::JobState::active ? " state=active" : " state=failed";
+    out += " dtype=" + std::string(agg::dtype_name(j.dtype));
+    out += " workers=" + std::to_string(j.workers);
+    out += " released=" + std::to_string(j.info.released_slots);
+    out += " held=" + std::to_string(j.info.held_packets);
+    out += " error=\"" + escape_quoted(j.info.error) + "\"\n";
+  }
+  return out;
+}
+
+std::string format_counters(const agg::EngineCounters& counters) {
+  std::string out;
+  agg::for_each_counter(counters, [&](std::string_view name, std::string_view, uint64_t value) {
+    out += name;
+    out += ' ';
+    out += std::to_string(value);
+    out += '\n';
+  });
+  return out;
+}
+
+std::string format_job_stats(const agg::JobInfo& info) {
+  std::string out = "id " + std::to_string(info.id) + "\n";
+  out += info.state == agg::JobState::active ? "state active\n" : "state failed\n";
+  out += "released_slots " + std::to_string(info.released_slots) + "\n";
+  out += "held_packets " + std::to_string(info.held_packets) + "\n";
+  out += "retained_packets " + std::to_string(info.retained_packets) + "\n";
+  out += "memory_bytes " + std::to_string(info.memory_bytes) + "\n";
+  out += "mbuf_quota " + std::to_string(info.mbuf_quota) + "\n";
+  return out + format_counters(info.counters);
+}
+
+}  // namespace inagg::control

@@ -1,0 +1,306 @@
+// Job files: every key, comments, hex and decimal numbers, IPv6, format -> parse round trips, the
+// shipped examples (which the engine must accept), and one message per kind of mistake.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "inagg/agg/engine.hpp"
+#include "inagg/control/job_file.hpp"
+
+namespace inagg::control {
+namespace {
+
+using agg::ConnectionSpec;
+using agg::JobSpec;
+
+const char* kGood =
+    "# a comment\n"
+    "; another comment\n"
+    "id = 7\n"
+    "dtype = bf16\n"
+    "workers = 2\n"
+    "message_bytes = 4096\n"
+    "payload_bytes = 0x400   # hex works for every number\n"
+    "window = 4\n"
+    "replay = true\n"
+    "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x12, 0xfffffe\n"
+    "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0\n";
+
+std::string parse_error(const std::string& text) {
+  std::string err;
+  EXPECT_FALSE(parse_job(text, &err).has_value()) << "accepted:\n" << text;
+  return err;
+}
+
+// kGood with one line replaced (or added when `old_line` is empty).
+std::string with(const std::string& old_line, const std::string& new_line) {
+  std::string t = kGood;
+  if (old_line.empty()) return t + new_line + "\n";
+  const size_t at = t.find(old_line);
+  EXPECT_NE(at, std::string::npos) << old_line;
+  return t.replace(at, old_line.size(), new_line);
+}
+
+bool operator_eq(const JobSpec& a, const JobSpec& b) {
+  if (a.id != b.id || a.dtype != b.dtype || a.workers != b.workers || a.message_bytes != b.message_bytes ||
+      a.payload_bytes != b.payload_bytes || a.window != b.window || a.replay != b.replay || a.conns.size() != b.conns.size())
+    return false;
+  for (size_t i = 0; i < a.conns.size(); ++i) {
+    const ConnectionSpec &x = a.conns[i], &y = b.conns[i];
+    if (x.rank != y.rank || !(x.src_ip == y.src_ip) || !(x.dst_ip == y.dst_ip) || x.src_qpn != y.src_qpn ||
+        x.dst_qpn != y.dst_qpn || x.start_psn != y.start_psn)
+      return false;
+  }
+  return true;
+}
+
+TEST(JobFile, ParsesEveryKey) {
+  std::string err;
+  const std::optional<JobSpec> s = parse_job(kGood, &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id, 7u);
+  EXPECT_EQ(s->dtype, agg::Dtype::bf16);
+  EXPECT_EQ(s->workers, 2u);
+  EXPECT_EQ(s->message_bytes, 4096u);
+  EXPECT_EQ(s->payload_bytes, 1024u);
+  EXPECT_EQ(s->window, 4u);
+  EXPECT_TRUE(s->replay);
+  ASSERT_EQ(s->conns.size(), 2u);
+  EXPECT_EQ(s->conns[0].rank, 0u);
+  EXPECT_EQ(s->conns[0].src_ip, *wire::parse_ip("10.0.0.1"));
+  EXPECT_EQ(s->conns[0].src_qpn, 0x11u);
+  EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("10.0.0.2"));
+  EXPECT_EQ(s->conns[0].dst_qpn, 0x12u);
+  EXPECT_EQ(s->conns[0].start_psn, 0xfffffeu);
+  EXPECT_EQ(s->conns[1].src_qpn, 19u);
+  EXPECT_EQ(s->conns[1].dst_qpn, 0xabcdefu);
+  EXPECT_EQ(s->conns[1].start_psn, 0u);
+}
+
+TEST(JobFile, ReplayIsOptionalAndDefaultsToFalse) {
+  std::string err;
+  const auto s = parse_job(with("replay = true\n", ""), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_FALSE(s->replay);
+  const auto f = parse_job(with("replay = true", "replay = false"), &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_FALSE(f->replay);
+}
+
+TEST(JobFile, WhitespaceCrlfBomAndNoFinalNewline) {
+  std::string t = "\xEF\xBB\xBF";
+  for (const char* l : {"  id\t=\t7  ", "dtype=fp32", "workers =1", "message_bytes= 8", "payload_bytes = 8",
+                        "window = 1", "", "   # indented comment", "conn = 0 ,fd00::1 , 1, fd00::2 ,2 , 3"})
+    t += std::string(l) + "\r\n";
+  t += "replay = false";  // no newline at the end
+  std::string err;
+  const auto s = parse_job(t, &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->workers, 1u);
+  ASSERT_EQ(s->conns.size(), 1u);
+  EXPECT_EQ(s->conns[0].src_ip.version, wire::IpVersion::v6);
+  EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("fd00::2"));
+  EXPECT_EQ(s->conns[0].start_psn, 3u);
+}
+
+TEST(JobFile, Ipv6AndMaxima) {
+  std::string err;
+  const std::string t =
+      "id = 4294967295\ndtype = int32\nworkers = 64\nmessage_bytes = 0xffffffff\npayload_bytes = 4294967295\n"
+      "window = 4294967295\nconn = 63, 2001:db8::1, 0xffffff, ::ffff:10.0.0.1, 16777215, 0xFFFFFF\n";
+  const auto s = parse_job(t, &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id, 0xffffffffu);
+  EXPECT_EQ(s->workers, 64u);
+  EXPECT_EQ(s->message_bytes, 0xffffffffu);
+  EXPECT_EQ(s->window, 0xffffffffu);
+  EXPECT_EQ(s->conns[0].rank, 63u);
+  EXPECT_EQ(s->conns[0].src_qpn, 0xffffffu);
+  EXPECT_EQ(s->conns[0].dst_qpn, 0xffffffu);
+  EXPECT_EQ(s->conns[0].start_psn, 0xffffffu);
+  EXPECT_EQ(s->conns[0].dst_ip.version, wire::IpVersion::v6);
+}
+
+TEST(JobFile, FormatRoundTrips) {
+  std::string err;
+  for (const std::string& text : {std::string(kGood), with("replay = true", "replay = false")}) {
+    const auto s = parse_job(text, &err);
+    ASSERT_TRUE(s) << err;
+    const std::string canon = format_job(*s);
+    const auto back = parse_job(canon, &err);
+    ASSERT_TRUE(back) << err << "\n" << canon;
+    EXPECT_TRUE(operator_eq(*s, *back)) << canon;
+    EXPECT_EQ(format_job(*back), canon);  // canonical: a fixed point
+  }
+  JobSpec v6;
+  v6.id = 123456;
+  v6.dtype = agg::Dtype::fp16;
+  v6.workers = 3;
+  v6.message_bytes = 3072;
+  v6.payload_bytes = 1024;
+  v6.window = 16;
+  for (unsigned r = 0; r < 3; ++r) {
+    ConnectionSpec c;
+    c.rank = 2 - r;  // order is kept, ranks need not be sorted
+    c.src_ip = *wire::parse_ip("fd00::" + std::to_string(r + 1));
+    c.dst_ip = *wire::parse_ip("fd00:1234:5678:9abc:def0:1:2:" + std::to_string(r + 1));
+    c.src_qpn = 0x100 + r;
+    c.dst_qpn = 0xfff000 + r;
+    c.start_psn = 0x123456 * r & 0xffffff;
+    v6.conns.push_back(c);
+  }
+  const std::string canon = format_job(v6);
+  EXPECT_NE(canon.find("dtype = fp16\n"), std::string::npos) << canon;
+  EXPECT_NE(canon.find("conn = 2, fd00::1, 0x000100, fd00:1234:5678:9abc:def0:1:2:1, 0xfff000, 0x000000\n"),
+            std::string::npos)
+      << canon;
+  const auto back = parse_job(canon, &err);
+  ASSERT_TRUE(back) << err << "\n" << canon;
+  EXPECT_TRUE(operator_eq(v6, *back)) << canon;
+}
+
+TEST(JobFile, ShippedExamplesLoadAndTheEngineAcceptsThem) {
+  agg::EngineConfig cfg;
+  agg::BufferOps ops;  // add_job never touches buffers
+  agg::Engine engine(cfg, ops);
+  for (const char* name : {"example-fp32-4workers.job", "example-int32-2workers-ipv6.job"}) {
+    const std::string path = std::string(INAGG_SOURCE_DIR) + "/conf/jobs/" + name;
+    std::string err, text;
+    const auto s = load_job_file(path, &err, &text);
+    ASSERT_TRUE(s) << err;
+    EXPECT_FALSE(text.empty());
+    EXPECT_TRUE(engine.add_job(*s, &err)) << name << ": " << err;
+  }
+  agg::JobInfo info;
+  ASSERT_TRUE(engine.job_info(42, &info));  // the IPv6 example writes its id in hex
+  ASSERT_TRUE(engine.job_info(1, &info));
+}
+
+TEST(JobFile, LoadErrorsNameTheFile) {
+  const std::string dir = ::testing::TempDir();
+  std::string err;
+  EXPECT_FALSE(load_job_file(dir + "/no-such.job", &err));
+  EXPECT_NE(err.find("cannot open job file '" + dir + "/no-such.job': No such file or directory"), std::string::npos) << err;
+  EXPECT_FALSE(load_job_file(dir, &err));
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+
+  const std::string path = dir + "/bad-control-test.job";
+  {
+    std::ofstream f(path);
+    f << with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,0xzz,10.0.0.1,0xABCDEF,0");
+  }
+  EXPECT_FALSE(load_job_file(path, &err));
+  EXPECT_EQ(err, path + ":11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)");
+  {
+    std::ofstream f(path);
+    f << with("window = 4\n", "");
+  }
+  EXPECT_FALSE(load_job_file(path, &err));
+  EXPECT_EQ(err.rfind(path + ": missing required key; add a line like `window = 8`", 0), 0u) << err;
+  {
+    std::ofstream f(path);
+    f << std::string(kMaxJobFileBytes + 1, '#');
+  }
+  EXPECT_FALSE(load_job_file(path, &err));
+  EXPECT_NE(err.find("at most 1 MiB"), std::string::npos) << err;
+  std::remove(path.c_str());
+}
+
+TEST(JobFile, ErrorMessages) {
+  struct Case {
+    std::string text, want;
+  };
+  const std::string conn1 = "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0";
+  const Case cases[] = {
+      {with("conn = 1,10.0.0.2,19,", "conn = 1,10.0.0.2,0xzz,"), "line 11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)"},
+      {with("workers = 2", "worker = 2"), "line 5: unknown key 'worker' (did you mean 'workers'?); valid keys: id, dtype, workers, "
+                                          "message_bytes, payload_bytes, window, replay, conn"},
+      {with("", "color = blue"), "line 12: unknown key 'color'; valid keys: id, dtype"},
+      {with("id = 7", "ID = 7"), "unknown key 'ID' (did you mean 'id'?)"},
+      {with("", "window = 9"), "line 12: duplicate key 'window' (first set on line 8); keep one of the two lines"},
+      {with("window = 4\n", ""), "missing required key; add a line like `window = 8`"},
+      {with("id = 7\n", ""), "missing required key; add a line like `id = 7`"},
+      {"dtype = fp32\n", "missing required keys; add lines like `id = 7`, `workers = 4`, `message_bytes = 65536`, "
+                         "`payload_bytes = 1024`, `window = 8`, `conn = "},
+      {std::string(kGood).substr(0, std::string(kGood).find("conn")), "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN)"},
+      {with("id = 7", "id = 7x"), "line 3: id: '7x' is not a number (hex 0x... or decimal)"},
+      {with("id = 7", "id = 4294967296"), "line 3: id: '4294967296' is out of range; write a number in 0..4294967295"},
+      {with("id = 7", "id = 99999999999999999999999"), "is out of range"},
+      {with("id = 7", "id = -1"), "line 3: id: '-1' is negative; write a number in 0..4294967295"},
+      {with("id = 7", "id = +1"), "'+1' is not a number"},
+      {with("id = 7", "id = 0x"), "'0x' is not a number"},
+      {with("id = 7", "id = 1 2"), "'1 2' is not a number"},
+      {with("id = 7", "id ="), "line 3: id: no value; write e.g. `id = 7`"},
+      {with("workers = 2", "workers = 0"), "line 5: workers: '0' is out of range; write a number in 1..64"},
+      {with("workers = 2", "workers = 65"), "'65' is out of range; write a number in 1..64"},
+      {with("window = 4", "window = 0"), "line 8: window: '0' is out of range; write a number in 1..4294967295"},
+      {with("message_bytes = 4096", "message_bytes = 1e6"), "line 6: message_bytes: '1e6' is not a number"},
+      {with("payload_bytes = 0x400", "payload_bytes = 0"), "payload_bytes: '0' is out of range"},
+      {with("dtype = bf16", "dtype = fp64"), "line 4: dtype: unknown dtype 'fp64'; valid: fp32, fp16, bf16, int32"},
+      {with("replay = true", "replay = yes"), "line 9: replay: 'yes' is not a boolean; write true or false"},
+      {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF"),
+       "line 11: conn: expected 6 comma-separated fields RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN, got 5"},
+      {with(conn1, conn1 + ",7"), "got 7"},
+      {with(conn1, "conn = 1,,19,10.0.0.1,0xABCDEF,0"), "line 11: conn: field 2 (SRC_IP) is empty"},
+      {with(conn1, "conn = 1,10.0.0.256,19,10.0.0.1,0xABCDEF,0"),
+       "line 11: conn: '10.0.0.256' is not an IPv4 or IPv6 address (e.g. 10.0.0.1 or fd00::1)"},
+      {with(conn1, "conn = 1,10.0.0.2,19,fd00::1::2,0xABCDEF,0"), "conn: 'fd00::1::2' is not an IPv4 or IPv6 address"},
+      {with(conn1, "conn = 1,10.0.0.2,19,fd00::1,0xABCDEF,0"),
+       "line 11: conn: source 10.0.0.2 and destination fd00::1 are of different IP versions; use IPv4 for both or IPv6 for both"},
+      {with(conn1, "conn = 1,10.0.0.2,0x1000000,10.0.0.1,0xABCDEF,0"),
+       "line 11: conn: QPN '0x1000000' is out of range; write a number in 0..0xffffff (QPNs are 24-bit)"},
+      {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,16777216,0"), "QPN '16777216' is out of range"},
+      {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0x1000000"),
+       "line 11: conn: PSN '0x1000000' is out of range; write a number in 0..0xffffff (PSNs are 24-bit)"},
+      {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,-3"), "conn: PSN '-3' is negative"},
+      {with(conn1, "conn = x,10.0.0.2,19,10.0.0.1,0xABCDEF,0"), "line 11: conn: rank 'x' is not a number"},
+      {with(conn1, "conn = 64,10.0.0.2,19,10.0.0.1,0xABCDEF,0"), "conn: rank '64' is out of range; write a number in 0..63"},
+      {with(conn1, "conn ="), "line 11: conn: no value; write e.g. `conn = 0, 10.0.0.1"},
+      {with("", "[job]"), "line 12: sections such as '[job]' are not used"},
+      {with("", "just some words"), "line 12: expected `key = value`, got 'just some words'"},
+      {with("", " = 5"), "line 12: no key before '='"},
+      {with("id = 7", std::string("id = 7\x01")), "'7\\x01' is not a number"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = parse_error(c.text);
+    EXPECT_NE(err.find(c.want), std::string::npos) << "want: " << c.want << "\ngot:  " << err;
+  }
+}
+
+TEST(JobFile, CrossFieldChecksAreLeftToTheEngine) {
+  // Ranks vs workers, duplicate ranks and sizes that do not divide are add_job's to refuse.
+  std::string err;
+  EXPECT_TRUE(parse_job(with("workers = 2", "workers = 5"), &err)) << err;
+  EXPECT_TRUE(parse_job(with("conn = 1,", "conn = 0,"), &err)) << err;
+  EXPECT_TRUE(parse_job(with("message_bytes = 4096", "message_bytes = 1000"), &err)) << err;
+}
+
+TEST(ParseUnsigned, Strict) {
+  NumberError e;
+  EXPECT_EQ(parse_unsigned("0", 10, &e), 0u);
+  EXPECT_EQ(e, NumberError::none);
+  EXPECT_EQ(parse_unsigned("010", 100), 10u);  // decimal, never octal
+  EXPECT_EQ(parse_unsigned("0XfF", 255), 255u);
+  EXPECT_EQ(parse_unsigned("18446744073709551615", UINT64_MAX), UINT64_MAX);
+  EXPECT_FALSE(parse_unsigned("18446744073709551616", UINT64_MAX, &e));
+  EXPECT_EQ(e, NumberError::out_of_range);
+  EXPECT_FALSE(parse_unsigned("256", 255, &e));
+  EXPECT_EQ(e, NumberError::out_of_range);
+  for (const char* bad : {"", " 1", "1 ", "0x", "0xg", "1.0", "+1", "0b1", "1_000", "99999999999999999999x"}) {
+    EXPECT_FALSE(parse_unsigned(bad, UINT64_MAX, &e)) << bad;
+    EXPECT_EQ(e, NumberError::not_a_number) << bad;
+  }
+  EXPECT_FALSE(parse_unsigned("-0", 5, &e));
+  EXPECT_EQ(e, NumberError::negative);
+}
+
+TEST(QuoteForError, EscapesAndCuts) {
+  EXPECT_EQ(quote_for_error("ab"), "'ab'");
+  EXPECT_EQ(quote_for_error(std::string("a\nb\0", 4)), "'a\\x0ab\\x00'");
+  EXPECT_EQ(quote_for_error(std::string(100, 'x')), "'" + std::string(64, 'x') + "...'");
+}
+
+}  // namespace
+}  // namespace inagg::control

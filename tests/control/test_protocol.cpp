@@ -1,0 +1,164 @@
+// The control protocol: each verb parses, malformed requests say what is wrong, replies format as
+// documented in protocol.hpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "inagg/control/job_file.hpp"
+#include "inagg/control/protocol.hpp"
+
+namespace inagg::control {
+namespace {
+
+using Verb = Request::Verb;
+
+const char* kJob =
+    "id = 9\ndtype = fp32\nworkers = 1\nmessage_bytes = 1024\npayload_bytes = 1024\nwindow = 2\n"
+    "conn = 0, 10.0.0.1, 0x11, 10.0.0.2, 0x12, 0\n";
+
+std::string refused(const std::string& text) {
+  std::string err;
+  EXPECT_FALSE(parse_request(text, &err)) << "accepted: " << text;
+  return err;
+}
+
+TEST(Protocol, ParsesEachVerb) {
+  std::string err;
+  auto r = parse_request(std::string("add\n") + kJob, &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->verb, Verb::add);
+  EXPECT_EQ(r->body, kJob);
+  EXPECT_EQ(r->job.id, 9u);
+  EXPECT_TRUE(r->has_id);
+  EXPECT_EQ(r->id, 9u);
+  ASSERT_EQ(r->job.conns.size(), 1u);
+
+  r = parse_request("remove 42\n", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->verb, Verb::remove);
+  EXPECT_TRUE(r->has_id);
+  EXPECT_EQ(r->id, 42u);
+
+  r = parse_request("remove\t4294967295", &err);  // no newline is fine too
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->id, 4294967295u);
+
+  r = parse_request("list", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->verb, Verb::list);
+  EXPECT_FALSE(r->has_id);
+
+  r = parse_request("stats\r\n", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->verb, Verb::stats);
+  EXPECT_FALSE(r->has_id);
+
+  r = parse_request("  stats 0x10  \n\n", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->verb, Verb::stats);
+  EXPECT_TRUE(r->has_id);
+  EXPECT_EQ(r->id, 16u);
+}
+
+TEST(Protocol, FormatRequestRoundTrips) {
+  Request add;
+  add.verb = Verb::add;
+  add.body = kJob;
+  Request rm;
+  rm.verb = Verb::remove;
+  rm.id = 5;
+  rm.has_id = true;
+  Request st = rm;
+  st.verb = Verb::stats;
+  Request all;
+  all.verb = Verb::stats;
+  Request ls;
+  ls.verb = Verb::list;
+  EXPECT_EQ(format_request(rm), "remove 5\n");
+  EXPECT_EQ(format_request(st), "stats 5\n");
+  EXPECT_EQ(format_request(all), "stats\n");
+  EXPECT_EQ(format_request(ls), "list\n");
+  for (const Request& r : {add, rm, st, all, ls}) {
+    std::string err;
+    const auto back = parse_request(format_request(r), &err);
+    ASSERT_TRUE(back) << err;
+    EXPECT_EQ(back->verb, r.verb);
+    EXPECT_EQ(back->has_id, r.has_id || r.verb == Verb::add);
+    if (r.verb != Verb::add) EXPECT_EQ(back->id, r.id);
+    EXPECT_EQ(back->body, r.body);
+  }
+}
+
+TEST(Protocol, MalformedRequests) {
+  EXPECT_EQ(refused("frobnicate 3\n"), "unknown request 'frobnicate'; valid: add, remove, list, stats");
+  EXPECT_NE(refused("LIST").find("unknown request 'LIST'"), std::string::npos);
+  EXPECT_NE(refused("\x01\x02").find("unknown request '\\x01\\x02'"), std::string::npos);
+  EXPECT_NE(refused("").find("empty request"), std::string::npos);
+  EXPECT_NE(refused(" \n list").find("empty request"), std::string::npos);
+  EXPECT_EQ(refused("remove"), "remove needs a job id, e.g. 'remove 7'");
+  EXPECT_EQ(refused("remove abc"), "remove: job id 'abc' is not a number; write a decimal job id, e.g. 'remove 7'");
+  EXPECT_EQ(refused("remove 4294967296"), "remove: job id '4294967296' is out of range; job ids are 0..4294967295");
+  EXPECT_NE(refused("remove -1").find("is out of range"), std::string::npos);
+  EXPECT_NE(refused("remove 7x").find("'7x' is not a number"), std::string::npos);
+  EXPECT_EQ(refused("remove 1 2"), "remove takes one job id, got 2 arguments");
+  EXPECT_EQ(refused("stats 1 2"), "stats takes at most one job id, got 2 arguments");
+  EXPECT_NE(refused("stats x").find("stats: job id 'x' is not a number"), std::string::npos);
+  EXPECT_EQ(refused("list all"), "list takes no arguments, got 1");
+  EXPECT_EQ(refused("list\nsomething"), "list takes nothing after its first line");
+  EXPECT_EQ(refused("add"), "add needs a job file: send its text on the lines after 'add'");
+  EXPECT_EQ(refused("add\n\n  \n"), "add needs a job file: send its text on the lines after 'add'");
+  EXPECT_EQ(refused(std::string("add 9\n") + kJob), "add takes no arguments; send the job file text on the lines after 'add'");
+  EXPECT_EQ(refused(std::string("add\n") + kJob + "windw = 3\n"),
+            "job file: line 8: unknown key 'windw' (did you mean 'window'?); valid keys: id, dtype, workers, message_bytes, "
+            "payload_bytes, window, replay, conn");
+}
+
+TEST(Protocol, Replies) {
+  EXPECT_EQ(format_job_added(3), "ok job 3 added\n");
+  EXPECT_EQ(format_job_removed(3), "ok job 3 removed\n");
+  EXPECT_EQ(format_error("no job 3\nis known"), "error: no job 3 is known\n");
+  EXPECT_TRUE(is_error_reply(format_error("x")));
+  EXPECT_FALSE(is_error_reply(format_job_added(1)));
+  EXPECT_FALSE(is_error_reply(""));
+
+  EXPECT_EQ(format_job_list({}), "no jobs\n");
+  JobListEntry a{};
+  a.info.id = 1;
+  a.info.state = agg::JobState::active;
+  a.info.released_slots = 12;
+  a.info.held_packets = 3;
+  a.dtype = agg::Dtype::bf16;
+  a.workers = 4;
+  JobListEntry b = a;
+  b.info.id = 2;
+  b.info.state = agg::JobState::failed;
+  b.info.error = "rank 1 sent \"late\"\npacket";
+  b.dtype = agg::Dtype::int32;
+  EXPECT_EQ(format_job_list({a, b}),
+            "id=1 state=active dtype=bf16 workers=4 released=12 held=3 error=\"\"\n"
+            "id=2 state=failed dtype=int32 workers=4 released=12 held=3 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n");
+
+  agg::EngineCounters c;
+  c.rx_packets = 10;
+  c.tx_full = 2;
+  const std::string text = format_counters(c);
+  EXPECT_EQ(text.rfind("rx_packets 10\npassthrough 0\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\ntx_full 2\n"), std::string::npos) << text;
+  size_t lines = 0;
+  agg::for_each_counter(c, [&](std::string_view, std::string_view, uint64_t) { ++lines; });
+  EXPECT_EQ(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')), lines);
+  EXPECT_EQ(text.back(), '\n');
+
+  agg::JobInfo info{};
+  info.id = 4;
+  info.state = agg::JobState::active;
+  info.memory_bytes = 4096;
+  info.counters.slots_released = 5;
+  const std::string js = format_job_stats(info);
+  EXPECT_EQ(js.rfind("id 4\nstate active\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\n", 0), 0u) << js;
+  EXPECT_NE(js.find("\nslots_released 5\n"), std::string::npos) << js;
+}
+
+}  // namespace
+}  // namespace inagg::control
