@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   po::options_description opts("Options");
   opts.add_options()
       ("help,h", "show this help")
-      ("socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath), "the appliance's control socket")
-      ("timeout", po::value<int>()->default_value(5000), "milliseconds to wait for the reply");
+      ("socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath)->value_name("PATH"), "the appliance's control socket")
+      ("timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply");
   po::options_description hidden;
   hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
   po::options_description all;

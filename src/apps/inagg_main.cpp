@@ -33,12 +33,14 @@ struct Options {
   std::string socket_path = control::kDefaultSocketPath;
   double stats_interval = 0;
   double idle_exit = 0;
+  bool check_only = false;
 };
 
 po::options_description make_options(Options& o) {
   po::options_description d("inagg options (after `--`; each may also be set in the --config file as key = value)");
   d.add_options()
       ("help,h", "show this help and exit")
+      ("check-config", "parse the options, the config file and the job files, print the result and exit (no EAL)")
       ("config,c", po::value<std::string>(), "INI file with any of these options (command line wins); see conf/inagg.conf")
       ("ports", po::value<std::string>(), "comma-separated DPDK port ids to switch between (default: every port EAL probed)")
       ("job", po::value<std::vector<std::string>>(&o.job_files)->composing(), "job file to register at start (repeatable); see conf/jobs/")
@@ -109,6 +111,7 @@ int parse_app_options(int argc, char** argv, Options& o) {
     std::cerr << "inagg: --ports: " << e.what() << "; give comma-separated port ids, e.g. --ports 0,1\n";
     return 2;
   }
+  o.check_only = vm.count("check-config") > 0;
   o.app.flow_steering = vm.count("no-flow") == 0;
   o.app.mac_ageing_ns = static_cast<uint64_t>(vm["mac-ageing"].as<double>() * 1e9);
   o.app.engine.memory_budget_bytes = vm["memory-budget-mb"].as<size_t>() << 20;
@@ -262,6 +265,16 @@ int main(int argc, char** argv) {
     jobs.push_back(*spec);
   }
 
+  if (opt.check_only) {
+    std::printf("config ok: mtu %u, mbufs %u, burst %u, mbuf budget %zu, memory budget %zu MiB, %zu job(s)\n", opt.app.mtu,
+                opt.app.mbufs, opt.app.burst, opt.app.engine.mbuf_budget, opt.app.engine.memory_budget_bytes >> 20,
+                jobs.size());
+    for (const agg::JobSpec& j : jobs)
+      std::printf("job %u: %s, %u workers, %u-byte messages, %u-byte packets, window %u%s\n", j.id,
+                  std::string(agg::dtype_name(j.dtype)).c_str(), j.workers, j.message_bytes, j.payload_bytes, j.window,
+                  j.replay ? ", replay" : "");
+    return 0;
+  }
   if (rte_eal_init(sep, argv) < 0) {
     std::cerr << "inagg: EAL initialisation failed: " << rte_strerror(rte_errno)
               << " (check the EAL options before `--`: hugepages or --no-huge, -l, --vdev, --file-prefix)\n";

@@ -85,7 +85,9 @@ TEST(Protocol, FormatRequestRoundTrips) {
     ASSERT_TRUE(back) << err;
     EXPECT_EQ(back->verb, r.verb);
     EXPECT_EQ(back->has_id, r.has_id || r.verb == Verb::add);
-    if (r.verb != Verb::add) EXPECT_EQ(back->id, r.id);
+    if (r.verb != Verb::add) {
+      EXPECT_EQ(back->id, r.id);
+    }
     EXPECT_EQ(back->body, r.body);
   }
 }
