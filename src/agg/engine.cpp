@@ -29,6 +29,9 @@ inline int64_t sext24(uint32_t d) {
   return d & 0x800000 ? static_cast<int64_t>(d) - 0x1000000 : static_cast<int64_t>(d);
 }
 
+// Time since `then`, 0 if the caller's clock is a little behind it (timestamps taken per burst).
+inline uint64_t elapsed(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
+
 inline bool bit(uint64_t mask, unsigned r) { return (mask >> r) & 1; }
 inline uint64_t full_mask(unsigned n) { return n == 64 ? ~0ull : (1ull << n) - 1; }
 
@@ -269,9 +272,6 @@ bool Engine::add_job(const JobSpec& s, std::string* error) {
     return fail("needs up to " + std::to_string(mbufs) + " held packet buffers (2 x window x packets per message x workers) but only " +
                 std::to_string(cfg_.mbuf_budget - mbufs_reserved_) + " of the mbuf budget are free");
 
-  if (old) {
-    jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == old; }));
-  }
   auto job = std::make_unique<Job>();
   job->spec = s;
   std::sort(job->spec.conns.begin(), job->spec.conns.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
@@ -286,10 +286,11 @@ bool Engine::add_job(const JobSpec& s, std::string* error) {
   job->shift = wire::Crc32Shift(s.payload_bytes);
   job->memory = mem;
   job->mbufs = mbufs;
+  // Only now, with everything allocated, does the new job replace a failed one of the same id.
+  if (old) jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == old; }));
   memory_used_ += mem;
   mbufs_reserved_ += mbufs;
   jobs_.push_back(std::move(job));
-
   rebuild_conn_table();
   return true;
 }
@@ -449,6 +450,14 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const wire::BthView bth = wire::bth_of(pkt.data, l);
   const uint32_t psn = bth.psn();
   const wire::OpPosition pos = l.info->position;
+  if ((l.opcode & 0xe0) != wire::op::kRc) {
+    // UC has no ACKs: the engine could neither know what a receiver has nor recover a loss.
+    ops_.free(ops_.ctx, pkt.handle);
+    abort_job(job, "rank " + std::to_string(rank) + " sent " + std::string(l.info->name) +
+                       ": the job's QPs must be RC (UC writes cannot be aggregated transparently)",
+              &EngineCounters::err_length_or_opcode);
+    return;
+  }
 
   // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
   if (job.spec.replay && psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
@@ -489,7 +498,8 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 
   // Loss before the appliance: packets of one connection arrive in PSN order, so a jump means one
   // was lost. NAK the sender from what its receiver has, once per gap (again if that NAK is lost).
-  if (cfg_.fast_recovery && seq > conn.expected && (!conn.nak_pending || now_ns - conn.nak_ns > cfg_.resend_timeout_ns)) {
+  if (cfg_.fast_recovery && seq > conn.expected && !job.spec.replay &&
+      (!conn.nak_pending || elapsed(now_ns, conn.nak_ns) > cfg_.resend_timeout_ns)) {
     send_nak(job, rank, pkt, l, tx);
     conn.nak_pending = true;
     conn.nak_seq = conn.acked;
@@ -599,6 +609,12 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
   while (job.state == JobState::active) {
     Job::Slot& slot = job.slot(job.cursor);
     if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
+    if (tx.capacity() < n) {
+      abort_job(job, "the TX list holds " + std::to_string(tx.capacity()) + " packets, fewer than the job's " +
+                         std::to_string(n) + " workers: a slot could never be released",
+                &EngineCounters::err_length_or_opcode);
+      return;
+    }
     if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
     Job::Held* held = &job.held_at(job.cursor, 0);
     for (unsigned r = 0; r < n; ++r) srcs[r] = held[r].p.data + held[r].l.payload;
@@ -636,7 +652,7 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   // ACK p: the receiver has everything up to p. NAK / RNR NAK p: everything below p.
   const int64_t acked = aeth.is_ack() ? at + 1 : at;
   BUMP(job, acks_observed);
-  conn.msn = aeth.msn();
+  if (acked >= static_cast<int64_t>(conn.acked)) conn.msn = aeth.msn();  // not from a stale, reordered ACK
   if (acked > static_cast<int64_t>(job.cursor) && !job.spec.replay) {
     emit(pkt, tx, &job);
     abort_job(job,
@@ -678,6 +694,7 @@ void Engine::send_nak(Job& job, unsigned rank, const PacketRef& data_pkt, const 
   s.src_port = wire::load_be16(data_pkt.data + l.l4);
   s.opcode = wire::op::kRc | wire::op::kAcknowledge;
   s.migreq = false;
+  s.pkey = wire::bth_of(data_pkt.data, l).pkey();
   s.dest_qp = conn.spec.src_qpn;
   s.psn = wire::psn_add(conn.spec.start_psn, static_cast<uint32_t>(conn.acked & wire::kPsnMask));
   s.aeth_syndrome = wire::aeth::kNakPsnSequenceError;
@@ -689,11 +706,17 @@ void Engine::send_nak(Job& job, unsigned rank, const PacketRef& data_pkt, const 
     return;
   }
   nak.len = static_cast<uint16_t>(wire::build_roce_frame({nak.data, len}, s, {}));
+  if (s.src_ip.version == wire::IpVersion::v6) {  // IPv6 UDP needs a checksum (kernel stacks drop 0)
+    Layout nl;
+    if (wire::parse_frame({nak.data, nak.len}, nl) == wire::ParseStatus::roce)
+      wire::store_be16(nak.data + nl.l4 + 6, udp6_checksum(nak.data, nl));
+  }
   BUMP(job, naks_sent);
   emit(nak, tx, &job);
 }
 
 void Engine::poll(uint64_t now_ns, TxList& tx) {
+  // Releases and aborts first, for every job, so a full TX list never starves them.
   for (auto& jp : jobs_) {
     Job& job = *jp;
     if (job.state != JobState::active) continue;
@@ -705,27 +728,34 @@ void Engine::poll(uint64_t now_ns, TxList& tx) {
       job.last_progress_ns = now_ns;
       continue;
     }
-    if (now_ns - job.last_progress_ns > cfg_.abort_timeout_ns) {
+    if (elapsed(now_ns, job.last_progress_ns) > cfg_.abort_timeout_ns) {
       abort_job(job, "no progress for " + std::to_string(cfg_.abort_timeout_ns / 1000000) +
                          " ms (a worker stopped sending or its packets no longer reach the appliance)",
                 &EngineCounters::timeouts);
-      continue;
     }
-    if (job.spec.replay || !cfg_.fast_recovery) continue;  // a replayed capture has no receivers
-    // Loss after the appliance at the tail of a burst: nothing later makes the receiver NAK, so
-    // send its unacknowledged released packets again.
+  }
+  if (!cfg_.fast_recovery) return;
+  // Loss after the appliance at the tail of a burst: nothing later makes the receiver NAK. Send
+  // it the oldest unacknowledged released packet (in case that is what it lost) and the newest
+  // one (if anything between was lost too, the newest is beyond its expected PSN and it NAKs the
+  // sender, whose go-back-N retransmissions are answered from the retained sums). Two packets a
+  // round per connection, however long the tail: a slow receiver is not flooded.
+  for (auto& jp : jobs_) {
+    Job& job = *jp;
+    if (job.state != JobState::active || job.spec.replay) continue;  // a replayed capture has no receivers
     for (unsigned r = 0; r < job.spec.workers; ++r) {
       Job::Conn& c = job.conns[r];
       if (c.acked >= job.cursor) continue;
-      if (now_ns - std::max(c.last_ack_ns, job.last_release_ns) <= cfg_.resend_timeout_ns) continue;
-      const uint64_t from = std::max(c.acked, job.cursor > job.nslots ? job.cursor - job.nslots : 0);
-      for (uint64_t s = from; s < job.cursor; ++s) {
+      if (elapsed(now_ns, std::max(c.last_ack_ns, job.last_release_ns)) <= cfg_.resend_timeout_ns) continue;
+      if (tx.capacity() - tx.size() < 2) return;  // the next poll goes on from here
+      const uint64_t oldest = std::max(c.acked, job.cursor > job.nslots ? job.cursor - job.nslots : 0);
+      for (uint64_t s : {oldest, job.cursor - 1}) {
         Job::Held& h = job.held_at(s, r);
         if (!h.retained || job.slot(s).seq != s) continue;
-        if (tx.size() == tx.capacity()) return;
         ops_.ref(ops_.ctx, h.p.handle);
         tx.push(h.p);
         BUMP(job, resends);
+        if (job.cursor - 1 == oldest) break;
       }
       c.last_ack_ns = now_ns;  // wait another timeout before the next round
     }

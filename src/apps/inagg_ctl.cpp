@@ -107,10 +107,7 @@ int main(int argc, char** argv) {
     std::cerr << "inagg-ctl: " << error << "\n";
     return 2;
   }
-  if (control::is_error_reply(reply)) {
-    std::cerr << reply;
-    return 1;
-  }
+  // The reply is the output either way (scripts capture it); the exit status says which it was.
   std::cout << reply;
-  return 0;
+  return control::is_error_reply(reply) ? 1 : 0;
 }

@@ -168,7 +168,8 @@ void ControlServer::close() {
 
 size_t ControlServer::poll(const Handler& handler) {
   size_t served = 0;
-  while (fd_ >= 0 && served < kMaxConnectionsPerPoll) {
+  const Clock::time_point stop = deadline_after(kRequestTimeoutMs);  // slow clients wait for the next call
+  while (fd_ >= 0 && served < kMaxConnectionsPerPoll && (served == 0 || Clock::now() < stop)) {
     const int conn = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (conn < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;

@@ -655,3 +655,59 @@ TEST_F(EngineTest, EveryReleasedIcrcVerifiesInScapy) {
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::remove(path.c_str());
 }
+
+// ---- regressions from review ----------------------------------------------------------------------
+
+TEST_F(EngineTest, AClockSlightlyBehindTheLastPacketDoesNotAbort) {
+  JobFixture j(1, 2, Dtype::fp32, 64, 64, 1);
+  add(j);
+  now = 5'000'000;
+  send(j.data_frame(0, 0));
+  poll(now - 1000);  // timestamps are taken per burst: poll may run with an older one
+  EXPECT_EQ(info(1).state, agg::JobState::active);
+}
+
+TEST_F(EngineTest, UcWritesOnARegisteredQpAreAJobError) {
+  JobFixture j(1, 2, Dtype::fp32, 64, 64, 1);
+  add(j);
+  auto s = j.frame_spec(0, 0);
+  s.opcode = wire::op::kUc | wire::op::kWriteOnly;
+  EXPECT_TRUE(send(JobFixture::build(s, j.payload(0, 0))).empty());
+  EXPECT_EQ(info(1).state, agg::JobState::failed);
+  EXPECT_NE(info(1).error.find("must be RC"), std::string::npos);
+}
+
+TEST_F(EngineTest, NakCopiesThePKeyAndCarriesAnIpv6UdpChecksum) {
+  JobFixture j(1, 2, Dtype::fp32, 4 * 64, 64, 2, 0x10, /*ipv6=*/true);
+  add(j);
+  auto s = j.frame_spec(0, 2);  // a jump: seq 0 and 1 lost
+  s.pkey = 0x8001;
+  auto outs = send(JobFixture::build(s, j.payload(0, 2)));
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(wire::bth_of(outs[0].frame.data(), outs[0].l).pkey(), 0x8001);
+  EXPECT_TRUE(outs[0].icrc_ok());
+  EXPECT_EQ(wire::load_be16(&outs[0].frame[outs[0].l.l4 + 6]), udp6_sum(outs[0].frame, outs[0].l));
+}
+
+TEST_F(EngineTest, AFullTxListNeverStarvesOtherJobsOrCausesAResendStorm) {
+  cfg.resend_timeout_ns = 1000;
+  make_engine();
+  JobFixture a(1, 2, Dtype::fp32, 4 * 64, 64, 2), b(2, 2, Dtype::fp32, 64, 64, 2);
+  add(a);
+  add(b);
+  for (uint64_t seq = 0; seq < 8; ++seq)
+    for (unsigned r = 0; r < 2; ++r) send(a.data_frame(r, seq));  // released, never acknowledged
+  agg::TxList small(2);
+  for (int i = 1; i <= 10; ++i) {
+    engine->poll(now + 2000 * i, small);
+    drain(pool, small);
+  }
+  // Two packets per connection per round at most, and rank 1 gets its turn too.
+  EXPECT_LE(info(1).counters.resends, 2u * 2 * 10);
+  EXPECT_GT(info(1).counters.resends, 0u);
+  // Job 2's slot, completed while TX was full, is released by a later poll.
+  engine->process(pool.wrap(b.data_frame(0, 0)), now, small);
+  engine->process(pool.wrap(b.data_frame(1, 0)), now, small);
+  drain(pool, small);
+  EXPECT_EQ(info(2).counters.slots_released, 1u);
+}

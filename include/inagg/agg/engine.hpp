@@ -5,7 +5,7 @@
 // Pure C++, no DPDK: packets are PacketRefs (an opaque handle the dataplane maps onto an rte_mbuf,
 // plus its bytes). One Engine belongs to one lcore and is never shared: no locks. Memory is
 // allocated when a job is added and returned when it is removed or aborted; process() and poll()
-// never allocate.
+// allocate nothing, except the error message when a job aborts.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +39,8 @@ struct BufferOps {
 };
 
 // Packets the engine wants transmitted; each entry consumes one reference. The caller drains it
-// (forwards by its L2 table) after each process()/poll() call.
+// (forwards by its L2 table) after each process()/poll() call. Its capacity must be at least the
+// largest job's n: a slot's n packets leave together.
 class TxList {
  public:
   explicit TxList(size_t capacity) : v_(capacity) {}

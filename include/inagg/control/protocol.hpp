@@ -8,8 +8,8 @@
 //                                   held=<packets> error="<why it failed>"     (one line per job;
 //                                   "no jobs" when there are none)
 //   stats                         <counter> <value>     (engine totals, one line per counter)
-//   stats <id>                    the job's released_slots, held_packets, retained_packets,
-//                                   memory_bytes, mbuf_quota, then its counters
+//   stats <id>                    id, state, released_slots, held_packets, retained_packets,
+//                                   memory_bytes, mbuf_quota, then the job's counters
 //
 // Every reply ends with "\n"; one that starts with "error: " is a refusal and says why. Ids are
 // decimal (0x-hex is accepted too).

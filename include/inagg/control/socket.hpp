@@ -32,9 +32,12 @@ class ControlServer {
   int fd() const { return fd_; }  // readable when a client is waiting (for epoll/poll)
   bool is_open() const { return fd_ >= 0; }
 
-  // Serves the clients waiting now (at most a few per call), each for at most kRequestTimeoutMs to
-  // read and as long again to reply. A request that is too large, incomplete in time or malformed
-  // gets an error reply without calling `handler`. Returns the number of connections served.
+  // Serves the clients waiting now: at most 8 per call, and no new one once kRequestTimeoutMs has
+  // passed in this call. Each gets at most kRequestTimeoutMs to send its request and as long again
+  // to take the reply, so one call returns within about 3 x kRequestTimeoutMs even when clients
+  // stall, and within microseconds when nobody is waiting. A request that is too large, incomplete
+  // in time or malformed gets an error reply without calling `handler`. Returns the number of
+  // connections served.
   size_t poll(const Handler& handler);
 
   // Stops listening and unlinks the socket file (unless another server has replaced it since).
