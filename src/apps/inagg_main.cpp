@@ -213,13 +213,14 @@ int tel_lcores(const char*, const char*, rte_tel_data* d) {
 struct ControlLoop {
   control::ControlServer* server;
   double stats_interval, idle_exit;
-  std::chrono::steady_clock::time_point next_stats, last_rx_change;
+  std::chrono::steady_clock::time_point next_stats, last_rx_change, started = std::chrono::steady_clock::now();
   uint64_t last_rx = 0;
 
   void tick() {
     if (server && server->is_open()) server->poll(handle_request);
     const auto now = std::chrono::steady_clock::now();
     if (stats_interval > 0 && now >= next_stats) {
+      std::printf("stats t=%.3f s\n", std::chrono::duration<double>(now - started).count());
       std::fputs(g_app->stats_text().c_str(), stdout);
       std::fflush(stdout);
       next_stats = now + std::chrono::milliseconds(static_cast<int64_t>(stats_interval * 1000));
@@ -317,7 +318,7 @@ int main(int argc, char** argv) {
       rte_telemetry_register_cmd("/inagg/jobs", tel_jobs, "Ids of the registered jobs. No parameters.");
       rte_telemetry_register_cmd("/inagg/job", tel_job, "One job's state and counters. Parameter: job id.");
       rte_telemetry_register_cmd("/inagg/lcores", tel_lcores, "Per-lcore datapath counters. No parameters.");
-      ControlLoop loop{server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, {}, {}, 0};
+      ControlLoop loop{server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, {}, {}, std::chrono::steady_clock::now(), 0};
       loop.next_stats = loop.last_rx_change = std::chrono::steady_clock::now();
       app.set_tick(ControlLoop::tick_cb, &loop);
       if (!app.start(&err)) {

@@ -7,6 +7,7 @@
 #include <rte_lcore.h>
 #include <rte_malloc.h>
 #include <rte_mbuf.h>
+#include <rte_prefetch.h>
 #include <rte_ring.h>
 
 #include <algorithm>
@@ -84,6 +85,11 @@ struct alignas(64) LcoreState {
   uint16_t queue = 0;
   std::unique_ptr<agg::Engine> engine;
   std::unique_ptr<MacTable> macs;
+  // One-entry caches in front of the MAC table (valid for 1 ms; invalidated by any learning).
+  uint64_t learn_cache_mac = ~0ull, learn_cache_ns = 0;
+  uint16_t learn_cache_port = 0xffff;
+  uint64_t lookup_cache_mac = ~0ull, lookup_cache_ns = 0;
+  uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
   std::unordered_map<OwnerKey, uint16_t, OwnerKeyHash> owners;
   rte_ring* commands = nullptr;  // MP/SC: the control thread (and telemetry) -> this lcore
   rte_ring* handover = nullptr;  // MP/SC: other lcores -> this lcore
@@ -430,6 +436,8 @@ void Appliance::Impl::loop(LcoreState& l) {
       if (n == 0) continue;
       work = true;
       l.c.rx += n;
+      // As l3fwd does: start the headers' cache misses for the burst before touching any of them.
+      for (unsigned i = 0; i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
       for (unsigned i = 0; i < n; ++i) handle_packet(l, pkts[i], now_ns, false);
     }
 
@@ -461,7 +469,18 @@ void Appliance::Impl::handle_packet(LcoreState& l, rte_mbuf* m, uint64_t now_ns,
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const uint32_t len = m->data_len;
-  if (!from_handover && len >= 14) l.macs->learn(data + 6, m->port, now_ns);
+  if (!from_handover && len >= 14) {
+    // Bursts come from few stations: re-learning the same source on the same port within 1 ms
+    // changes nothing, so skip it (halves the bridge's per-frame cost on a burst of one flow).
+    const uint64_t src = MacTable::key(data + 6);
+    if (src != l.learn_cache_mac || m->port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
+      l.macs->learn(data + 6, m->port, now_ns);
+      l.learn_cache_mac = src;
+      l.learn_cache_port = m->port;
+      l.learn_cache_ns = now_ns;
+      l.lookup_cache_ns = 0;  // a move may change the cached lookup
+    }
+  }
   if (!looks_like_roce(data, len)) {
     send(l, m, now_ns);
     return;
@@ -501,7 +520,19 @@ void Appliance::Impl::send(LcoreState& l, rte_mbuf* m, uint64_t now_ns) {
   const uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const int in = m->port < index_of_port.size() ? index_of_port[m->port] : -1;
   const uint16_t in_port = in >= 0 ? static_cast<uint16_t>(in) : kNoPort;
-  const uint16_t out = m->data_len >= 6 ? l.macs->lookup(data, m->port, now_ns) : kFlood;
+  uint16_t out = kFlood;
+  if (m->data_len >= 6) {
+    const uint64_t dst = MacTable::key(data);
+    if (dst == l.lookup_cache_mac && m->port == l.lookup_cache_port && now_ns - l.lookup_cache_ns < 1'000'000) {
+      out = l.lookup_cache_out;
+    } else {
+      out = l.macs->lookup(data, m->port, now_ns);
+      l.lookup_cache_mac = dst;
+      l.lookup_cache_port = m->port;
+      l.lookup_cache_out = out;
+      l.lookup_cache_ns = now_ns;
+    }
+  }
   if (out == kDrop) {
     ++l.c.same_port_drops;
     rte_pktmbuf_free(m);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace inagg::dataplane {
@@ -32,13 +33,14 @@ class MacTable {
   uint64_t moves() const { return moves_; }   // an address seen on a new port
   uint64_t full() const { return full_; }     // could not learn: table full of live entries
 
+ static uint64_t key(const uint8_t* mac);  // the table's key of an address (the lcore caches use it too)
+
  private:
   struct Entry {
     uint64_t mac = 0;      // 48 bits; 0 = empty
     uint64_t seen_ns = 0;
     uint16_t port = 0;
   };
-  static uint64_t key(const uint8_t* mac);
   size_t slot_of(uint64_t k) const;
 
   std::vector<Entry> entries_;
@@ -47,5 +49,58 @@ class MacTable {
   uint64_t learned_ = 0, moves_ = 0, full_ = 0;
   static constexpr size_t kMaxProbe = 16;
 };
+
+// The per-frame calls, inline: they run twice for every forwarded frame (~3 ns each when the
+// neighbourhood is in cache).
+inline uint64_t MacTable::key(const uint8_t* mac) {
+  // Two loads, not a 6-byte memcpy into a stack word: that becomes two partial stores and a
+  // wide load, a store-forwarding stall that cost ~30% of the forwarding rate.
+  uint32_t lo;
+  uint16_t hi;
+  std::memcpy(&lo, mac, 4);
+  std::memcpy(&hi, mac + 4, 2);
+  return lo | uint64_t{hi} << 32 | (1ull << 63);  // never 0, so 0 can mean "empty"
+}
+
+inline size_t MacTable::slot_of(uint64_t k) const {
+  uint64_t h = k * 0x9e3779b97f4a7c15ull;
+  return static_cast<size_t>(h >> 32) & mask_;
+}
+
+inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
+  if (src_mac[0] & 1) return;  // a group address is never a source
+  const uint64_t k = key(src_mac);
+  size_t free_slot = SIZE_MAX;
+  for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
+    Entry& e = entries_[s];
+    if (e.mac == k) {
+      if (e.port != port) ++moves_;
+      e.port = port;
+      e.seen_ns = now_ns;
+      return;
+    }
+    const bool dead = e.mac == 0 || now_ns - e.seen_ns > ageing_ns_;
+    if (dead && free_slot == SIZE_MAX) free_slot = s;
+  }
+  if (free_slot == SIZE_MAX) {
+    ++full_;
+    return;
+  }
+  entries_[free_slot] = {k, now_ns, port};
+  ++learned_;
+}
+
+inline uint16_t MacTable::lookup(const uint8_t* dst_mac, uint16_t in_port, uint64_t now_ns) const {
+  if (dst_mac[0] & 1) return kFlood;
+  const uint64_t k = key(dst_mac);
+  for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
+    const Entry& e = entries_[s];
+    if (e.mac == k) {
+      if (now_ns - e.seen_ns > ageing_ns_) return kFlood;
+      return e.port == in_port ? kDrop : e.port;
+    }
+  }
+  return kFlood;
+}
 
 }  // namespace inagg::dataplane
