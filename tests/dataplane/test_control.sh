@@ -46,6 +46,10 @@ out=$(C stats 99); rc=$?
 [ $rc -eq 1 ] && grep -q "no job 99" <<<"$out" || fail "stats unknown: $rc $out"
 out=$(C bogus 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown command: $rc $out"
+# DPDK telemetry: the appliance's commands answer through dpdk-telemetry.py.
+tel=$(printf '/inagg/jobs\n/inagg/job,1\n' | dpdk-telemetry.py -f "$prefix" 2>&1)
+grep -q '"/inagg/jobs": \[1\]' <<<"$tel" || fail "telemetry /inagg/jobs: $tel"
+grep -q '"aggregated_packets": [1-9]' <<<"$tel" || fail "telemetry /inagg/job,1: $tel"
 out=$(C remove 1) || fail "remove: $out"
 grep -q "ok job 1 removed" <<<"$out" || fail "remove reply: $out"
 grep -q "no jobs" <<<"$(C list)" || fail "list after remove"
