@@ -76,6 +76,18 @@ agg_bps=$(awk '/^stats t=/ {t = substr($2, 3); n++; T[n] = t}
                /^job 1:/ {for (i = 1; i <= NF; i++) if ($i == "aggregated_bytes") B[n] = $(i + 1)}
                END {if (n < 3) {print 0; exit} print (B[n] - B[n-1]) / (T[n] - T[n-1])}' "$tmp/agg.log")
 grep -q "job 1: active" "$tmp/agg.log" || echo "warning: the aggregation job did not stay active" >&2
+# Job ownership across lcores: rank r's stream on queue (r / 2) of port (r mod 2), so the lcore
+# that does not own the job receives half its packets and hands them over through its ring.
+/usr/bin/python3 scripts/gen-pcap --out "$tmp/ho" --workers 4 --payload 4096 --message 65536 --messages 8 --replay --background 0 --ports 4 >/dev/null
+run_inagg handover "(0,2)@0,1@1" \
+  --vdev="net_pcap0,rx_pcap=$tmp/ho/port0.pcap,rx_pcap=$tmp/ho/port2.pcap,tx_pcap=/dev/null,tx_pcap=/dev/null,infinite_rx=1" \
+  --vdev="net_pcap1,rx_pcap=$tmp/ho/port1.pcap,rx_pcap=$tmp/ho/port3.pcap,tx_pcap=/dev/null,tx_pcap=/dev/null,infinite_rx=1" \
+  -- --socket "" --job "$tmp/ho/job.job" --mtu 4200 --mbufs 16384 --mbuf-budget 4096 --stats-interval 1
+# Cycles per packet on the lcore that only hands over, against the owner's per aggregated packet.
+read -r ho_cyc own_cyc < <(awk '/^lcore/ {for (i = 1; i <= NF; i++) {if ($i == "rx") rx = $(i+1); if ($i == "handover_out") ho = $(i+1);
+                                 if ($i == "handover_in") hi = $(i+1); if ($i == "busy_cycles") bc = $(i+1)}
+                                 if (ho > 0) h = bc / rx; else if (hi > 0) o = bc / (rx + hi)}
+                           END {printf "%.0f %.0f\n", h, o}' <(grep "^lcore" "$tmp/handover.log" | tail -n 2))
 memcpy_gbps=$(build/bench/bench_engine --benchmark_filter='BM_.*/4/4096' --benchmark_min_time=0.5 --benchmark_color=false 2>/dev/null |
   sed 's/\x1b\[[0-9;]*m//g' | sed -n 's|^n/P=4/4096: .*memcpy \([0-9.]*\) Gbps.*|\1|p')
 memcpy_bps=$(awk -v g="${memcpy_gbps:-0}" 'BEGIN {print g * 1e9 / 8}')
@@ -83,6 +95,7 @@ echo "forwarding, 64 B, 2 ports: testpmd $(awk -v x="$testpmd_pps" 'BEGIN {print
      "inagg $(awk -v x="$inagg_pps" 'BEGIN {printf "%.2f", x / 1e6}') Mpps (1 lcore)," \
      "scaling with tx to /dev/null pcaps: $(awk -v x="$inagg_pps_s1" 'BEGIN {printf "%.2f", x / 1e6}') Mpps (1 lcore) ->" \
      "$(awk -v x="$inagg_pps2" 'BEGIN {printf "%.2f", x / 1e6}') Mpps (2 lcores, one sharing a core with the control thread)"
+echo "job ownership: the non-owner lcore spends ${ho_cyc:-?} cycles per 4 KiB packet it receives and hands over (net_pcap RX copy included; the owner, at ${own_cyc:-?} cycles per packet, cannot keep up, so most handovers find its ring full and are dropped and counted)"
 echo "aggregation, fp32 n=4 4 KiB: $(awk -v x="$agg_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps of input per lcore," \
      "memcpy $(awk -v x="$memcpy_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps"
 awk -v f="$inagg_pps" -v t="$testpmd_pps" -v a="$agg_bps" -v m="$memcpy_bps" -v f2="$inagg_pps2" -v f1="$inagg_pps_s1" 'BEGIN {
