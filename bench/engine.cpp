@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "rate_reporter.hpp"
 #include "inagg/agg/engine.hpp"
 #include "inagg/agg/kernels.hpp"
 #include "inagg/wire/build.hpp"
@@ -144,22 +145,13 @@ void BM_memcpy(benchmark::State& state) {
 BENCHMARK(BM_engine) CONFIGS;
 BENCHMARK(BM_memcpy) CONFIGS;
 
-class SummaryReporter : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> rate;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs)
-      if (!r.error_occurred && r.counters.count("bytes_per_second")) rate[r.benchmark_name()] = r.counters.at("bytes_per_second");
-    ConsoleReporter::ReportRuns(runs);
-  }
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  SummaryReporter rep;
+  inagg::bench::RateReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
   // Headline: the worst configuration's ratio, and its input rate.
   double worst = 0, worst_gbps = 0;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "rate_reporter.hpp"
 #include "inagg/wire/build.hpp"
 #include "inagg/wire/icrc.hpp"
 
@@ -139,29 +140,16 @@ BENCHMARK(BM_icrc_header_combine);
 BENCHMARK(BM_parse_frame)->Arg(4)->Arg(6);
 
 // Records each run's bytes/s so the summary line is computed from this run.
-class SummaryReporter : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> rate;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs)
-      if (!r.error_occurred && r.counters.count("bytes_per_second"))
-        rate[r.benchmark_name()] = r.counters.at("bytes_per_second");
-    ConsoleReporter::ReportRuns(runs);
-  }
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  SummaryReporter rep;
+  inagg::bench::RateReporter rep;
   benchmark::RunSpecifiedBenchmarks(&rep);
-  auto ratio = [&](const char* a, const char* b) {
-    return rep.rate.count(a) && rep.rate.count(b) && rep.rate[b] > 0 ? rep.rate[a] / rep.rate[b] : 0.0;
-  };
   std::printf("icrc_vs_zlib=%.2f crc32_vs_zlib_4k=%.2f crc32_impl=%s\n",
-              ratio("BM_icrc_verify/4096", "BM_icrc_zlib/4096"),
-              ratio("BM_crc32_dispatched/4096", "BM_zlib_crc32/4096"), std::string(crc32_impl_name()).c_str());
+              rep.ratio("BM_icrc_verify/4096", "BM_icrc_zlib/4096"),
+              rep.ratio("BM_crc32_dispatched/4096", "BM_zlib_crc32/4096"), std::string(crc32_impl_name()).c_str());
   return 0;
 }
