@@ -1,0 +1,123 @@
+// A software RoCEv2 RC endpoint, the two halves of a queue pair as an RDMA NIC implements them
+// (IBTA Vol 1 ch. 9): the requester sends RDMA WRITEs with PSNs, keeps at most `window` messages
+// outstanding, goes back N on a NAK (PSN sequence error) or when its ACK timer expires, and fails
+// after `retry_count` timeouts in a row; the responder accepts packets in PSN order into its
+// memory region, ACKs (coalesced, at once when AckReq is set), NAKs once per sequence error and
+// re-ACKs duplicates. Single-threaded: the caller feeds received datagrams and calls progress().
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inagg/worker/roce_socket.hpp"
+
+namespace inagg::worker {
+
+struct RcConfig {
+  uint32_t local_qpn = 0, remote_qpn = 0;
+  wire::IpAddr remote_ip;
+  uint32_t send_start_psn = 0;  // our first packet's PSN
+  uint32_t recv_start_psn = 0;  // the peer's first packet's PSN
+  uint32_t mtu_payload = 1024;  // path MTU payload
+  unsigned window = 2;          // RDMA WRITE messages in flight
+  uint64_t ack_timeout_ns = 4'000'000;
+  unsigned retry_count = 7;
+  unsigned ack_every = 16;      // responder: ACK at least every N in-order packets
+  uint64_t ack_delay_ns = 20'000;  // responder: flush a pending ACK after this
+};
+
+#define INAGG_RC_COUNTERS(X)                                               \
+  X(packets_sent, "data packets sent (first transmissions and retransmissions)") \
+  X(retransmitted, "data packets sent again")                              \
+  X(timeouts, "ACK timer expirations")                                     \
+  X(naks_received, "NAKs (PSN sequence error) received")                  \
+  X(acks_sent, "ACKs sent")                                                \
+  X(naks_sent, "NAKs sent")                                                \
+  X(accepted, "data packets accepted in order")                            \
+  X(duplicates, "data packets below the expected PSN (re-ACKed)")          \
+  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)") \
+  X(bad_icrc, "packets with a bad ICRC, dropped")                          \
+  X(messages_completed, "messages completed")
+
+struct RcCounters {
+#define X(name, text) uint64_t name = 0;
+  INAGG_RC_COUNTERS(X)
+#undef X
+};
+
+class RcRequester {
+ public:
+  RcRequester(RoceSocket& sock, const RcConfig& cfg);
+
+  // Queues an RDMA WRITE of `len` bytes from `src` (valid until the write completes) to the peer's
+  // (va, rkey); `imm` makes the last packet WRITE_LAST/ONLY_WITH_IMMEDIATE.
+  void post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey, std::optional<uint32_t> imm);
+  void on_ack(const Datagram& d, uint64_t now_ns);  // an ACK/NAK to our QP
+  void progress(uint64_t now_ns);                   // send what the window allows; the ACK timer
+  bool idle() const { return messages_.empty(); }
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+  const RcCounters& counters() const { return c_; }
+
+ private:
+  struct Message {
+    const uint8_t* src;
+    uint32_t len;
+    uint64_t va;
+    uint32_t rkey;
+    std::optional<uint32_t> imm;
+    uint64_t first_seq;
+    uint32_t packets;
+  };
+  void send_packet(uint64_t seq);
+  uint64_t seq_of(uint32_t psn, uint64_t reference) const;
+
+  RoceSocket& sock_;
+  RcConfig cfg_;
+  std::deque<Message> messages_;  // posted, not yet acknowledged
+  uint64_t posted_seq_ = 0;       // one past the last packet of the last posted message
+  uint64_t next_ = 0, una_ = 0, sent_max_ = 0;
+  uint64_t last_progress_ns_ = 0;
+  unsigned retries_ = 0;
+  std::string error_;
+  RcCounters c_;
+  std::vector<uint8_t> buf_;
+};
+
+class RcResponder {
+ public:
+  // Writes land in [mr, mr + mr_len), addressed as [mr_va, mr_va + mr_len) with `rkey`.
+  RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, size_t mr_len, uint64_t mr_va, uint32_t rkey);
+
+  void on_data(const Datagram& d, uint64_t now_ns);  // an RDMA WRITE to our QP
+  void progress(uint64_t now_ns);                    // flushes a coalesced ACK
+  uint64_t messages() const { return msn_; }
+  const std::vector<uint32_t>& immediates() const { return imms_; }
+  const RcCounters& counters() const { return c_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  void send_ack(uint64_t seq_acked, uint8_t syndrome);
+
+  RoceSocket& sock_;
+  RcConfig cfg_;
+  uint8_t* mr_;
+  size_t mr_len_;
+  uint64_t mr_va_;
+  uint32_t rkey_;
+  uint64_t expected_ = 0;
+  bool nak_sent_ = false;
+  unsigned unacked_ = 0;
+  uint64_t last_rx_ns_ = 0;
+  uint64_t write_off_ = 0, write_left_ = 0;  // the message being written
+  uint32_t msn_ = 0;
+  std::vector<uint32_t> imms_;
+  std::string error_;
+  RcCounters c_;
+  std::vector<uint8_t> buf_;
+};
+
+}  // namespace inagg::worker

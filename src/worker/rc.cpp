@@ -1,0 +1,228 @@
+#include "inagg/worker/rc.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "inagg/wire/icrc.hpp"
+
+namespace inagg::worker {
+namespace {
+
+int64_t sext24(uint32_t d) {
+  d &= wire::kPsnMask;
+  return d & 0x800000 ? static_cast<int64_t>(d) - 0x1000000 : static_cast<int64_t>(d);
+}
+
+uint32_t psn_at(uint32_t start, uint64_t seq) { return static_cast<uint32_t>((start + seq) & wire::kPsnMask); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Requester.
+
+RcRequester::RcRequester(RoceSocket& sock, const RcConfig& cfg) : sock_(sock), cfg_(cfg) {
+  buf_.resize(cfg.mtu_payload + 256);
+}
+
+void RcRequester::post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey, std::optional<uint32_t> imm) {
+  const uint32_t packets = std::max<uint32_t>(1, (len + cfg_.mtu_payload - 1) / cfg_.mtu_payload);
+  messages_.push_back({src, len, va, rkey, imm, posted_seq_, packets});
+  posted_seq_ += packets;
+}
+
+uint64_t RcRequester::seq_of(uint32_t psn, uint64_t reference) const {
+  const int64_t s = static_cast<int64_t>(reference) + sext24(psn - psn_at(cfg_.send_start_psn, reference));
+  return s < 0 ? 0 : static_cast<uint64_t>(s);
+}
+
+void RcRequester::send_packet(uint64_t seq) {
+  const Message* m = nullptr;
+  for (const Message& x : messages_)
+    if (seq >= x.first_seq && seq < x.first_seq + x.packets) {
+      m = &x;
+      break;
+    }
+  if (m == nullptr) return;
+  const uint32_t k = static_cast<uint32_t>(seq - m->first_seq);
+  const uint32_t off = k * cfg_.mtu_payload;
+  const uint32_t len = std::min(cfg_.mtu_payload, m->len - off);
+  using namespace wire::op;
+  const bool first = k == 0, last = k + 1 == m->packets;
+  uint8_t opcode = first && last ? (m->imm ? kWriteOnlyImm : kWriteOnly)
+                   : first       ? kWriteFirst
+                   : last        ? (m->imm ? kWriteLastImm : kWriteLast)
+                                 : kWriteMiddle;
+  wire::RoceFrameSpec s;
+  sock_.fill_spec(s, cfg_.remote_ip);
+  s.opcode = kRc | opcode;
+  s.dest_qp = cfg_.remote_qpn;
+  s.psn = psn_at(cfg_.send_start_psn, seq);
+  s.ack_req = last;
+  s.reth_va = m->va;
+  s.reth_rkey = m->rkey;
+  s.reth_dma_len = m->len;
+  s.immdt = m->imm.value_or(0);
+  const size_t n = wire::build_roce_frame(buf_, s, {m->src + off, len});
+  if (n == 0) return;
+  sock_.send_frame({buf_.data(), n});
+  ++c_.packets_sent;
+  if (seq < sent_max_) ++c_.retransmitted;
+}
+
+void RcRequester::progress(uint64_t now_ns) {
+  if (failed()) return;
+  if (una_ < sent_max_ && now_ns - last_progress_ns_ > cfg_.ack_timeout_ns) {
+    ++c_.timeouts;
+    if (++retries_ > cfg_.retry_count) {
+      error_ = "retry count (" + std::to_string(cfg_.retry_count) + ") exceeded: the peer did not acknowledge PSN " +
+               std::to_string(psn_at(cfg_.send_start_psn, una_));
+      return;
+    }
+    next_ = una_;  // go back N
+    last_progress_ns_ = now_ns;
+  }
+  if (messages_.empty()) return;
+  // Window: messages [front, front + window) may be in flight.
+  uint64_t limit = posted_seq_;
+  if (messages_.size() > cfg_.window) {
+    const Message& beyond = messages_[cfg_.window];
+    limit = beyond.first_seq;
+  }
+  // Bounded burst per call so the caller keeps receiving ACKs.
+  for (int burst = 0; burst < 64 && next_ < limit; ++burst) {
+    if (next_ == una_ && una_ == sent_max_) last_progress_ns_ = now_ns;  // the timer starts now
+    send_packet(next_);
+    ++next_;
+    sent_max_ = std::max(sent_max_, next_);
+  }
+}
+
+void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
+  if (!d.roce || d.layout.aeth == 0) return;
+  if (!wire::icrc_verify(d.frame.data(), d.layout)) {
+    ++c_.bad_icrc;
+    return;
+  }
+  const wire::AethView aeth = wire::aeth_of(d.frame.data(), d.layout);
+  const uint64_t seq = seq_of(wire::bth_of(d.frame.data(), d.layout).psn(), una_);
+  uint64_t new_una = una_;
+  if (aeth.is_ack()) {
+    if (seq < sent_max_) new_una = std::max(una_, seq + 1);
+  } else if (aeth.is_nak() && aeth.nak_code() == 0) {
+    ++c_.naks_received;
+    if (seq >= una_ && seq <= sent_max_) {  // everything below is acknowledged; resend from there
+      new_una = seq;
+      next_ = seq;
+      last_progress_ns_ = now_ns;
+    }
+  } else if (aeth.is_nak()) {
+    error_ = "the peer answered NAK code " + std::to_string(aeth.nak_code()) + " (remote access or operational error)";
+    return;
+  }
+  if (new_una > una_) {
+    una_ = new_una;
+    if (next_ < una_) next_ = una_;
+    retries_ = 0;
+    last_progress_ns_ = now_ns;
+    while (!messages_.empty() && messages_.front().first_seq + messages_.front().packets <= una_) {
+      messages_.pop_front();
+      ++c_.messages_completed;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responder.
+
+RcResponder::RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, size_t mr_len, uint64_t mr_va, uint32_t rkey)
+    : sock_(sock), cfg_(cfg), mr_(mr), mr_len_(mr_len), mr_va_(mr_va), rkey_(rkey) {
+  buf_.resize(256);
+}
+
+void RcResponder::send_ack(uint64_t seq_acked, uint8_t syndrome) {
+  wire::RoceFrameSpec s;
+  sock_.fill_spec(s, cfg_.remote_ip);
+  s.opcode = wire::op::kRc | wire::op::kAcknowledge;
+  s.dest_qp = cfg_.remote_qpn;
+  s.psn = psn_at(cfg_.recv_start_psn, seq_acked);
+  s.aeth_syndrome = syndrome;
+  s.aeth_msn = msn_;
+  const size_t n = wire::build_roce_frame(buf_, s, {});
+  if (n) sock_.send_frame({buf_.data(), n});
+}
+
+void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
+  if (!d.roce) return;
+  const uint8_t* f = d.frame.data();
+  const wire::Layout& l = d.layout;
+  if (!wire::icrc_verify(f, l)) {
+    ++c_.bad_icrc;  // as a NIC: dropped; the sender recovers it as a loss
+    return;
+  }
+  if (!wire::is_rdma_write(l.opcode) || !error_.empty()) return;
+  last_rx_ns_ = now_ns;
+  const wire::BthView bth = wire::bth_of(f, l);
+  const int64_t s = static_cast<int64_t>(expected_) + sext24(bth.psn() - psn_at(cfg_.recv_start_psn, expected_));
+  if (s < static_cast<int64_t>(expected_)) {
+    ++c_.duplicates;
+    if (expected_ > 0) {
+      send_ack(expected_ - 1, wire::aeth::kAckUnlimitedCredits);
+      ++c_.acks_sent;
+    }
+    return;
+  }
+  if (s > static_cast<int64_t>(expected_)) {
+    ++c_.out_of_order;
+    if (!nak_sent_) {
+      send_ack(expected_, wire::aeth::kNakPsnSequenceError);
+      ++c_.naks_sent;
+      nak_sent_ = true;
+    }
+    return;
+  }
+  const wire::OpPosition pos = l.info->position;
+  if (pos == wire::OpPosition::first || pos == wire::OpPosition::only) {
+    const wire::RethView reth = wire::reth_of(f, l);
+    if (reth.rkey() != rkey_ || reth.va() < mr_va_ || reth.va() - mr_va_ + reth.dma_len() > mr_len_) {
+      error_ = "RDMA WRITE outside the memory region (va " + std::to_string(reth.va()) + ", " +
+               std::to_string(reth.dma_len()) + " bytes)";
+      send_ack(expected_, wire::aeth::kNakRemoteAccessError);
+      ++c_.naks_sent;
+      return;
+    }
+    write_off_ = reth.va() - mr_va_;
+    write_left_ = reth.dma_len();
+  }
+  if (l.payload_len > write_left_) {
+    error_ = "a WRITE carries more bytes than its RETH announced";
+    send_ack(expected_, wire::aeth::kNakInvalidRequest);
+    ++c_.naks_sent;
+    return;
+  }
+  std::memcpy(mr_ + write_off_, f + l.payload, l.payload_len);
+  write_off_ += l.payload_len;
+  write_left_ -= l.payload_len;
+  ++expected_;
+  ++c_.accepted;
+  nak_sent_ = false;
+  if (pos == wire::OpPosition::last || pos == wire::OpPosition::only) {
+    ++msn_;
+    ++c_.messages_completed;
+    if (l.immdt) imms_.push_back(wire::immdt_of(f, l));
+  }
+  if (bth.ack_req() || ++unacked_ >= cfg_.ack_every) {
+    send_ack(expected_ - 1, wire::aeth::kAckUnlimitedCredits);
+    ++c_.acks_sent;
+    unacked_ = 0;
+  }
+}
+
+void RcResponder::progress(uint64_t now_ns) {
+  if (unacked_ > 0 && now_ns - last_rx_ns_ > cfg_.ack_delay_ns) {
+    send_ack(expected_ - 1, wire::aeth::kAckUnlimitedCredits);
+    ++c_.acks_sent;
+    unacked_ = 0;
+  }
+}
+
+}  // namespace inagg::worker

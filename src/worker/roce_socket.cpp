@@ -1,0 +1,207 @@
+#include "inagg/worker/roce_socket.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "inagg/wire/parse.hpp"
+
+namespace inagg::worker {
+
+RoceSocket::~RoceSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool RoceSocket::open(const wire::IpAddr& local, uint8_t tos, std::string* error) {
+  local_ = local;
+  tos_ = tos;
+  const bool v6 = local.version == wire::IpVersion::v6;
+  fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return false;
+  }
+  const int one = 1;
+  int pmtu = v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;  // DF: the ICRC covers the flags, and Linux then sends ID 0
+  int tclass = tos;
+  bool ok;
+  if (v6) {
+    ok = setsockopt(fd_, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
+         setsockopt(fd_, IPPROTO_IPV6, IPV6_TCLASS, &tclass, sizeof tclass) == 0 &&
+         setsockopt(fd_, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one) == 0 &&
+         setsockopt(fd_, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one) == 0 &&
+         setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0;
+  } else {
+    ok = setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
+         setsockopt(fd_, IPPROTO_IP, IP_TOS, &tclass, sizeof tclass) == 0 &&
+         setsockopt(fd_, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) == 0 &&
+         setsockopt(fd_, IPPROTO_IP, IP_RECVTOS, &one, sizeof one) == 0;
+  }
+  const int buf = 8 << 20;
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+  if (!ok) {
+    *error = std::string("setsockopt: ") + std::strerror(errno);
+    return false;
+  }
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a->sin6_addr, local.bytes.data(), 16);
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a->sin_addr, local.bytes.data(), 4);
+    len = sizeof *a;
+  }
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    char ip[INET6_ADDRSTRLEN];
+    inet_ntop(v6 ? AF_INET6 : AF_INET, local.bytes.data(), ip, sizeof ip);
+    *error = std::string("cannot bind ") + ip + " UDP port 4791: " + std::strerror(errno) +
+             (errno == EADDRINUSE ? " (is another worker or the kernel's RoCE driver using this address?)" : "");
+    return false;
+  }
+  rx_.resize(65536 + 128);
+  return true;
+}
+
+void RoceSocket::fill_spec(wire::RoceFrameSpec& s, const wire::IpAddr& dst) const {
+  s.src_ip = local_;
+  s.dst_ip = dst;
+  s.src_port = wire::kRoceV2Port;
+  s.ip_id = 0;
+  s.dont_fragment = true;
+  s.tos = tos_;
+  s.flow_label = 0;
+}
+
+void RoceSocket::set_loss(double p, uint32_t seed) {
+  loss_threshold_ = p <= 0 ? 0 : p >= 1 ? UINT32_MAX : static_cast<uint32_t>(p * 4294967296.0);
+  rng_ = seed * 0x9e3779b97f4a7c15ull + 1;
+}
+
+bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
+  if (loss_threshold_) {
+    rng_ ^= rng_ << 13;
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    if (static_cast<uint32_t>(rng_ >> 32) < loss_threshold_) {
+      ++dropped_;
+      return true;  // lost on the wire, as far as the sender can tell
+    }
+  }
+  wire::Layout l;
+  if (wire::parse_frame(frame, l) != wire::ParseStatus::roce) {
+    ++send_errors_;
+    return false;
+  }
+  sockaddr_storage ss{};
+  socklen_t len;
+  const uint8_t* ip = frame.data() + l.l3;
+  if (l.ip == wire::IpVersion::v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a->sin6_addr, ip + 24, 16);
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(wire::kRoceV2Port);
+    std::memcpy(&a->sin_addr, ip + 16, 4);
+    len = sizeof *a;
+  }
+  const uint8_t* payload = frame.data() + l.l4 + wire::kUdpHeaderLen;
+  const size_t n = l.end - (l.l4 + wire::kUdpHeaderLen);
+  if (::sendto(fd_, payload, n, 0, reinterpret_cast<sockaddr*>(&ss), len) != static_cast<ssize_t>(n)) {
+    ++send_errors_;  // ENOBUFS and friends: the same as a loss, RC recovers
+    return false;
+  }
+  ++sent_;
+  return true;
+}
+
+bool RoceSocket::receive(Datagram* d) {
+  sockaddr_storage from{};
+  iovec iov{rx_.data(), rx_.size()};
+  alignas(cmsghdr) char ctl[256];
+  msghdr msg{};
+  msg.msg_name = &from;
+  msg.msg_namelen = sizeof from;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof ctl;
+  const ssize_t n = ::recvmsg(fd_, &msg, 0);
+  if (n < 0) return false;
+  const bool v6 = local_.version == wire::IpVersion::v6;
+  d->src.version = d->dst.version = local_.version;
+  d->dst = local_;
+  d->tos = 0;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&from);
+    std::memcpy(d->src.bytes.data(), &a->sin6_addr, 16);
+    d->src_port = ntohs(a->sin6_port);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&from);
+    d->src.bytes = {};
+    std::memcpy(d->src.bytes.data(), &a->sin_addr, 4);
+    d->src_port = ntohs(a->sin_port);
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (!v6 && c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+      auto* pi = reinterpret_cast<in_pktinfo*>(CMSG_DATA(c));
+      std::memcpy(d->dst.bytes.data(), &pi->ipi_addr, 4);
+    } else if (!v6 && c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+      d->tos = *reinterpret_cast<uint8_t*>(CMSG_DATA(c));
+    } else if (v6 && c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+      auto* pi = reinterpret_cast<in6_pktinfo*>(CMSG_DATA(c));
+      std::memcpy(d->dst.bytes.data(), &pi->ipi6_addr, 16);
+    } else if (v6 && c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+      d->tos = static_cast<uint8_t>(*reinterpret_cast<int*>(CMSG_DATA(c)));
+    }
+  }
+  // Rebuild the headers the ICRC covers, as the sender's kernel wrote them.
+  const size_t l3 = wire::kEthHeaderLen, iplen = v6 ? wire::kIpv6HeaderLen : wire::kIpv4HeaderLen;
+  const size_t udp_len = wire::kUdpHeaderLen + static_cast<size_t>(n);
+  d->frame.assign(l3 + iplen + udp_len, 0);
+  uint8_t* f = d->frame.data();
+  wire::store_be16(f + 12, v6 ? wire::kEtherTypeIpv6 : wire::kEtherTypeIpv4);
+  uint8_t* ip = f + l3;
+  if (v6) {
+    wire::store_be32(ip, 6u << 28 | static_cast<uint32_t>(d->tos) << 20);
+    wire::store_be16(ip + 4, static_cast<uint16_t>(udp_len));
+    ip[6] = wire::kIpProtoUdp;
+    ip[7] = 64;
+    std::memcpy(ip + 8, d->src.bytes.data(), 16);
+    std::memcpy(ip + 24, d->dst.bytes.data(), 16);
+  } else {
+    ip[0] = 0x45;
+    ip[1] = d->tos;
+    wire::store_be16(ip + 2, static_cast<uint16_t>(iplen + udp_len));
+    wire::store_be16(ip + 6, 0x4000);
+    ip[8] = 64;
+    ip[9] = wire::kIpProtoUdp;
+    std::memcpy(ip + 12, d->src.bytes.data(), 4);
+    std::memcpy(ip + 16, d->dst.bytes.data(), 4);
+  }
+  uint8_t* udp = ip + iplen;
+  wire::store_be16(udp, d->src_port);
+  wire::store_be16(udp + 2, wire::kRoceV2Port);
+  wire::store_be16(udp + 4, static_cast<uint16_t>(udp_len));
+  std::memcpy(udp + wire::kUdpHeaderLen, rx_.data(), static_cast<size_t>(n));
+  d->roce = wire::parse_frame(d->frame, d->layout) == wire::ParseStatus::roce;
+  return true;
+}
+
+}  // namespace inagg::worker
