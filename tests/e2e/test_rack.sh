@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# End to end: the virtual rack (scripts/rack: 4 worker namespaces on veths), inagg switching
+# between them on net_af_packet ports, and 4 inagg-worker processes running a --check'ed
+# allreduce sweep in ina mode through it, with the sizes from one packet to several windows and a
+# non-multiple tail, for the given dtype, optionally with random loss on every worker's link.
+#   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT
+set -uo pipefail
+inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6
+tmp=$(mktemp -d)
+prefix="inagg-e2e-$$"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  "$src/scripts/rack" down >/dev/null 2>&1
+  rm -rf "$tmp" "/var/run/dpdk/$prefix"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; tail -n 5 "$tmp"/*.log; exit 1; }
+n=4
+lossarg=()
+[ "$loss" != 0 ] && lossarg=(--loss "$loss")
+"$src/scripts/rack" up --workers $n "${lossarg[@]}" >/dev/null || fail "rack up"
+"$worker" -n $n --dtype "$dtype" --message 16384 --payload 1024 --print-job >"$tmp/job.job" || fail "print-job"
+# shellcheck disable=SC2046
+"$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $("$src/scripts/rack" vdevs) \
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 --job "$tmp/job.job" >"$tmp/inagg.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
+[ -S "$tmp/ctl.sock" ] || fail "inagg did not start"
+wpids=()
+for r in $(seq 0 $((n - 1))); do
+  ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \
+    -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 20 --timeout 90 >"$tmp/w$r.log" 2>&1 &
+  wpids+=($!)
+done
+for r in $(seq 0 $((n - 1))); do
+  wait "${wpids[$r]}" || fail "worker $r exited with $?"
+done
+for r in $(seq 0 $((n - 1))); do
+  awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp/w$r.log" || fail "worker $r reports wrong elements"
+  [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 4 ] || fail "worker $r printed too few rows"
+done
+stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
+grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
+grep -q "^slots_released [1-9]" <<<"$stats" || fail "nothing released: $stats"
+if [ "$loss" != 0 ]; then
+  recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$stats")
+  [ "$recovered" -gt 0 ] || fail "loss injected but the appliance recovered nothing: $stats"
+fi
+echo "ok: $n workers, $dtype, loss $loss%: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"
