@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "inagg/agg/kernels.hpp"
+#include "inagg/control/socket.hpp"
 #include "inagg/worker/rc.hpp"
 
 namespace po = boost::program_options;
@@ -42,14 +43,20 @@ struct Options {
   unsigned retry = 7;
   uint32_t seed = 1;
   double timeout_s = 60;
+  uint32_t job_id = 1;
+  std::string register_socket;  // "" = the job is registered by someone else
 };
 
 wire::IpAddr ip_of(const Options& o, unsigned rank) {
   wire::IpAddr base = *wire::parse_ip(o.ip_base);
   return wire::IpAddr::v4(base.v4_host_order() + rank + 1);
 }
+// ina mode's QPs are the ones the job registers; ring mode uses others, which the appliance
+// does not know and so switches untouched.
 uint32_t send_qpn(unsigned rank) { return 0x100 + rank; }
 uint32_t recv_qpn(unsigned rank) { return 0x200 + rank; }
+uint32_t ring_send_qpn(unsigned rank) { return 0x300 + rank; }
+uint32_t ring_recv_qpn(unsigned rank) { return 0x400 + rank; }
 uint32_t start_psn(unsigned rank) { return (0xfff000u + 101u * rank) & 0xffffff; }
 
 std::string ip_text(const wire::IpAddr& a) {
@@ -58,15 +65,21 @@ std::string ip_text(const wire::IpAddr& a) {
   return b;
 }
 
-void print_job(const Options& o) {
-  std::printf("# inagg-worker --print-job: %u workers, rank r at %s + r + 1\nid = 1\ndtype = %s\nworkers = %u\n", o.workers,
-              o.ip_base.c_str(), o.dtype_name.c_str(), o.workers);
-  std::printf("message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", o.message, o.payload, o.window);
+std::string job_text(const Options& o) {
+  char buf[256];
+  std::string t;
+  std::snprintf(buf, sizeof buf, "# inagg-worker --print-job: %u workers, rank r at %s + r + 1\nid = %u\ndtype = %s\nworkers = %u\n",
+                o.workers, o.ip_base.c_str(), o.job_id, o.dtype_name.c_str(), o.workers);
+  t += buf;
+  std::snprintf(buf, sizeof buf, "message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", o.message, o.payload, o.window);
+  t += buf;
   for (unsigned r = 0; r < o.workers; ++r) {
     const unsigned s = (r + 1) % o.workers;
-    std::printf("conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, ip_text(ip_of(o, r)).c_str(), send_qpn(r), ip_text(ip_of(o, s)).c_str(),
-                recv_qpn(s), start_psn(r));
+    std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, ip_text(ip_of(o, r)).c_str(), send_qpn(r),
+                  ip_text(ip_of(o, s)).c_str(), recv_qpn(s), start_psn(r));
+    t += buf;
   }
+  return t;
 }
 
 // Rank r's input: deterministic from (seed, rank), so every rank can compute the reference sum.
@@ -126,6 +139,8 @@ int main(int argc, char** argv) {
       ("retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")
       ("seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the --check inputs")
       ("timeout", po::value<double>(&o.timeout_s)->default_value(o.timeout_s), "give up after this many seconds")
+      ("job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")
+      ("register", po::value<std::string>(&o.register_socket), "ina mode: rank 0 adds the job through this inagg control socket, and every rank waits until the job is active before sending")
       ("print-job", "print the appliance job file for these parameters and exit");
   po::variables_map vm;
   try {
@@ -159,15 +174,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (vm.count("print-job")) {
-    print_job(o);
+    std::fputs(job_text(o).c_str(), stdout);
     return 0;
   }
   if (!vm.count("rank") || o.rank >= o.workers) {
     std::cerr << "inagg-worker: --rank must be given and below --workers\n";
     return 2;
   }
-  if (o.mode != "ina") {
-    std::cerr << "inagg-worker: --mode " << o.mode << " is not implemented yet; only ina works (ring is planned)\n";
+  if (o.mode != "ina" && o.mode != "ring") {
+    std::cerr << "inagg-worker: --mode must be ina (through the appliance) or ring (the classic ring allreduce)\n";
     return 2;
   }
   if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.factor < 2) {
@@ -175,20 +190,55 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const unsigned succ = (o.rank + 1) % o.workers, pred = (o.rank + o.workers - 1) % o.workers;
+  const unsigned n = o.workers, succ = (o.rank + 1) % n, pred = (o.rank + n - 1) % n;
+  const bool ring = o.mode == "ring";
+  const uint64_t deadline = now_ns() + static_cast<uint64_t>(o.timeout_s * 1e9);
+
+  // Job registration (ina): rank 0 adds it; everyone waits until it is active, because before
+  // that the appliance would switch the packets unaggregated.
+  if (!ring && !o.register_socket.empty()) {
+    std::string reply, e;
+    if (o.rank == 0) {
+      if (!control::send_request(o.register_socket, "add\n" + job_text(o), &reply, &e)) {
+        std::cerr << "inagg-worker: " << e << "\n";
+        return 2;
+      }
+      if (reply.rfind("error:", 0) == 0 && reply.find("already exists") == std::string::npos) {
+        std::cerr << "inagg-worker: the appliance refused the job: " << reply;
+        return 2;
+      }
+    }
+    const std::string want = "id=" + std::to_string(o.job_id) + " state=active";
+    while (true) {
+      if (control::send_request(o.register_socket, "list\n", &reply, &e) && reply.find(want) != std::string::npos) break;
+      if (now_ns() > deadline) {
+        std::cerr << "inagg-worker: job " << o.job_id << " never became active on " << o.register_socket << "\n";
+        return 1;
+      }
+      ::poll(nullptr, 0, 20);
+    }
+  }
+
   RoceSocket sock;
   std::string err;
   if (!sock.open(ip_of(o, o.rank), 2 /* ECT(0) */, &err)) {
     std::cerr << "inagg-worker: " << err << "\n";
     return 2;
   }
+  const size_t es = agg::dtype_size(o.dtype);
   const uint64_t max_padded = (o.max_bytes + o.message - 1) / o.message * o.message;
-  std::vector<uint8_t> send(max_padded, 0), recv(max_padded, 0), want(max_padded);
+  // ring: the buffer in n chunks of whole elements, each padded to whole messages; every step has
+  // its own staging area in the receive region, so a step never overwrites one not yet consumed.
+  auto chunk_of = [&](uint64_t bytes) { return ((bytes / es + n - 1) / n) * es; };
+  auto padded = [&](uint64_t b) { return std::max<uint64_t>(o.message, (b + o.message - 1) / o.message * o.message); };
+  const uint64_t recv_len = ring ? 2ull * (n - 1) * padded(chunk_of(o.max_bytes)) : max_padded;
+  std::vector<uint8_t> send(ring ? padded(chunk_of(o.max_bytes)) * n : max_padded, 0), recv(recv_len, 0),
+      data(max_padded + padded(chunk_of(o.max_bytes)) * n, 0), want(max_padded);
   constexpr uint64_t kVa = 0x7f0000000000ull;
   constexpr uint32_t kRkey = 0x1234;
   RcConfig rq;
-  rq.local_qpn = send_qpn(o.rank);
-  rq.remote_qpn = recv_qpn(succ);
+  rq.local_qpn = ring ? ring_send_qpn(o.rank) : send_qpn(o.rank);
+  rq.remote_qpn = ring ? ring_recv_qpn(succ) : recv_qpn(succ);
   rq.remote_ip = ip_of(o, succ);
   rq.send_start_psn = start_psn(o.rank);
   rq.mtu_payload = o.payload;
@@ -196,65 +246,117 @@ int main(int argc, char** argv) {
   rq.ack_timeout_ns = static_cast<uint64_t>(o.ack_timeout_ms * 1e6);
   rq.retry_count = o.retry;
   RcConfig rs = rq;
-  rs.local_qpn = recv_qpn(o.rank);
-  rs.remote_qpn = send_qpn(pred);
+  rs.local_qpn = ring ? ring_recv_qpn(o.rank) : recv_qpn(o.rank);
+  rs.remote_qpn = ring ? ring_send_qpn(pred) : send_qpn(pred);
   rs.remote_ip = ip_of(o, pred);
   rs.recv_start_psn = start_psn(pred);
   RcRequester req(sock, rq);
   RcResponder rsp(sock, rs, recv.data(), recv.size(), kVa, kRkey);
 
-  std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u\n", o.rank, o.workers,
+  // Runs the transport until `done()`; false (after saying why) on failure or timeout.
+  Datagram dg;
+  pollfd pfd{sock.fd(), POLLIN, 0};
+  auto pump = [&](auto done) {
+    while (!done()) {
+      const uint64_t t = now_ns();
+      if (req.failed() || !rsp.error().empty() || t > deadline) {
+        std::cerr << "inagg-worker: rank " << o.rank << ": "
+                  << (req.failed() ? req.error() : !rsp.error().empty() ? rsp.error() : "timed out") << "\n";
+        return false;
+      }
+      req.progress(t);
+      rsp.progress(t);
+      ::poll(&pfd, 1, 1);
+      while (sock.receive(&dg)) {
+        if (!dg.roce) continue;
+        const uint32_t qpn = wire::bth_of(dg.frame.data(), dg.layout).dest_qp();
+        if (qpn == rq.local_qpn) req.on_ack(dg, t);
+        else if (qpn == rs.local_qpn) rsp.on_data(dg, t);
+      }
+    }
+    return true;
+  };
+  // Writes `len` bytes (padded to whole messages) to the successor at offset `off` of its region
+  // and waits until `expect` more messages have arrived from the predecessor. Counted from the
+  // start, not from now: in ring mode the predecessor may be a step ahead, its message already in.
+  uint64_t expected_msgs = 0;
+  auto exchange = [&](const uint8_t* src, uint64_t len, uint64_t off, uint64_t expect) {
+    expected_msgs += expect;
+    for (uint64_t m = 0; m * o.message < len; ++m)
+      req.post_write(src + m * o.message, o.message, kVa + off + m * o.message, kRkey, static_cast<uint32_t>(m));
+    return pump([&] { return req.idle() && rsp.messages() >= expected_msgs; });
+  };
+
+  // One allreduce of `bytes` (whole elements) in data[]: the result ends in data[].
+  auto allreduce = [&](uint64_t bytes) -> bool {
+    if (!ring) {
+      const uint64_t msgs = padded(bytes) / o.message;
+      std::memcpy(send.data(), data.data(), bytes);
+      std::memset(send.data() + bytes, 0, msgs * o.message - bytes);  // the padded tail sums to zero
+      if (!exchange(send.data(), msgs * o.message, 0, msgs)) return false;
+      std::memcpy(data.data(), recv.data(), bytes);
+      return true;
+    }
+    // ring: reduce-scatter (n-1 steps), then all-gather (n-1 steps). Chunk c is reduced in the
+    // order c, c+1, ..., c+n-1.
+    const uint64_t chunk = chunk_of(bytes), pc = padded(chunk), msgs = pc / o.message;
+    for (unsigned step = 0; step < 2 * (n - 1); ++step) {
+      const bool gather = step >= n - 1;
+      const unsigned k = gather ? step - (n - 1) : step;
+      const unsigned send_c = (o.rank + (gather ? 1 : 0) + n - k) % n, recv_c = (o.rank + (gather ? 0 : n - 1) + n - k) % n;
+      std::memset(send.data(), 0, pc);
+      std::memcpy(send.data(), data.data() + send_c * chunk, chunk);
+      if (!exchange(send.data(), pc, step * pc, msgs)) return false;
+      uint8_t* dst = data.data() + recv_c * chunk;
+      const uint8_t* got = recv.data() + step * pc;
+      if (gather) {
+        std::memcpy(dst, got, chunk);
+      } else {
+        // acc = received (ranks c..r-1) + ours (r): rank order along the ring.
+        const uint8_t* srcs[2] = {got, dst};
+        agg::sum_ranked(o.dtype, dst, srcs, 2, chunk);
+      }
+    }
+    return true;
+  };
+
+  std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u\n", o.rank, n,
               ip_text(ip_of(o, o.rank)).c_str(), ip_text(ip_of(o, succ)).c_str(), o.mode.c_str(), o.dtype_name.c_str(),
               o.message, o.payload, o.window);
   std::printf("#%11s %12s %6s %10s %8s %8s %8s\n", "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong");
-  const uint64_t deadline = now_ns() + static_cast<uint64_t>(o.timeout_s * 1e9);
   double busbw_sum = 0;
   unsigned rows = 0;
   uint64_t wrong_total = 0;
   for (uint64_t size = o.min_bytes; size <= o.max_bytes; size *= o.factor) {
-    const uint64_t bytes = size / agg::dtype_size(o.dtype) * agg::dtype_size(o.dtype);
-    const uint64_t msgs = (bytes + o.message - 1) / o.message;
-    fill(o, o.rank, send.data(), bytes);
-    std::memset(send.data() + bytes, 0, msgs * o.message - bytes);  // pad the tail: it sums to zero
+    const uint64_t bytes = size / es * es;
+    if (bytes == 0) continue;
     double total_us = 0;
     for (unsigned it = 0; it < o.warmup + o.iters; ++it) {
-      const uint64_t base_msgs = rsp.messages();
+      fill(o, o.rank, data.data(), bytes);
       const uint64_t t0 = now_ns();
-      for (uint64_t m = 0; m < msgs; ++m)
-        req.post_write(send.data() + m * o.message, o.message, kVa + m * o.message, kRkey, static_cast<uint32_t>(m));
-      Datagram dg;
-      pollfd pfd{sock.fd(), POLLIN, 0};
-      while (!(req.idle() && rsp.messages() >= base_msgs + msgs)) {
-        const uint64_t t = now_ns();
-        if (req.failed() || !rsp.error().empty() || t > deadline) {
-          std::cerr << "inagg-worker: rank " << o.rank << ": "
-                    << (req.failed() ? req.error() : !rsp.error().empty() ? rsp.error() : "timed out") << "\n";
-          return 1;
-        }
-        req.progress(t);
-        rsp.progress(t);
-        ::poll(&pfd, 1, 1);
-        while (sock.receive(&dg)) {
-          if (!dg.roce) continue;
-          const uint32_t qpn = wire::bth_of(dg.frame.data(), dg.layout).dest_qp();
-          if (qpn == rq.local_qpn) req.on_ack(dg, t);
-          else if (qpn == rs.local_qpn) rsp.on_data(dg, t);
-        }
-      }
+      if (!allreduce(bytes)) return 1;
       if (it >= o.warmup) total_us += static_cast<double>(now_ns() - t0) / 1e3;
     }
     uint64_t wrong = 0;
     if (o.check) {
-      std::vector<std::vector<uint8_t>> inputs(o.workers, std::vector<uint8_t>(bytes));
-      std::vector<const uint8_t*> srcs;
-      for (unsigned r = 0; r < o.workers; ++r) {
-        fill(o, r, inputs[r].data(), bytes);
-        srcs.push_back(inputs[r].data());
+      std::vector<std::vector<uint8_t>> inputs(n, std::vector<uint8_t>(bytes));
+      for (unsigned r = 0; r < n; ++r) fill(o, r, inputs[r].data(), bytes);
+      const uint64_t chunk = chunk_of(bytes);
+      for (uint64_t c0 = 0; c0 < bytes; c0 += (ring ? chunk : bytes)) {
+        const uint64_t len = std::min<uint64_t>(ring ? chunk : bytes, bytes - c0);
+        const unsigned first = ring ? static_cast<unsigned>(c0 / chunk) : 0;  // ring: chunk c starts at rank c
+        if (ring) {
+          // A ring rounds at every hop (fp16/bf16 accumulate in their own type): the reference does too.
+          std::memcpy(want.data() + c0, inputs[first].data() + c0, len);
+          for (unsigned k = 1; k < n; ++k) agg::scalar::add_into(o.dtype, want.data() + c0, inputs[(first + k) % n].data() + c0, len);
+        } else {  // ina: the appliance's rank-ordered sum, halves accumulated in fp32 and rounded once
+          std::vector<const uint8_t*> srcs;
+          for (unsigned k = 0; k < n; ++k) srcs.push_back(inputs[(first + k) % n].data() + c0);
+          agg::scalar::sum_ranked(o.dtype, want.data() + c0, srcs.data(), n, len);
+        }
       }
-      agg::scalar::sum_ranked(o.dtype, want.data(), srcs.data(), o.workers, bytes);
-      const size_t es = agg::dtype_size(o.dtype);
       for (size_t i = 0; i < bytes; i += es) {
-        if (std::memcmp(want.data() + i, recv.data() + i, es) != 0) {
+        if (std::memcmp(want.data() + i, data.data() + i, es) != 0) {
           if (wrong < 3) std::fprintf(stderr, "rank %u: element %zu differs from the reference sum\n", o.rank, i / es);
           ++wrong;
         }
@@ -263,10 +365,10 @@ int main(int argc, char** argv) {
     wrong_total += wrong;
     const double us = total_us / o.iters;
     const double algbw = static_cast<double>(bytes) / (us * 1e3);  // GB/s
-    const double busbw = algbw * 2.0 * (o.workers - 1) / o.workers;
+    const double busbw = algbw * 2.0 * (n - 1) / n;
     busbw_sum += busbw;
     ++rows;
-    std::printf(" %11" PRIu64 " %12" PRIu64 " %6s %10.1f %8.3f %8.3f %8" PRIu64 "\n", bytes, bytes / agg::dtype_size(o.dtype),
+    std::printf(" %11" PRIu64 " %12" PRIu64 " %6s %10.1f %8.3f %8.3f %8" PRIu64 "\n", bytes, bytes / es,
                 o.dtype_name.c_str(), us, algbw, busbw, o.check ? wrong : 0);
     std::fflush(stdout);
   }

@@ -3,9 +3,11 @@
 # between them on net_af_packet ports, and 4 inagg-worker processes running a --check'ed
 # allreduce sweep in ina mode through it, with the sizes from one packet to several windows and a
 # non-multiple tail, for the given dtype, optionally with random loss on every worker's link.
-#   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT
+# Mode ina registers the job through the control socket from rank 0 (--register); mode ring runs
+# the classic ring allreduce over the same transport, which the appliance only switches.
+#   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT MODE
 set -uo pipefail
-inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6
+inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6 mode=${7:-ina}
 tmp=$(mktemp -d)
 prefix="inagg-e2e-$$"
 pid=""
@@ -20,17 +22,17 @@ n=4
 lossarg=()
 [ "$loss" != 0 ] && lossarg=(--loss "$loss")
 "$src/scripts/rack" up --workers $n "${lossarg[@]}" >/dev/null || fail "rack up"
-"$worker" -n $n --dtype "$dtype" --message 16384 --payload 1024 --print-job >"$tmp/job.job" || fail "print-job"
 # shellcheck disable=SC2046
 "$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $("$src/scripts/rack" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 --job "$tmp/job.job" >"$tmp/inagg.log" 2>&1 &
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 >"$tmp/inagg.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
 [ -S "$tmp/ctl.sock" ] || fail "inagg did not start"
 wpids=()
 for r in $(seq 0 $((n - 1))); do
   ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \
-    -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 20 --timeout 90 >"$tmp/w$r.log" 2>&1 &
+    -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 20 --timeout 90 --mode "$mode" \
+    --register "$tmp/ctl.sock" >"$tmp/w$r.log" 2>&1 &
   wpids+=($!)
 done
 for r in $(seq 0 $((n - 1))); do
@@ -40,6 +42,12 @@ for r in $(seq 0 $((n - 1))); do
   awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp/w$r.log" || fail "worker $r reports wrong elements"
   [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 4 ] || fail "worker $r printed too few rows"
 done
+if [ "$mode" = ring ]; then
+  out=$("$ctl" --socket "$tmp/ctl.sock" list)
+  grep -q "no jobs" <<<"$out" || fail "ring mode registered a job: $out"
+  echo "ok: $n workers, ring, $dtype, loss $loss%: every element exact"
+  exit 0
+fi
 stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
 grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
 grep -q "^slots_released [1-9]" <<<"$stats" || fail "nothing released: $stats"
@@ -47,4 +55,4 @@ if [ "$loss" != 0 ]; then
   recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$stats")
   [ "$recovered" -gt 0 ] || fail "loss injected but the appliance recovered nothing: $stats"
 fi
-echo "ok: $n workers, $dtype, loss $loss%: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"
+echo "ok: $n workers, ina, $dtype, loss $loss%: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"
