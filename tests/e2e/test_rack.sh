@@ -51,6 +51,7 @@ fi
 stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
 grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
 grep -q "^slots_released [1-9]" <<<"$stats" || fail "nothing released: $stats"
+grep -q "^held_packets 0$" <<<"$stats" || fail "stuck slots: $stats"
 if [ "$loss" != 0 ]; then
   recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$stats")
   [ "$recovered" -gt 0 ] || fail "loss injected but the appliance recovered nothing: $stats"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A worker killed mid-job: the other ranks stop with a clear error within their RC retry budget,
+# the appliance aborts the job after its no-progress timeout and frees its memory, and once the
+# failed job is removed a new job on the same rack runs cleanly.
+#   test_worker_killed.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
+set -uo pipefail
+inagg=$1 ctl=$2 worker=$3 src=$4
+tmp=$(mktemp -d)
+prefix="inagg-kill-$$"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  "$src/scripts/rack" down >/dev/null 2>&1
+  rm -rf "$tmp" "/var/run/dpdk/$prefix"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; tail -n 4 "$tmp"/*.log; exit 1; }
+C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
+n=4
+"$src/scripts/rack" up --workers $n >/dev/null || fail "rack up"
+# shellcheck disable=SC2046
+"$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $("$src/scripts/rack" vdevs) \
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 --abort-ms 1500 >"$tmp/inagg.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
+[ -S "$tmp/ctl.sock" ] || fail "inagg did not start"
+run_workers() {  # JOB_ID LOGTAG -> pids in wpids
+  wpids=()
+  for r in $(seq 0 $((n - 1))); do
+    ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --job-id "$1" --message 16384 --payload 1024 -b 65536 -e 4194304 -f 4 \
+      --iters 20 --check --ack-timeout-ms 50 --retry 3 --timeout 60 --register "$tmp/ctl.sock" >"$tmp/$2.w$r.log" 2>&1 &
+    wpids+=($!)
+  done
+}
+run_workers 1 first
+sleep 1.5
+kill -9 "${wpids[3]}"
+wait "${wpids[3]}" 2>/dev/null
+t0=$(date +%s.%N)
+for r in 0 1 2; do
+  wait "${wpids[$r]}" && fail "rank $r finished although rank 3 died"
+  grep -q "retry count (3) exceeded" "$tmp/first.w$r.log" || fail "rank $r: no clear error: $(tail -n 1 "$tmp/first.w$r.log")"
+done
+elapsed=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
+awk -v e="$elapsed" 'BEGIN {exit !(e < 5)}' || fail "the survivors took ${elapsed}s to give up (budget (3+1) x 50 ms)"
+# The appliance aborts the job once nothing moved for --abort-ms, and frees its memory.
+for _ in $(seq 50); do C list | grep -q "state=failed" && break; sleep 0.1; done
+out=$(C list); grep -q "id=1 state=failed" <<<"$out" || fail "job not failed: $out"
+out=$(C stats 1); grep -q "^memory_bytes 0$" <<<"$out" || fail "memory not freed: $out"
+grep -q "^held_packets 0$" <<<"$out" || fail "packets still held: $out"
+C remove 1 >/dev/null || fail "remove the failed job"
+# A new job on the same rack.
+run_workers 2 second
+for r in $(seq 0 $((n - 1))); do wait "${wpids[$r]}" || fail "second job: rank $r exited with $?"; done
+awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp"/second.w*.log || fail "second job: wrong elements"
+out=$(C list); grep -q "id=2 state=active" <<<"$out" || fail "second job: $out"
+echo "ok: survivors gave up in ${elapsed}s with a clear error, job 1 aborted and freed, job 2 exact"
