@@ -60,6 +60,7 @@ po::options_description make_options(Options& o) {
       ("resend-us", po::value<double>()->default_value(200), "resend released packets not acknowledged within this many microseconds")
       ("abort-ms", po::value<double>()->default_value(30000), "abort a job that makes no progress for this long (must exceed the NICs' (retry count + 1) x ACK timeout)")
       ("capture", po::value<std::string>(&o.app.capture_path), "write every RoCEv2 packet the engines emit to this pcap (debugging; costs speed)")
+      ("wait-link", po::value<double>()->default_value(0), "wait up to this many seconds for every port's link before forwarding (e.g. a net_memif peer)")
       ("idle-exit", po::value<double>(&o.idle_exit)->default_value(0), "exit after this many seconds without a received packet, once one arrived (for offline pcap runs); 0: never");
   return d;
 }
@@ -112,6 +113,7 @@ int parse_app_options(int argc, char** argv, Options& o) {
     return 2;
   }
   o.check_only = vm.count("check-config") > 0;
+  o.app.wait_link_ms = static_cast<uint32_t>(vm["wait-link"].as<double>() * 1000);
   o.app.flow_steering = vm.count("no-flow") == 0;
   o.app.mac_ageing_ns = static_cast<uint64_t>(vm["mac-ageing"].as<double>() * 1e9);
   o.app.engine.memory_budget_bytes = vm["memory-budget-mb"].as<size_t>() << 20;

@@ -372,6 +372,19 @@ int main(int argc, char** argv) {
                 o.dtype_name.c_str(), us, algbw, busbw, o.check ? wrong : 0);
     std::fflush(stdout);
   }
+  // Linger: our predecessor may have lost our last ACK and be retransmitting; keep answering
+  // until it has been quiet for a few of its ACK timeouts (an RDMA app's final barrier).
+  for (uint64_t quiet_since = now_ns(); now_ns() - quiet_since < 4 * rq.ack_timeout_ns && now_ns() < deadline;) {
+    const uint64_t t = now_ns();
+    req.progress(t);
+    rsp.progress(t);
+    ::poll(&pfd, 1, 1);
+    while (sock.receive(&dg)) {
+      quiet_since = t;
+      if (dg.roce && wire::bth_of(dg.frame.data(), dg.layout).dest_qp() == rs.local_qpn) rsp.on_data(dg, t);
+      else if (dg.roce) req.on_ack(dg, t);
+    }
+  }
   const RcCounters& c = req.counters();
   std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw_sum / rows : 0.0);
   std::printf("# rank %u: sent %" PRIu64 " packets (%" PRIu64 " resent), %" PRIu64 " timeouts, %" PRIu64

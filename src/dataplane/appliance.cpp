@@ -375,6 +375,23 @@ int lcore_main(void* arg) {
 bool Appliance::start(std::string* error) {
   Impl& I = *impl_;
   if (I.started) return true;
+  if (I.cfg.wait_link_ms) {
+    // E.g. a net_memif port is down until its peer connects: frames sent before would be dropped.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(I.cfg.wait_link_ms);
+    for (;;) {
+      std::vector<uint16_t> down;
+      for (uint16_t p : I.port_ids) {
+        rte_eth_link link{};
+        if (rte_eth_link_get_nowait(p, &link) != 0 || link.link_status != RTE_ETH_LINK_UP) down.push_back(p);
+      }
+      if (down.empty()) break;
+      if (std::chrono::steady_clock::now() > deadline || g_force_quit.load()) {
+        std::fprintf(stderr, "inagg: port %u still has no link after %u ms; starting anyway\n", down[0], I.cfg.wait_link_ms);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   I.started = true;
   if (I.single) return true;  // run_main_lcore() runs the loop
   for (auto& l : I.lcores) {

@@ -20,12 +20,12 @@ opts=(--socket "" --mtu 1500 --mbufs 4096 --mbuf-budget 1024 --resend-us 1000000
 
 /usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp" --workers 2 --messages 4 --payload 1024 --message 2048 --background 0 >/dev/null || fail gen-pcap
 "$inagg" "${eal[@]}" --file-prefix="$pa" --vdev="net_pcap0,rx_pcap=$tmp/port0.pcap,tx_pcap=$tmp/out0.pcap" \
-  --vdev="net_memif0,role=server,socket=$tmp/memif.sock,socket-abstract=no" -- --job "$tmp/job.job" --idle-exit 6 "${opts[@]}" >"$tmp/a.log" 2>&1 &
+  --vdev="net_memif0,role=server,socket=$tmp/memif.sock,socket-abstract=no" -- --job "$tmp/job.job" --idle-exit 6 --wait-link 20 "${opts[@]}" >"$tmp/a.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -S "$tmp/memif.sock" ] && break; sleep 0.1; done
 [ -S "$tmp/memif.sock" ] || fail "memif server socket never appeared"
 timeout 60 "$inagg" "${eal[@]}" --file-prefix="$pb" --vdev="net_memif0,role=client,socket=$tmp/memif.sock,socket-abstract=no" \
-  --vdev="net_pcap0,rx_pcap=$tmp/port1.pcap,tx_pcap=$tmp/out1.pcap" -- --idle-exit 4 "${opts[@]}" >"$tmp/b.log" 2>&1 || fail "inagg B exited with $?"
+  --vdev="net_pcap0,rx_pcap=$tmp/port1.pcap,tx_pcap=$tmp/out1.pcap" -- --idle-exit 4 --wait-link 20 "${opts[@]}" >"$tmp/b.log" 2>&1 || fail "inagg B exited with $?"
 wait "$pid"; rc=$?
 pid=""
 [ $rc -eq 0 ] || fail "inagg A exited with $rc"

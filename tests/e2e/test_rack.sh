@@ -31,7 +31,7 @@ for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
 wpids=()
 for r in $(seq 0 $((n - 1))); do
   ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \
-    -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 20 --timeout 90 --mode "$mode" \
+    -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 50 --timeout 90 --mode "$mode" \
     --register "$tmp/ctl.sock" >"$tmp/w$r.log" 2>&1 &
   wpids+=($!)
 done

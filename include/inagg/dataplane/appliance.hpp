@@ -26,6 +26,7 @@ struct ApplianceConfig {
   size_t mac_table_size = 4096;
   agg::EngineConfig engine;         // per lcore; budgets are per lcore too
   std::string capture_path;         // pcap of every RoCEv2 packet the engines emit; "" = off
+  uint32_t wait_link_ms = 0;        // before starting the loops, wait this long for every link to be up
 };
 
 // Per-lcore counters, written only by their lcore. The control thread reads them without a lock
