@@ -194,31 +194,6 @@ int main(int argc, char** argv) {
   const bool ring = o.mode == "ring";
   const uint64_t deadline = now_ns() + static_cast<uint64_t>(o.timeout_s * 1e9);
 
-  // Job registration (ina): rank 0 adds it; everyone waits until it is active, because before
-  // that the appliance would switch the packets unaggregated.
-  if (!ring && !o.register_socket.empty()) {
-    std::string reply, e;
-    if (o.rank == 0) {
-      if (!control::send_request(o.register_socket, "add\n" + job_text(o), &reply, &e)) {
-        std::cerr << "inagg-worker: " << e << "\n";
-        return 2;
-      }
-      if (reply.rfind("error:", 0) == 0 && reply.find("already exists") == std::string::npos) {
-        std::cerr << "inagg-worker: the appliance refused the job: " << reply;
-        return 2;
-      }
-    }
-    const std::string want = "id=" + std::to_string(o.job_id) + " state=active";
-    while (true) {
-      if (control::send_request(o.register_socket, "list\n", &reply, &e) && reply.find(want) != std::string::npos) break;
-      if (now_ns() > deadline) {
-        std::cerr << "inagg-worker: job " << o.job_id << " never became active on " << o.register_socket << "\n";
-        return 1;
-      }
-      ::poll(nullptr, 0, 20);
-    }
-  }
-
   RoceSocket sock;
   std::string err;
   if (!sock.open(ip_of(o, o.rank), 2 /* ECT(0) */, &err)) {
@@ -252,6 +227,32 @@ int main(int argc, char** argv) {
   rs.recv_start_psn = start_psn(pred);
   RcRequester req(sock, rq);
   RcResponder rsp(sock, rs, recv.data(), recv.size(), kVa, kRkey);
+
+  // Job registration (ina): rank 0 adds it; everyone waits until it is active, because before
+  // that the appliance would switch the packets unaggregated. This comes after the buffers are
+  // allocated, so no rank starts sending while another is still setting up.
+  if (!ring && !o.register_socket.empty()) {
+    std::string reply, e;
+    if (o.rank == 0) {
+      if (!control::send_request(o.register_socket, "add\n" + job_text(o), &reply, &e)) {
+        std::cerr << "inagg-worker: " << e << "\n";
+        return 2;
+      }
+      if (reply.rfind("error:", 0) == 0 && reply.find("already exists") == std::string::npos) {
+        std::cerr << "inagg-worker: the appliance refused the job: " << reply;
+        return 2;
+      }
+    }
+    const std::string want = "id=" + std::to_string(o.job_id) + " state=active";
+    while (true) {
+      if (control::send_request(o.register_socket, "list\n", &reply, &e) && reply.find(want) != std::string::npos) break;
+      if (now_ns() > deadline) {
+        std::cerr << "inagg-worker: job " << o.job_id << " never became active on " << o.register_socket << "\n";
+        return 1;
+      }
+      ::poll(nullptr, 0, 20);
+    }
+  }
 
   // Runs the transport until `done()`; false (after saying why) on failure or timeout.
   Datagram dg;

@@ -8,26 +8,12 @@
 #   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT MODE
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6 mode=${7:-ina}
-tmp=$(mktemp -d)
-prefix="inagg-e2e-$$"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  "$src/scripts/rack" down >/dev/null 2>&1
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; tail -n 5 "$tmp"/*.log; exit 1; }
 n=4
+# shellcheck source=rack_lib.sh
+. "$(dirname "$0")/rack_lib.sh"
 lossarg=()
 [ "$loss" != 0 ] && lossarg=(--loss "$loss")
-"$src/scripts/rack" up --workers $n "${lossarg[@]}" >/dev/null || fail "rack up"
-# shellcheck disable=SC2046
-"$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $("$src/scripts/rack" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 >"$tmp/inagg.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
-[ -S "$tmp/ctl.sock" ] || fail "inagg did not start"
+start_rack "${lossarg[@]}" --
 wpids=()
 for r in $(seq 0 $((n - 1))); do
   ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \

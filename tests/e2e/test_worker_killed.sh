@@ -5,25 +5,11 @@
 #   test_worker_killed.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
-tmp=$(mktemp -d)
-prefix="inagg-kill-$$"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  "$src/scripts/rack" down >/dev/null 2>&1
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; tail -n 4 "$tmp"/*.log; exit 1; }
-C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
 n=4
-"$src/scripts/rack" up --workers $n >/dev/null || fail "rack up"
-# shellcheck disable=SC2046
-"$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $("$src/scripts/rack" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 --abort-ms 1500 >"$tmp/inagg.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
-[ -S "$tmp/ctl.sock" ] || fail "inagg did not start"
+# shellcheck source=rack_lib.sh
+. "$(dirname "$0")/rack_lib.sh"
+C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
+start_rack -- --abort-ms 1500
 run_workers() {  # JOB_ID LOGTAG -> pids in wpids
   wpids=()
   for r in $(seq 0 $((n - 1))); do
