@@ -196,8 +196,9 @@ Appliance::~Appliance() {
     }
   }
   I.lcores.clear();
+  // init() may have failed part way: only ports it configured have steering state.
   for (size_t i = 0; i < I.port_ids.size(); ++i) {
-    remove_roce_steering(I.port_ids[i], I.steering[i]);
+    if (i < I.steering.size()) remove_roce_steering(I.port_ids[i], I.steering[i]);
     rte_eth_dev_stop(I.port_ids[i]);
     rte_eth_dev_close(I.port_ids[i]);  // net_pcap completes its output file here
   }

@@ -1,0 +1,34 @@
+#!/bin/sh
+# inagg's container entrypoint.
+#   docker run ... inagg [EAL args] -- [inagg args]   run the appliance (arguments passed through)
+#   docker run ... inagg --help                        inagg's options
+#   docker run ... inagg self-check                    a short check that the image works
+#   docker run ... inagg inagg-ctl list                any other inagg-* tool by name
+# Hugepages: if none are mounted at /dev/hugepages (docker run -v /dev/hugepages:/dev/hugepages)
+# with free pages, --no-huge -m 1024 is added to the EAL arguments and a note says so.
+set -eu
+case "${1:-}" in
+  self-check)
+    echo "self-check: wire layer on a ConnectX-4 Lx capture"
+    inagg-decode /usr/local/share/inagg/cnp_connectx4lx.pcap
+    echo "self-check: inagg running EAL, two net_null ports and its datapath for 3 s"
+    out=$(timeout -s INT 3 inagg --no-huge -m 512 --no-pci --log-level=lib.eal:error --file-prefix=selfcheck \
+      --vdev=net_null0 --vdev=net_null1 -- --socket "" --mtu 1500 --mbufs 8192 --mbuf-budget 1024 2>&1) || true
+    echo "$out" | grep -E "^(port|inagg: final)" || true
+    echo "$out" | grep -q "inagg: final stats" || { echo "self-check FAILED: inagg did not run"; echo "$out"; exit 1; }
+    echo "$out" | grep -Eq "^port 0 .* rx [1-9]" || { echo "self-check FAILED: no packets"; exit 1; }
+    echo "self-check: ok"
+    exit 0
+    ;;
+  inagg-*) exec "$@" ;;
+  --help|-h) exec inagg -- --help ;;
+esac
+free=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
+if ! grep -qs " /dev/hugepages " /proc/mounts || [ "$free" -eq 0 ]; then
+  case " $* " in
+    *" --no-huge "*) ;;
+    *) echo "inagg-entrypoint: no free hugepages mounted at /dev/hugepages: adding --no-huge -m 1024 (slower; see docker/README.md)" >&2
+       set -- --no-huge -m 1024 "$@" ;;
+  esac
+fi
+exec inagg "$@"
