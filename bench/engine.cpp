@@ -145,14 +145,11 @@ void BM_memcpy(benchmark::State& state) {
 BENCHMARK(BM_engine) CONFIGS;
 BENCHMARK(BM_memcpy) CONFIGS;
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   inagg::bench::RateReporter rep;
-  benchmark::RunSpecifiedBenchmarks(&rep);
+  if (!inagg::bench::run_benchmarks(argc, argv, rep)) return 1;
   // Headline: the worst configuration's ratio, and its input rate.
   double worst = 0, worst_gbps = 0;
   std::string worst_cfg;

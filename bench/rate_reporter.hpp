@@ -26,4 +26,13 @@ class RateReporter : public benchmark::ConsoleReporter {
   }
 };
 
+// Initialises Google Benchmark from the command line and runs every selected benchmark into
+// `rep`; false when the command line has arguments it does not know.
+inline bool run_benchmarks(int argc, char** argv, RateReporter& rep) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return false;
+  benchmark::RunSpecifiedBenchmarks(&rep);
+  return true;
+}
+
 }  // namespace inagg::bench

@@ -139,15 +139,11 @@ BENCHMARK(BM_icrc_zlib)->Arg(1024)->Arg(4096);
 BENCHMARK(BM_icrc_header_combine);
 BENCHMARK(BM_parse_frame)->Arg(4)->Arg(6);
 
-// Records each run's bytes/s so the summary line is computed from this run.
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   inagg::bench::RateReporter rep;
-  benchmark::RunSpecifiedBenchmarks(&rep);
+  if (!inagg::bench::run_benchmarks(argc, argv, rep)) return 1;
   std::printf("icrc_vs_zlib=%.2f crc32_vs_zlib_4k=%.2f crc32_impl=%s\n",
               rep.ratio("BM_icrc_verify/4096", "BM_icrc_zlib/4096"),
               rep.ratio("BM_crc32_dispatched/4096", "BM_zlib_crc32/4096"), std::string(crc32_impl_name()).c_str());

@@ -257,6 +257,19 @@ int main(int argc, char** argv) {
   // Runs the transport until `done()`; false (after saying why) on failure or timeout.
   Datagram dg;
   pollfd pfd{sock.fd(), POLLIN, 0};
+  // Dispatches every waiting datagram to the requester (ACK/NAK) or the responder (data); true
+  // when there was any.
+  auto drain_socket = [&](uint64_t t) {
+    bool any = false;
+    while (sock.receive(&dg)) {
+      any = true;
+      if (!dg.roce) continue;
+      const uint32_t qpn = wire::bth_of(dg.frame.data(), dg.layout).dest_qp();
+      if (qpn == rq.local_qpn) req.on_ack(dg, t);
+      else if (qpn == rs.local_qpn) rsp.on_data(dg, t);
+    }
+    return any;
+  };
   auto pump = [&](auto done) {
     while (!done()) {
       const uint64_t t = now_ns();
@@ -268,12 +281,7 @@ int main(int argc, char** argv) {
       req.progress(t);
       rsp.progress(t);
       ::poll(&pfd, 1, 1);
-      while (sock.receive(&dg)) {
-        if (!dg.roce) continue;
-        const uint32_t qpn = wire::bth_of(dg.frame.data(), dg.layout).dest_qp();
-        if (qpn == rq.local_qpn) req.on_ack(dg, t);
-        else if (qpn == rs.local_qpn) rsp.on_data(dg, t);
-      }
+      drain_socket(t);
     }
     return true;
   };
@@ -380,11 +388,7 @@ int main(int argc, char** argv) {
     req.progress(t);
     rsp.progress(t);
     ::poll(&pfd, 1, 1);
-    while (sock.receive(&dg)) {
-      quiet_since = t;
-      if (dg.roce && wire::bth_of(dg.frame.data(), dg.layout).dest_qp() == rs.local_qpn) rsp.on_data(dg, t);
-      else if (dg.roce) req.on_ack(dg, t);
-    }
+    if (drain_socket(t)) quiet_since = t;
   }
   const RcCounters& c = req.counters();
   std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw_sum / rows : 0.0);

@@ -123,6 +123,7 @@ struct Appliance::Impl {
   void send(LcoreState& l, rte_mbuf* m, uint64_t now_ns);
   void enqueue_tx(LcoreState& l, unsigned port_index, rte_mbuf* m);
   void flush_tx(LcoreState& l);
+  void send_burst(LcoreState& l, unsigned port_index);
 };
 
 namespace {
@@ -579,24 +580,22 @@ void Appliance::Impl::send(LcoreState& l, rte_mbuf* m, uint64_t now_ns) {
 void Appliance::Impl::enqueue_tx(LcoreState& l, unsigned pi, rte_mbuf* m) {
   TxBuffer& b = l.tx[pi];
   b.pkts[b.n++] = m;
-  if (b.n == cfg.burst) {
-    const uint16_t sent = rte_eth_tx_burst(port_ids[pi], l.queue, b.pkts, b.n);
-    l.c.tx += sent;
-    for (uint16_t i = sent; i < b.n; ++i) rte_pktmbuf_free(b.pkts[i]);
-    l.c.tx_dropped += b.n - sent;
-    b.n = 0;
-  }
+  if (b.n == cfg.burst) send_burst(l, pi);
+}
+
+// Hands a port's TX buffer to the PMD; whatever it does not take is freed and counted.
+void Appliance::Impl::send_burst(LcoreState& l, unsigned pi) {
+  TxBuffer& b = l.tx[pi];
+  const uint16_t sent = rte_eth_tx_burst(port_ids[pi], l.queue, b.pkts, b.n);
+  l.c.tx += sent;
+  for (uint16_t i = sent; i < b.n; ++i) rte_pktmbuf_free(b.pkts[i]);
+  l.c.tx_dropped += b.n - sent;
+  b.n = 0;
 }
 
 void Appliance::Impl::flush_tx(LcoreState& l) {
   for (unsigned pi = 0; pi < l.tx.size(); ++pi) {
-    TxBuffer& b = l.tx[pi];
-    if (b.n == 0) continue;
-    const uint16_t sent = rte_eth_tx_burst(port_ids[pi], l.queue, b.pkts, b.n);
-    l.c.tx += sent;
-    for (uint16_t i = sent; i < b.n; ++i) rte_pktmbuf_free(b.pkts[i]);
-    l.c.tx_dropped += b.n - sent;
-    b.n = 0;
+    if (l.tx[pi].n) send_burst(l, pi);
   }
 }
 
