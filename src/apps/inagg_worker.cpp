@@ -59,12 +59,6 @@ uint32_t ring_send_qpn(unsigned rank) { return 0x300 + rank; }
 uint32_t ring_recv_qpn(unsigned rank) { return 0x400 + rank; }
 uint32_t start_psn(unsigned rank) { return (0xfff000u + 101u * rank) & 0xffffff; }
 
-std::string ip_text(const wire::IpAddr& a) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%u.%u.%u.%u", a.bytes[0], a.bytes[1], a.bytes[2], a.bytes[3]);
-  return b;
-}
-
 std::string job_text(const Options& o) {
   char buf[256];
   std::string t;
@@ -75,8 +69,8 @@ std::string job_text(const Options& o) {
   t += buf;
   for (unsigned r = 0; r < o.workers; ++r) {
     const unsigned s = (r + 1) % o.workers;
-    std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, ip_text(ip_of(o, r)).c_str(), send_qpn(r),
-                  ip_text(ip_of(o, s)).c_str(), recv_qpn(s), start_psn(r));
+    std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, wire::ip_text(ip_of(o, r)).c_str(), send_qpn(r),
+                  wire::ip_text(ip_of(o, s)).c_str(), recv_qpn(s), start_psn(r));
     t += buf;
   }
   return t;
@@ -330,7 +324,7 @@ int main(int argc, char** argv) {
   };
 
   std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u\n", o.rank, n,
-              ip_text(ip_of(o, o.rank)).c_str(), ip_text(ip_of(o, succ)).c_str(), o.mode.c_str(), o.dtype_name.c_str(),
+              wire::ip_text(ip_of(o, o.rank)).c_str(), wire::ip_text(ip_of(o, succ)).c_str(), o.mode.c_str(), o.dtype_name.c_str(),
               o.message, o.payload, o.window);
   std::printf("#%11s %12s %6s %10s %8s %8s %8s\n", "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong");
   double busbw_sum = 0;

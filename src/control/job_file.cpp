@@ -107,13 +107,6 @@ bool parse_number_field(std::string_view what, std::string_view text, uint64_t m
   return true;
 }
 
-std::string ip_text(const wire::IpAddr& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.version == wire::IpVersion::v4) return inet_ntop(AF_INET, a.bytes.data(), buf, sizeof buf);
-  if (a.version == wire::IpVersion::v6) return inet_ntop(AF_INET6, a.bytes.data(), buf, sizeof buf);
-  return "none";
-}
-
 bool parse_conn(std::string_view value, agg::ConnectionSpec* c, std::string* problem) {
   std::vector<std::string_view> f;
   for (size_t start = 0;;) {
@@ -339,41 +332,46 @@ std::optional<agg::JobSpec> parse_job(std::string_view text, std::string* error)
   return spec;
 }
 
-std::optional<agg::JobSpec> load_job_file(const std::string& path, std::string* error, std::string* text_out) {
+bool read_small_file(const std::string& path, std::string_view what, size_t max_bytes, std::string_view size_note,
+                     std::string* text, std::string* error) {
+  const std::string named = std::string(what) + " '" + path + "'";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    *error = "cannot open job file '" + path + "': " + std::strerror(errno);
-    return std::nullopt;
+    *error = "cannot open " + named + ": " + std::strerror(errno);
+    return false;
   }
   struct stat st {};
-  std::string text;
   std::string why;
   if (::fstat(fd, &st) != 0) {
     why = std::strerror(errno);
   } else if (!S_ISREG(st.st_mode)) {
     why = "not a regular file";
-  } else if (static_cast<uint64_t>(st.st_size) > kMaxJobFileBytes) {
-    why = std::to_string(st.st_size) + " bytes; a job file is at most 1 MiB (a 64-worker job is about 5 KiB)";
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    why = std::to_string(st.st_size) + " bytes; a " + std::string(what) + " is at most " + std::string(size_note);
   } else {
-    text.resize(static_cast<size_t>(st.st_size));
+    text->resize(static_cast<size_t>(st.st_size));
     size_t got = 0;
-    while (got < text.size()) {
-      const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    while (got < text->size()) {
+      const ssize_t n = ::read(fd, text->data() + got, text->size() - got);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         why = std::string("read failed: ") + std::strerror(errno);
         break;
       }
-      if (n == 0) break;  // shrank while we read: parse what is there
+      if (n == 0) break;  // shrank while we read: take what is there
       got += static_cast<size_t>(n);
     }
-    text.resize(got);
+    text->resize(got);
   }
   ::close(fd);
-  if (!why.empty()) {
-    *error = "cannot read job file '" + path + "': " + why;
+  if (!why.empty()) *error = "cannot read " + named + ": " + why;
+  return why.empty();
+}
+
+std::optional<agg::JobSpec> load_job_file(const std::string& path, std::string* error, std::string* text_out) {
+  std::string text;
+  if (!read_small_file(path, "job file", kMaxJobFileBytes, "1 MiB (a 64-worker job is about 5 KiB)", &text, error))
     return std::nullopt;
-  }
   Problem p;
   std::optional<agg::JobSpec> spec = parse(text, &p);
   if (!spec) *error = path + (p.line ? ":" + std::to_string(p.line) : std::string()) + ": " + p.text;
@@ -393,8 +391,8 @@ std::string format_job(const agg::JobSpec& s) {
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
   out += "# conn = " + std::string(kConnFields) + "\n";
   for (const agg::ConnectionSpec& c : s.conns) {
-    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank, ip_text(c.src_ip).c_str(),
-                  c.src_qpn, ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
+    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank, wire::ip_text(c.src_ip).c_str(),
+                  c.src_qpn, wire::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
   }
   return out;

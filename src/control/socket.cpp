@@ -167,6 +167,14 @@ void ControlServer::close() {
 }
 
 size_t ControlServer::poll(const Handler& handler) {
+  return poll_text([&handler](std::string_view text) {
+    std::string why;
+    const std::optional<Request> req = parse_request(text, &why);
+    return req ? handler(*req) : format_error(why);
+  });
+}
+
+size_t ControlServer::poll_text(const TextHandler& handler) {
   size_t served = 0;
   const Clock::time_point stop = deadline_after(kRequestTimeoutMs);  // slow clients wait for the next call
   while (fd_ >= 0 && served < kMaxConnectionsPerPoll && (served == 0 || Clock::now() < stop)) {
@@ -182,7 +190,7 @@ size_t ControlServer::poll(const Handler& handler) {
   return served;
 }
 
-void ControlServer::serve(int conn, const Handler& handler) {
+void ControlServer::serve(int conn, const TextHandler& handler) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid != 0 && cred.uid != ::geteuid()) {
@@ -218,21 +226,18 @@ void ControlServer::serve(int conn, const Handler& handler) {
   }
 
   std::string reply;
-  std::string why;
   if (too_large) {
     reply = format_error("request larger than 1 MiB; a job file is a few KiB (is this a job file?)");
   } else if (timed_out) {
     reply = format_error("request incomplete after " + std::to_string(kRequestTimeoutMs) +
                          " ms; send it, then shut down the write side to end it");
-  } else if (std::optional<Request> req = parse_request(request, &why); !req) {
-    reply = format_error(why);
   } else {
     try {
-      reply = handler(*req);
+      reply = handler(request);
     } catch (const std::exception& e) {
       reply = format_error(std::string("internal error: ") + e.what());
     }
-    if (reply.empty()) reply = format_error("internal error: the appliance produced no reply");
+    if (reply.empty()) reply = format_error("internal error: the server produced no reply");
     if (reply.back() != '\n') reply += '\n';
   }
   int err = 0;

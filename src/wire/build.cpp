@@ -39,6 +39,12 @@ std::optional<IpAddr> parse_ip(std::string_view text) {
   return std::nullopt;
 }
 
+std::string ip_text(const IpAddr& ip) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  const int family = ip.version == IpVersion::v6 ? AF_INET6 : AF_INET;
+  return inet_ntop(family, ip.bytes.data(), buf, sizeof buf) ? buf : "?";
+}
+
 namespace {
 
 size_t header_size(const RoceFrameSpec& s, const OpcodeInfo& info) {

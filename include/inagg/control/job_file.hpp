@@ -38,6 +38,12 @@ std::optional<agg::JobSpec> parse_job(std::string_view text, std::string* error)
 // null it receives the file's contents (what inagg-ctl sends, so it is read only once).
 std::optional<agg::JobSpec> load_job_file(const std::string& path, std::string* error, std::string* text = nullptr);
 
+// Reads a whole regular file of at most max_bytes. On failure *error is a sentence naming the file
+// as `what` ("cannot open job file 'x.job': No such file or directory"); `size_note` describes the
+// limit ("1 MiB (...)").
+bool read_small_file(const std::string& path, std::string_view what, size_t max_bytes, std::string_view size_note,
+                     std::string* text, std::string* error);
+
 // Canonical text for `spec` (fixed key order, hex QPNs/PSNs, a header comment); parse_job reads it
 // back identically for any spec whose fields are in range.
 std::string format_job(const agg::JobSpec& spec);

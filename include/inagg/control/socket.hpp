@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "inagg/control/protocol.hpp"
 
@@ -19,6 +20,7 @@ inline constexpr int kRequestTimeoutMs = 200;  // to read a whole request, and a
 class ControlServer {
  public:
   using Handler = std::function<std::string(const Request&)>;
+  using TextHandler = std::function<std::string(std::string_view request)>;
 
   ControlServer() = default;
   ~ControlServer();
@@ -39,12 +41,15 @@ class ControlServer {
   // in time or malformed gets an error reply without calling `handler`. Returns the number of
   // connections served.
   size_t poll(const Handler& handler);
+  // The same for another protocol over this transport (inagg-xdp's): `handler` gets the raw
+  // request text and returns the reply; the size and time limits are the same.
+  size_t poll_text(const TextHandler& handler);
 
   // Stops listening and unlinks the socket file (unless another server has replaced it since).
   void close();
 
  private:
-  void serve(int conn, const Handler& handler);
+  void serve(int conn, const TextHandler& handler);
 
   int fd_ = -1;
   std::string path_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "inagg/wire/parse.hpp"
 
@@ -26,6 +27,8 @@ struct IpAddr {
 
 // Parses "10.0.0.1" or "fd00::1".
 std::optional<IpAddr> parse_ip(std::string_view text);
+// The reverse: "10.0.0.1", "fd00::1".
+std::string ip_text(const IpAddr& ip);
 
 struct RoceFrameSpec {
   MacAddr dst_mac{}, src_mac{};

@@ -1,0 +1,54 @@
+// A job on one head of the XDP tier: what `inagg-xdp run --job FILE` and `inagg-xdp add FILE`
+// read, and what the agent writes into the head program's xagg_jobs map.
+//
+//   # comment (also ';'), anywhere after a value too
+//   id           = 1             the job id, 0..255: the same on every head of the job and in the
+//                                workers' --job-id
+//   members      = 4             contributors to this head: workers, or heads of the level below
+//   values       = 256           int32 values per packet, a multiple of 4, at most 1024
+//   window       = 8             chunks a member keeps in flight (the head keeps 2 x window slots)
+//   total_weight = 4             workers in the whole job; finished sums are checked against it
+//   group        = 239.77.0.1    IPv4 multicast group of this head's members: sums go there
+//   parent       = 10.77.0.203   optional: the head one level up, which gets this group's sum
+//   parent_rank  = 0             with parent: this head's rank in the parent's group
+//   parent_mac   = 02:77:..      optional with parent: resolved by ARP when left out
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "inagg/wire/build.hpp"
+
+namespace inagg::xdp {
+
+struct HeadJob {
+  unsigned id = 0;
+  unsigned members = 0;
+  unsigned values = 0;
+  unsigned window = 0;
+  unsigned total_weight = 0;
+  wire::IpAddr group;                      // IPv4 multicast
+  std::optional<wire::IpAddr> parent;      // IPv4 unicast
+  unsigned parent_rank = 0;
+  std::optional<wire::MacAddr> parent_mac; // nullopt: resolve
+};
+
+// On failure sets *error to "line N: <key>: <what is wrong and what to write instead>", or names
+// the missing key.
+std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error);
+
+// Reads and parses a file; errors start with the file's name.
+std::optional<HeadJob> load_head_job(const std::string& path, std::string* error, std::string* text = nullptr);
+
+// Canonical text, which parse_head_job reads back identically.
+std::string format_head_job(const HeadJob& job);
+
+// "01:00:5e:..": the Ethernet address of an IPv4 multicast group (RFC 1112).
+wire::MacAddr multicast_mac(const wire::IpAddr& group);
+
+std::optional<wire::MacAddr> parse_mac(std::string_view text);
+std::string mac_text(const wire::MacAddr& mac);
+
+}  // namespace inagg::xdp

@@ -1,0 +1,137 @@
+/* The XDP aggregation tier (ALEPH-style, design.md §2 "xdp"): its wire format and the structs the
+ * head's BPF maps share with userspace. Plain C, included by the BPF programs (src/xdp/bpf) and by
+ * the C++ agent and worker client; maps are the only interface between the two sides.
+ *
+ * Wire format, UDP to port XAGG_UDP_PORT (the default; one port per head, xagg_config):
+ *
+ *   Ethernet [802.1Q] | IPv4 (no options) | UDP | struct xagg_hdr (16 bytes) | count x int32 (LE)
+ *
+ * A DATA packet carries one contributor's values for one chunk `seq` of a job: a worker's
+ * fixed-point gradient (weight 1), or a head's partial sum going up to its parent (weight = the
+ * workers it stands for). A RESULT carries the finished sum of chunk `seq` and the total weight,
+ * multicast to a head's group or unicast to one member that asked again. Header fields are network
+ * byte order; values are little-endian two's complement int32, as in host memory, and wrap on
+ * overflow (the client chooses a scale that leaves headroom, and reports saturation).
+ *
+ * A head keeps 2 x window slots per job: chunk seq lives in slot seq % nslots, and the epoch
+ * (seq / nslots) is told apart by keeping the slot's full seq. Two epochs suffice for the reason
+ * design.md §1 gives for the appliance: a member sends chunk s only after it has the results of
+ * every chunk up to s - window, so when chunk s + nslots arrives every member already holds the
+ * result of chunk s.
+ */
+#ifndef INAGG_XDP_XAGG_SHARED_H
+#define INAGG_XDP_XAGG_SHARED_H
+
+#include <linux/bpf.h> /* struct bpf_spin_lock */
+#include <linux/types.h>
+
+#define XAGG_UDP_PORT 4792      /* default UDP port of the tier (RoCEv2 is 4791) */
+#define XAGG_VERSION 1
+#define XAGG_MAX_VALUES 1024    /* int32 values per packet: 4 KiB of payload */
+#define XAGG_VALUE_ALIGN 4      /* count is a multiple of this (the client pads with zeros) */
+#define XAGG_MAX_MEMBERS 64     /* contributors per head (bits of the arrival bitmap) */
+#define XAGG_MAX_JOBS 256       /* job ids 0..255 index the job table directly */
+#define XAGG_MAX_SLOTS 64       /* slots per job: window <= 32 */
+
+enum xagg_type {
+  XAGG_DATA = 1,   /* a contribution: member -> head, or head -> parent */
+  XAGG_RESULT = 2, /* a finished sum: head -> its group (or one member) */
+};
+
+struct xagg_hdr {
+  __u8 version;  /* XAGG_VERSION */
+  __u8 type;     /* enum xagg_type */
+  __be16 job;    /* < XAGG_MAX_JOBS */
+  __be16 rank;   /* DATA: the contributor's index in the receiving head's group; RESULT: 0 */
+  __be16 count;  /* int32 values that follow: a multiple of XAGG_VALUE_ALIGN, <= XAGG_MAX_VALUES */
+  __be32 seq;    /* chunk sequence number, counted from 0 per job, wraps */
+  __be32 weight; /* workers this contribution stands for; in a RESULT, all of them */
+};
+
+/* Slot states. */
+enum xagg_slot_state {
+  XAGG_SLOT_EMPTY = 0,
+  XAGG_SLOT_COLLECTING = 1, /* some members in */
+  XAGG_SLOT_UP = 2,         /* complete; the partial sum went to the parent, waiting for its result */
+  XAGG_SLOT_FINAL = 3,      /* holds the final result (retained for late members) */
+};
+
+/* How a head returns a finished sum to its group. */
+enum xagg_fanout {
+  XAGG_FANOUT_MULTICAST = 0, /* one XDP_TX to the group's IPv4 multicast address: the fabric copies */
+};
+
+/* xagg_jobs (array, key = job id): a job's configuration on this head, written by the agent. */
+struct xagg_job {
+  __u32 active;       /* 0: no such job, its packets are counted and dropped */
+  __u32 gen;          /* bumped on every (re)configuration: older slot contents are ignored */
+  __u16 members;      /* contributors to this head, 1..XAGG_MAX_MEMBERS */
+  __u16 max_values;   /* values per packet, <= XAGG_MAX_VALUES */
+  __u16 nslots;       /* 2 x window, <= XAGG_MAX_SLOTS */
+  __u16 slot_base;    /* first entry of this job in xagg_slots (allocated by the agent) */
+  __u32 total_weight; /* workers in the whole job; a top head checks results against it */
+  __u64 member_mask;  /* (1 << members) - 1 */
+  __u32 has_parent;   /* 1: send complete partial sums up; 0: this head finishes the sum */
+  __u16 parent_rank;  /* our rank in the parent's group */
+  __u16 fanout;       /* enum xagg_fanout */
+  __be32 group_ip;    /* multicast group of our members: results go there */
+  __be32 parent_ip;
+  __u8 group_mac[6];  /* 01:00:5e + low 23 bits of group_ip */
+  __u8 parent_mac[6];
+};
+
+/* xagg_slots (array, key = slot_base + seq % nslots): one chunk in aggregation. */
+struct xagg_slot {
+  struct bpf_spin_lock lock; /* taken by the head program; the agent never writes live slots */
+  __u32 gen;                 /* the job generation that filled it */
+  __u32 seq;
+  __u32 state;               /* enum xagg_slot_state */
+  __u32 weight;              /* sum of the contributors' weights */
+  __u32 count;               /* values per packet of this chunk */
+  __u64 bitmap;              /* ranks already added */
+  __s32 acc[XAGG_MAX_VALUES];
+};
+
+/* Counters: one row per job id plus a last row (index XAGG_MAX_JOBS) for packets of no known job.
+ * Declared once here; the BPF side uses the enum, the agent prints the names and help texts. */
+#define XAGG_COUNTERS(X)                                                                              \
+  X(rx_data, "DATA packets received")                                                                 \
+  X(rx_result, "RESULT packets received from the parent")                                             \
+  X(added, "contributions added to a slot")                                                           \
+  X(completed, "slots that received every member")                                                    \
+  X(results_sent, "finished sums sent to the group")                                                  \
+  X(up_sent, "partial sums sent to the parent")                                                       \
+  X(up_resent, "partial sums sent to the parent again, because a member asked again")                 \
+  X(retained_answers, "late DATA of a finished slot answered with the retained result")               \
+  X(parent_results, "results from the parent passed down to the group")                               \
+  X(duplicates, "DATA for a rank already in a collecting slot, dropped (never added twice)")          \
+  X(parent_duplicates, "results from the parent for a slot already final, dropped")                   \
+  X(stale, "packets older than their slot's epoch, dropped")                                          \
+  X(ahead, "DATA beyond the next epoch of an unfinished slot (window contract broken), dropped")     \
+  X(bad_rank, "DATA with a rank outside the job's members, or weight 0, dropped")                     \
+  X(bad_count, "count above the job's maximum, different from the slot's, or not the UDP length")    \
+  X(wrong_source, "RESULT not from the configured parent, dropped")                                   \
+  X(weight_mismatch, "finished sums whose weight is not the job's total_weight (sent anyway)")        \
+  X(unknown_job, "packets for a job id this head has no job for, dropped")                            \
+  X(malformed, "packets to the tier's port that are truncated, IPv4 options, bad version or type")
+
+enum xagg_counter {
+#define XAGG_COUNTER_ENUM(name, text) XAGG_C_##name,
+  XAGG_COUNTERS(XAGG_COUNTER_ENUM)
+#undef XAGG_COUNTER_ENUM
+  XAGG_NUM_COUNTERS
+};
+
+/* xagg_stats (per-CPU array, XAGG_MAX_JOBS + 1 entries). */
+struct xagg_counters {
+  __u64 c[XAGG_NUM_COUNTERS];
+};
+
+/* xagg_config (array, 1 entry): settings of the whole program; port 0 = not configured, all passes. */
+struct xagg_config {
+  __be32 self_ip;   /* the head's address: DATA to other addresses passes untouched */
+  __be16 port;      /* UDP port the program looks at; packets to other ports pass untouched */
+  __u8 self_mac[6]; /* source of everything the head sends */
+};
+
+#endif

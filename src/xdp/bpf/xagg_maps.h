@@ -1,0 +1,55 @@
+/* The head program's maps: the only interface to the agent (inagg-xdp), which sizes xagg_slots at
+ * load time and writes xagg_jobs / xagg_config. */
+#ifndef INAGG_XDP_BPF_MAPS_H
+#define INAGG_XDP_BPF_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "inagg/xdp/xagg_shared.h"
+
+/* Program-wide settings (the UDP port). */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct xagg_config);
+} xagg_config SEC(".maps");
+
+/* Job configuration by job id. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, XAGG_MAX_JOBS);
+  __type(key, __u32);
+  __type(value, struct xagg_job);
+} xagg_jobs SEC(".maps");
+
+/* Aggregation slots of every job, job by job (xagg_job.slot_base); resized by the agent. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 16 * XAGG_MAX_SLOTS);
+  __type(key, __u32);
+  __type(value, struct xagg_slot);
+} xagg_slots SEC(".maps");
+
+/* Counters per job id, the last row for packets of no known job. */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, XAGG_MAX_JOBS + 1);
+  __type(key, __u32);
+  __type(value, struct xagg_counters);
+} xagg_stats SEC(".maps");
+
+/* One packet's values, per CPU: the slot loops work between two map values, where the verifier
+ * needs no packet bounds (bpf_xdp_load_bytes / store_bytes move them in and out of the packet). */
+struct xagg_values {
+  __s32 v[XAGG_MAX_VALUES];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct xagg_values);
+} xagg_scratch SEC(".maps");
+
+#endif

@@ -1,0 +1,186 @@
+#include "inagg/xdp/head_job.hpp"
+
+#include <array>
+#include <cstdio>
+#include <functional>
+
+#include "inagg/control/job_file.hpp"
+#include "inagg/xdp/xagg_shared.h"
+
+namespace inagg::xdp {
+namespace {
+
+using control::quote_for_error;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool number(std::string_view v, unsigned min, unsigned max, unsigned* out, std::string* why) {
+  const std::optional<uint64_t> n = control::parse_unsigned(v, max);
+  if (!n || *n < min) {
+    *why = quote_for_error(v) + " is not a number in " + std::to_string(min) + ".." + std::to_string(max);
+    return false;
+  }
+  *out = static_cast<unsigned>(*n);
+  return true;
+}
+
+bool ipv4(std::string_view v, std::optional<wire::IpAddr>* out, std::string* why) {
+  const std::optional<wire::IpAddr> a = wire::parse_ip(v);
+  if (!a || a->version != wire::IpVersion::v4) {
+    *why = quote_for_error(v) + " is not an IPv4 address (the tier runs over IPv4)";
+    return false;
+  }
+  *out = a;
+  return true;
+}
+
+struct Key {
+  std::string_view name;
+  bool required;
+  std::function<bool(HeadJob&, std::string_view, std::string*)> set;
+};
+
+const std::array<Key, 9>& keys() {
+  static const std::array<Key, 9> k{{
+      {"id", true, [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_JOBS - 1, &j.id, w); }},
+      {"members", true,
+       [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, XAGG_MAX_MEMBERS, &j.members, w); }},
+      {"values", true,
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         if (!number(v, XAGG_VALUE_ALIGN, XAGG_MAX_VALUES, &j.values, w)) return false;
+         if (j.values % XAGG_VALUE_ALIGN == 0) return true;
+         *w = std::to_string(j.values) + " is not a multiple of " + std::to_string(XAGG_VALUE_ALIGN);
+         return false;
+       }},
+      {"window", true,
+       [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, XAGG_MAX_SLOTS / 2, &j.window, w); }},
+      {"total_weight", true,
+       [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, 1u << 20, &j.total_weight, w); }},
+      {"group", true,
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         std::optional<wire::IpAddr> a;
+         if (!ipv4(v, &a, w)) return false;
+         if ((a->bytes[0] & 0xf0) != 0xe0) {
+           *w = quote_for_error(v) + " is not a multicast address (224.0.0.0/4; e.g. 239.77.0.1)";
+           return false;
+         }
+         j.group = *a;
+         return true;
+       }},
+      {"parent", false, [](HeadJob& j, std::string_view v, std::string* w) { return ipv4(v, &j.parent, w); }},
+      {"parent_rank", false,
+       [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_MEMBERS - 1, &j.parent_rank, w); }},
+      {"parent_mac", false,
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         j.parent_mac = parse_mac(v);
+         if (!j.parent_mac) *w = quote_for_error(v) + " is not an Ethernet address (aa:bb:cc:dd:ee:ff)";
+         return j.parent_mac.has_value();
+       }},
+  }};
+  return k;
+}
+
+}  // namespace
+
+std::optional<wire::MacAddr> parse_mac(std::string_view text) {
+  wire::MacAddr m{};
+  unsigned b[6];
+  char tail;
+  const std::string s(text);
+  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &tail) != 6 ||
+      s.size() != 17)
+    return std::nullopt;
+  for (int i = 0; i < 6; ++i) m[i] = static_cast<uint8_t>(b[i]);
+  return m;
+}
+
+std::string mac_text(const wire::MacAddr& m) {
+  char buf[18];
+  std::snprintf(buf, sizeof buf, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+  return buf;
+}
+
+wire::MacAddr multicast_mac(const wire::IpAddr& g) {
+  return {0x01, 0x00, 0x5e, static_cast<uint8_t>(g.bytes[1] & 0x7f), g.bytes[2], g.bytes[3]};
+}
+
+std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
+  HeadJob job;
+  std::array<bool, 9> seen{};
+  size_t line_no = 0;
+  while (!text.empty()) {
+    ++line_no;
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    line = trim(line.substr(0, line.find_first_of("#;")));
+    if (line.empty()) continue;
+    const std::string where = "line " + std::to_string(line_no) + ": ";
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos) {
+      *error = where + "expected 'key = value', got " + quote_for_error(line);
+      return std::nullopt;
+    }
+    const std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    size_t k = 0;
+    while (k < keys().size() && keys()[k].name != key) ++k;
+    if (k == keys().size()) {
+      *error = where + "unknown key " + quote_for_error(key) + "; valid keys:";
+      for (const Key& x : keys()) error->append(" ").append(x.name);
+      return std::nullopt;
+    }
+    if (seen[k]) {
+      *error = where + std::string(key) + ": given twice";
+      return std::nullopt;
+    }
+    seen[k] = true;
+    std::string why;
+    if (!keys()[k].set(job, value, &why)) {
+      *error = where + std::string(key) + ": " + why;
+      return std::nullopt;
+    }
+  }
+  for (size_t k = 0; k < keys().size(); ++k) {
+    if (keys()[k].required && !seen[k]) {
+      *error = "missing key '" + std::string(keys()[k].name) + "' (see conf/xdp/*.job for commented examples)";
+      return std::nullopt;
+    }
+  }
+  if (!job.parent && (seen[7] || seen[8])) {
+    *error = "parent_rank and parent_mac need 'parent = IP', the head one level up";
+    return std::nullopt;
+  }
+  if (job.total_weight < job.members) {
+    *error = "total_weight " + std::to_string(job.total_weight) + " is below members " + std::to_string(job.members) +
+             "; it counts the workers of the whole job, at least one per member";
+    return std::nullopt;
+  }
+  return job;
+}
+
+std::optional<HeadJob> load_head_job(const std::string& path, std::string* error, std::string* text_out) {
+  std::string text;
+  if (!control::read_small_file(path, "head job file", 64 << 10, "64 KiB", &text, error)) return std::nullopt;
+  std::optional<HeadJob> job = parse_head_job(text, error);
+  if (!job) *error = path + ": " + *error;
+  if (job && text_out) *text_out = std::move(text);
+  return job;
+}
+
+std::string format_head_job(const HeadJob& j) {
+  std::string out = "# inagg-xdp head job " + std::to_string(j.id) + "\n";
+  out += "id = " + std::to_string(j.id) + "\nmembers = " + std::to_string(j.members) + "\nvalues = " +
+         std::to_string(j.values) + "\nwindow = " + std::to_string(j.window) + "\ntotal_weight = " +
+         std::to_string(j.total_weight) + "\ngroup = " + wire::ip_text(j.group) + "\n";
+  if (j.parent) {
+    out += "parent = " + wire::ip_text(*j.parent) + "\nparent_rank = " + std::to_string(j.parent_rank) + "\n";
+    if (j.parent_mac) out += "parent_mac = " + mac_text(*j.parent_mac) + "\n";
+  }
+  return out;
+}
+
+}  // namespace inagg::xdp

@@ -1,0 +1,222 @@
+// The head program in the kernel through BPF_PROG_TEST_RUN (Katran's BpfTester idea): the
+// scapy-built fixtures of gen_head_fixtures.py run in order against one loaded program, each
+// checked for its verdict, the frame it leaves and exactly the counters it moves. Then two
+// threads hammer the same slots at once, to check the slot lock: no contribution lost or doubled.
+// Needs root (CAP_BPF); CI runs as root.
+#include <gtest/gtest.h>
+#include <linux/bpf.h>
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "inagg/xdp/head_program.hpp"
+
+using namespace inagg;
+using namespace inagg::xdp;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string f; std::getline(in, f, sep);) out.push_back(f);
+  if (!s.empty() && s.back() == sep) out.emplace_back();
+  return out;
+}
+
+std::vector<uint8_t> unhex(const std::string& h) {
+  std::vector<uint8_t> b(h.size() / 2);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(std::stoul(h.substr(2 * i, 2), nullptr, 16));
+  return b;
+}
+
+std::string hex(const std::vector<uint8_t>& b) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (uint8_t x : b) s += {d[x >> 4], d[x & 15]};
+  return s;
+}
+
+uint32_t verdict_of(const std::string& name) {
+  if (name == "XDP_DROP") return XDP_DROP;
+  if (name == "XDP_PASS") return XDP_PASS;
+  if (name == "XDP_TX") return XDP_TX;
+  ADD_FAILURE() << "unknown verdict " << name;
+  return XDP_ABORTED;
+}
+
+struct Step {
+  std::string name;
+  unsigned row = 0;
+  std::vector<std::string> counters;
+  std::string verdict;
+  std::vector<uint8_t> in;
+  std::string expected;  // hex, "-" for unchanged, "" for not checked
+};
+
+struct Fixtures {
+  std::unique_ptr<HeadProgram> prog;
+  std::vector<Step> steps;
+  std::string error;
+};
+
+Fixtures& fixtures() {
+  static Fixtures f = [] {
+    Fixtures f;
+    const char* path = std::getenv("INAGG_XDP_FIXTURES");
+    std::ifstream in(path ? path : "");
+    if (!in) {
+      f.error = "cannot read the fixtures (INAGG_XDP_FIXTURES)";
+      return f;
+    }
+    f.prog = HeadProgram::load(4, &f.error);
+    if (!f.prog) return f;
+    for (std::string line; std::getline(in, line);) {
+      const std::vector<std::string> r = split(line, '|');
+      if (r[0] == "identity") {
+        if (!f.prog->set_identity(static_cast<uint16_t>(std::stoi(r[3])), *wire::parse_ip(r[1]), *parse_mac(r[2]), &f.error))
+          return f;
+      } else if (r[0] == "job") {
+        std::string text = r[1];
+        for (char& c : text) c = c == ';' ? '\n' : c;
+        const std::optional<HeadJob> job = parse_head_job(text, &f.error);
+        if (!job || !f.prog->add_job(*job, &f.error)) return f;
+      } else if (r[0] == "step" && r.size() == 7) {
+        Step s{r[1], static_cast<unsigned>(std::stoul(r[2])), r[3].empty() ? std::vector<std::string>{} : split(r[3], '+'),
+               r[4], unhex(r[5]), r[6]};
+        f.steps.push_back(std::move(s));
+      } else {
+        f.error = "bad fixture line: " + line.substr(0, 80);
+        return f;
+      }
+    }
+    return f;
+  }();
+  return f;
+}
+
+class HeadFixture : public testing::TestWithParam<size_t> {};
+
+TEST_P(HeadFixture, VerdictOutputAndCounters) {
+  Fixtures& f = fixtures();
+  ASSERT_TRUE(f.prog) << f.error;
+  ASSERT_TRUE(f.error.empty()) << f.error;
+  ASSERT_LT(GetParam(), f.steps.size());
+  const Step& s = f.steps[GetParam()];
+  SCOPED_TRACE(s.name);
+  const Counters before = f.prog->counters(s.row);
+  const TestRun r = f.prog->test_run(s.in);
+  ASSERT_EQ(r.error, 0) << "BPF_PROG_TEST_RUN failed";
+  EXPECT_EQ(r.verdict, verdict_of(s.verdict));
+  if (s.expected == "-") {
+    EXPECT_EQ(hex(r.out), hex(s.in)) << "the frame must pass unchanged";
+  } else if (!s.expected.empty()) {
+    EXPECT_EQ(hex(r.out), s.expected);
+  }
+  const Counters after = f.prog->counters(s.row);
+  for (size_t i = 0; i < after.size(); ++i) {
+    const bool listed = std::find(s.counters.begin(), s.counters.end(), counter_name(i)) != s.counters.end();
+    EXPECT_EQ(after[i] - before[i], listed ? 1u : 0u) << "counter " << counter_name(i);
+  }
+}
+
+// One instance per fixture step, read when the tests register; they run in order (the slots carry
+// state from step to step), so they are not for --gtest_shuffle.
+std::vector<size_t> step_indices() {
+  std::vector<size_t> v(std::max<size_t>(fixtures().steps.size(), 1));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i;
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, HeadFixture, testing::ValuesIn(step_indices()),
+                         [](const testing::TestParamInfo<size_t>& i) { return "step" + std::to_string(i.param); });
+
+TEST(HeadFixtures, AllStepsRan) {
+  Fixtures& f = fixtures();
+  ASSERT_TRUE(f.prog) << f.error;
+  EXPECT_GE(f.steps.size(), 30u) << "gen_head_fixtures.py writes more steps than that";
+}
+
+// A DATA frame as the worker client sends it: Ethernet/IPv4/UDP/xagg_hdr/values.
+std::vector<uint8_t> data_frame(unsigned job, unsigned rank, uint32_t seq, const std::vector<int32_t>& values) {
+  std::vector<uint8_t> f(14 + 20 + 8 + sizeof(xagg_hdr) + 4 * values.size(), 0);
+  const uint8_t eth[14] = {2, 0x77, 0, 0, 1, 1, 2, 0x77, 0, 0, 0, static_cast<uint8_t>(rank + 1), 0x08, 0x00};
+  std::memcpy(f.data(), eth, 14);
+  uint8_t* ip = f.data() + 14;
+  ip[0] = 0x45;
+  const uint16_t ip_len = htons(static_cast<uint16_t>(f.size() - 14)), udp_len = htons(static_cast<uint16_t>(f.size() - 34));
+  std::memcpy(ip + 2, &ip_len, 2);
+  ip[8] = 64;
+  ip[9] = 17;
+  const uint8_t src[4] = {10, 77, 0, static_cast<uint8_t>(rank + 1)}, dst[4] = {10, 77, 0, 201};
+  std::memcpy(ip + 12, src, 4);
+  std::memcpy(ip + 16, dst, 4);
+  uint8_t* udp = ip + 20;
+  const uint16_t port = htons(XAGG_UDP_PORT);
+  std::memcpy(udp, &port, 2);
+  std::memcpy(udp + 2, &port, 2);
+  std::memcpy(udp + 4, &udp_len, 2);
+  xagg_hdr h{XAGG_VERSION, XAGG_DATA, htons(static_cast<uint16_t>(job)), htons(static_cast<uint16_t>(rank)),
+             htons(static_cast<uint16_t>(values.size())), htonl(seq), htonl(1)};
+  std::memcpy(udp + 8, &h, sizeof h);
+  std::memcpy(udp + 8 + sizeof h, values.data(), 4 * values.size());
+  return f;
+}
+
+TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
+  std::string err;
+  std::unique_ptr<HeadProgram> prog = HeadProgram::load(1, &err);
+  ASSERT_TRUE(prog) << err;
+  ASSERT_TRUE(prog->set_identity(XAGG_UDP_PORT, *wire::parse_ip("10.77.0.201"), *parse_mac("02:77:00:00:01:01"), &err)) << err;
+  HeadJob job;
+  job.id = 3;
+  job.members = 64;
+  job.values = 16;
+  job.window = 32;
+  job.total_weight = 64;
+  job.group = *wire::parse_ip("239.77.0.3");
+  ASSERT_TRUE(prog->add_job(job, &err)) << err;
+  // 64 chunks (every slot once), 64 ranks; ranks 0..31 from one thread, 32..63 from the other,
+  // interleaved chunk by chunk so both threads keep hitting the same slots. Rank r adds r + 1 + i
+  // to value i, so every sum is known in closed form.
+  auto values = [](unsigned rank) {
+    std::vector<int32_t> v(16);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(rank + 1 + i);
+    return v;
+  };
+  std::atomic<unsigned> tx{0}, failures{0};
+  auto sender = [&](unsigned first_rank) {
+    for (uint32_t seq = 0; seq < 64; ++seq) {
+      for (unsigned r = first_rank; r < first_rank + 32; ++r) {
+        const TestRun t = prog->test_run(data_frame(job.id, r, seq, values(r)));
+        if (t.error) ++failures;
+        if (t.verdict == XDP_TX) ++tx;
+      }
+    }
+  };
+  std::thread a(sender, 0), b(sender, 32);
+  a.join();
+  b.join();
+  EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(tx.load(), 64u) << "exactly one completion per chunk";
+  const Counters c = prog->counters(job.id);
+  EXPECT_EQ(c[XAGG_C_added], 64u * 64u);
+  EXPECT_EQ(c[XAGG_C_completed], 64u);
+  EXPECT_EQ(c[XAGG_C_duplicates], 0u);
+  for (uint32_t seq = 0; seq < 64; ++seq) {
+    const std::optional<xagg_slot> s = prog->slot(job.id, seq);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->seq, seq);
+    EXPECT_EQ(s->state, static_cast<uint32_t>(XAGG_SLOT_FINAL));
+    EXPECT_EQ(s->weight, 64u);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(s->acc[i], 64 * 65 / 2 + 64 * i) << "chunk " << seq << " value " << i;
+  }
+}
+
+}  // namespace
