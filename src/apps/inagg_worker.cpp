@@ -1,8 +1,13 @@
-// inagg-worker: one rank of an allreduce over the software RoCEv2 RC transport, in the style of
-// nccl-tests' all_reduce_perf. Mode `ina` (the only one so far): each rank RDMA-WRITEs its buffer,
-// message by message, to its successor through the appliance, which sums the n streams; every
-// rank receives the full sum in one pass (design.md §1). `--print-job` prints the job file the
-// appliance needs for the same parameters (register it with inagg-ctl add).
+// inagg-worker: one rank of an allreduce, in the style of nccl-tests' all_reduce_perf.
+//   ina   each rank RDMA-WRITEs its buffer, message by message, over the software RoCEv2 RC
+//         transport to its successor through the appliance, which sums the n streams; every rank
+//         receives the full sum in one pass (design.md §1). `--print-job` prints the appliance's
+//         job file for the same parameters.
+//   ring  the classic ring allreduce over the same transport (the appliance only switches it).
+//   xdp   the XDP tier (ALEPH): chunks of fixed-point int32 to the group's head, results back
+//         multicast (include/inagg/worker/xagg_client.hpp).
+//   auto  ina while the appliance aggregates, the XDP tier from the moment it does not; the
+//         README's "Fall-over" section says how it decides and why no gradient is lost or doubled.
 #include <poll.h>
 
 #include <boost/program_options.hpp>
@@ -20,6 +25,7 @@
 #include "inagg/agg/kernels.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/worker/rc.hpp"
+#include "inagg/worker/xagg_client.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -45,6 +51,13 @@ struct Options {
   double timeout_s = 60;
   uint32_t job_id = 1;
   std::string register_socket;  // "" = the job is registered by someone else
+  // The XDP tier (modes xdp and auto).
+  std::string xdp_heads;        // comma-separated: the head of group g is the g-th
+  unsigned xdp_group_size = 0;  // ranks per group (0: all in one)
+  std::string xdp_mcast = "239.77.0.1";  // group g's results go to this address + g
+  unsigned xdp_values = 256, xdp_window = 8, xdp_port = 4792;
+  double xdp_timeout_ms = 20;
+  double xdp_scale = 1048576;   // fixed point: 2^20 per unit
 };
 
 wire::IpAddr ip_of(const Options& o, unsigned rank) {
@@ -125,7 +138,7 @@ int main(int argc, char** argv) {
       ("iters", po::value<unsigned>(&o.iters)->default_value(o.iters), "timed iterations per size")
       ("warmup", po::value<unsigned>(&o.warmup)->default_value(o.warmup), "untimed iterations per size")
       ("check", "verify every element against the rank-ordered reference sum")
-      ("mode", po::value<std::string>(&o.mode)->default_value(o.mode), "ina (through the appliance); ring is not implemented yet")
+      ("mode", po::value<std::string>(&o.mode)->default_value(o.mode), "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")
       ("payload", po::value<uint32_t>(&o.payload)->default_value(o.payload), "path MTU payload P, bytes")
       ("message", po::value<uint32_t>(&o.message)->default_value(o.message), "RDMA WRITE message size M (multiple of P); a size's tail is padded")
       ("window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")
@@ -135,7 +148,15 @@ int main(int argc, char** argv) {
       ("timeout", po::value<double>(&o.timeout_s)->default_value(o.timeout_s), "give up after this many seconds")
       ("job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")
       ("register", po::value<std::string>(&o.register_socket), "ina mode: rank 0 adds the job through this inagg control socket, and every rank waits until the job is active before sending")
-      ("print-job", "print the appliance job file for these parameters and exit");
+      ("print-job", "print the appliance job file for these parameters and exit")
+      ("xdp-heads", po::value<std::string>(&o.xdp_heads)->value_name("IP[,IP..]"), "xdp/auto: the head of each group (group g = rank / group size)")
+      ("xdp-group-size", po::value<unsigned>(&o.xdp_group_size)->default_value(0), "xdp/auto: ranks per head (0: all ranks under one head)")
+      ("xdp-mcast", po::value<std::string>(&o.xdp_mcast)->default_value(o.xdp_mcast), "xdp/auto: multicast address of group 0's results; group g uses this + g")
+      ("xdp-values", po::value<unsigned>(&o.xdp_values)->default_value(o.xdp_values), "xdp/auto: int32 values per packet (the heads' values)")
+      ("xdp-window", po::value<unsigned>(&o.xdp_window)->default_value(o.xdp_window), "xdp/auto: chunks in flight (the heads' window)")
+      ("xdp-timeout-ms", po::value<double>(&o.xdp_timeout_ms)->default_value(o.xdp_timeout_ms), "xdp/auto: send a chunk again when its result is this late")
+      ("xdp-scale", po::value<double>(&o.xdp_scale)->default_value(o.xdp_scale), "xdp/auto: fixed point for fp32/fp16/bf16: int32 = round(value * scale), clipped so that n values cannot overflow")
+      ("xdp-port", po::value<unsigned>(&o.xdp_port)->default_value(o.xdp_port), "xdp/auto: the tier's UDP port");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, d), vm);
@@ -175,9 +196,39 @@ int main(int argc, char** argv) {
     std::cerr << "inagg-worker: --rank must be given and below --workers\n";
     return 2;
   }
-  if (o.mode != "ina" && o.mode != "ring") {
-    std::cerr << "inagg-worker: --mode must be ina (through the appliance) or ring (the classic ring allreduce)\n";
+  if (o.mode != "ina" && o.mode != "ring" && o.mode != "xdp" && o.mode != "auto") {
+    std::cerr << "inagg-worker: --mode must be ina (through the appliance), ring (the classic ring allreduce), xdp (the XDP "
+                 "tier) or auto (ina, falling over to xdp)\n";
     return 2;
+  }
+  const bool use_xdp = o.mode == "xdp" || o.mode == "auto";
+  std::vector<wire::IpAddr> heads;
+  for (size_t start = 0; use_xdp && start <= o.xdp_heads.size();) {
+    const size_t comma = std::min(o.xdp_heads.find(',', start), o.xdp_heads.size());
+    const std::optional<wire::IpAddr> h = wire::parse_ip(o.xdp_heads.substr(start, comma - start));
+    if (!h || h->version != wire::IpVersion::v4) {
+      std::cerr << "inagg-worker: --xdp-heads must list the heads' IPv4 addresses, comma-separated\n";
+      return 2;
+    }
+    heads.push_back(*h);
+    start = comma + 1;
+  }
+  const unsigned group_size = o.xdp_group_size ? o.xdp_group_size : o.workers;
+  const std::optional<wire::IpAddr> mcast = wire::parse_ip(o.xdp_mcast);
+  if (use_xdp) {
+    if (heads.size() != (o.workers + group_size - 1) / group_size) {
+      std::cerr << "inagg-worker: " << o.workers << " workers in groups of " << group_size << " need "
+                << (o.workers + group_size - 1) / group_size << " --xdp-heads, got " << heads.size() << "\n";
+      return 2;
+    }
+    if (!mcast || mcast->version != wire::IpVersion::v4 || (mcast->bytes[0] & 0xf0) != 0xe0) {
+      std::cerr << "inagg-worker: --xdp-mcast must be an IPv4 multicast address (e.g. 239.77.0.1)\n";
+      return 2;
+    }
+    if (o.job_id > 255 || o.xdp_scale <= 0 || o.xdp_timeout_ms <= 0 || o.xdp_port == 0 || o.xdp_port > 65535) {
+      std::cerr << "inagg-worker: the XDP tier needs --job-id 0..255, --xdp-scale > 0, --xdp-timeout-ms > 0 and a UDP port\n";
+      return 2;
+    }
   }
   if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.factor < 2) {
     std::cerr << "inagg-worker: need 0 < minbytes <= maxbytes and stepfactor >= 2\n";
@@ -185,17 +236,42 @@ int main(int argc, char** argv) {
   }
 
   const unsigned n = o.workers, succ = (o.rank + 1) % n, pred = (o.rank + n - 1) % n;
-  const bool ring = o.mode == "ring";
+  const bool ring = o.mode == "ring", tallied = o.mode == "auto";
   const uint64_t deadline = now_ns() + static_cast<uint64_t>(o.timeout_s * 1e9);
 
   RoceSocket sock;
   std::string err;
-  if (!sock.open(ip_of(o, o.rank), 2 /* ECT(0) */, &err)) {
+  if (o.mode != "xdp" && !sock.open(ip_of(o, o.rank), 2 /* ECT(0) */, &err)) {
     std::cerr << "inagg-worker: " << err << "\n";
     return 2;
   }
+  XaggClient xagg;
+  const unsigned group = o.rank / group_size;
+  if (use_xdp) {
+    XaggConfig xc;
+    xc.local = ip_of(o, o.rank);
+    xc.head = heads[group];
+    xc.group = wire::IpAddr::v4(mcast->v4_host_order() + group);
+    xc.port = static_cast<uint16_t>(o.xdp_port);
+    xc.job = o.job_id;
+    xc.rank = o.rank % group_size;
+    xc.values = o.xdp_values;
+    xc.window = o.xdp_window;
+    xc.total_weight = n;
+    xc.timeout_ns = static_cast<uint64_t>(o.xdp_timeout_ms * 1e6);
+    if (!xagg.open(xc, &err)) {
+      std::cerr << "inagg-worker: " << err << "\n";
+      return 2;
+    }
+  }
   const size_t es = agg::dtype_size(o.dtype);
-  const uint64_t max_padded = (o.max_bytes + o.message - 1) / o.message * o.message;
+  // auto: the last element of every message is a tally, 1 from every rank: the appliance sums it
+  // to n, a message that crossed no appliance arrives with 1. Each allreduce ends with one more
+  // message (zeros and the tally), the commit: once it arrives summed, every rank has every
+  // message of the allreduce, so no rank can later need it again from another tier.
+  const uint64_t data_per_msg = tallied ? o.message - es : o.message;
+  auto msgs_of = [&](uint64_t bytes) { return std::max<uint64_t>(1, (bytes + data_per_msg - 1) / data_per_msg); };
+  const uint64_t max_padded = (msgs_of(o.max_bytes) + (tallied ? 1 : 0)) * o.message;
   // ring: the buffer in n chunks of whole elements, each padded to whole messages; every step has
   // its own staging area in the receive region, so a step never overwrites one not yet consumed.
   auto chunk_of = [&](uint64_t bytes) { return ((bytes / es + n - 1) / n) * es; };
@@ -203,6 +279,7 @@ int main(int argc, char** argv) {
   const uint64_t recv_len = ring ? 2ull * (n - 1) * padded(chunk_of(o.max_bytes)) : max_padded;
   std::vector<uint8_t> send(ring ? padded(chunk_of(o.max_bytes)) * n : max_padded, 0), recv(recv_len, 0),
       data(max_padded + padded(chunk_of(o.max_bytes)) * n, 0), want(max_padded);
+  std::vector<int32_t> fixed(use_xdp ? o.max_bytes / es + 4 : 0);
   constexpr uint64_t kVa = 0x7f0000000000ull;
   constexpr uint32_t kRkey = 0x1234;
   RcConfig rq;
@@ -222,33 +299,46 @@ int main(int argc, char** argv) {
   RcRequester req(sock, rq);
   RcResponder rsp(sock, rs, recv.data(), recv.size(), kVa, kRkey);
 
-  // Job registration (ina): rank 0 adds it; everyone waits until it is active, because before
-  // that the appliance would switch the packets unaggregated. This comes after the buffers are
-  // allocated, so no rank starts sending while another is still setting up.
-  if (!ring && !o.register_socket.empty()) {
+  // Which tier the next allreduce starts on; auto moves from appliance to xdp once, for good
+  // (the next job tries the appliance again).
+  enum class Tier { appliance, xdp };
+  Tier tier = o.mode == "xdp" ? Tier::xdp : Tier::appliance;
+  std::string fallover_reason;
+
+  // Job registration (ina, auto): rank 0 adds it; everyone waits until it is active, because
+  // before that the appliance would switch the packets unaggregated. This comes after the buffers
+  // are allocated, so no rank starts sending while another is still setting up. In auto mode an
+  // appliance that cannot be reached, or a job that does not become active within 5 s, means
+  // the XDP tier from the start.
+  if ((o.mode == "ina" || tallied) && !o.register_socket.empty()) {
     std::string reply, e;
+    const uint64_t wait_until = tallied ? std::min<uint64_t>(deadline, now_ns() + 5'000'000'000ull) : deadline;
     if (o.rank == 0) {
       if (!control::send_request(o.register_socket, "add\n" + job_text(o), &reply, &e)) {
-        std::cerr << "inagg-worker: " << e << "\n";
-        return 2;
-      }
-      if (reply.rfind("error:", 0) == 0 && reply.find("already exists") == std::string::npos) {
+        if (!tallied) {
+          std::cerr << "inagg-worker: " << e << "\n";
+          return 2;
+        }
+        fallover_reason = "the appliance cannot be reached: " + e;
+      } else if (reply.rfind("error:", 0) == 0 && reply.find("already exists") == std::string::npos) {
         std::cerr << "inagg-worker: the appliance refused the job: " << reply;
         return 2;
       }
     }
-    const std::string want = "id=" + std::to_string(o.job_id) + " state=active";
-    while (true) {
-      if (control::send_request(o.register_socket, "list\n", &reply, &e) && reply.find(want) != std::string::npos) break;
-      if (now_ns() > deadline) {
-        std::cerr << "inagg-worker: job " << o.job_id << " never became active on " << o.register_socket << "\n";
-        return 1;
+    const std::string want_line = "id=" + std::to_string(o.job_id) + " state=active";
+    while (fallover_reason.empty()) {
+      if (control::send_request(o.register_socket, "list\n", &reply, &e) && reply.find(want_line) != std::string::npos) break;
+      if (now_ns() > wait_until) {
+        if (!tallied) {
+          std::cerr << "inagg-worker: job " << o.job_id << " never became active on " << o.register_socket << "\n";
+          return 1;
+        }
+        fallover_reason = "job " + std::to_string(o.job_id) + " is not active on " + o.register_socket;
       }
       ::poll(nullptr, 0, 20);
     }
   }
 
-  // Runs the transport until `done()`; false (after saying why) on failure or timeout.
   Datagram dg;
   pollfd pfd{sock.fd(), POLLIN, 0};
   // Dispatches every waiting datagram to the requester (ACK/NAK) or the responder (data); true
@@ -264,20 +354,20 @@ int main(int argc, char** argv) {
     }
     return any;
   };
-  auto pump = [&](auto done) {
+  // Runs the transport until `done()`; "" then, or why it stopped: the requester gave up, the
+  // responder saw a broken stream, the deadline passed.
+  auto pump = [&](auto done) -> std::string {
     while (!done()) {
       const uint64_t t = now_ns();
-      if (req.failed() || !rsp.error().empty() || t > deadline) {
-        std::cerr << "inagg-worker: rank " << o.rank << ": "
-                  << (req.failed() ? req.error() : !rsp.error().empty() ? rsp.error() : "timed out") << "\n";
-        return false;
-      }
+      if (req.failed()) return req.error();
+      if (!rsp.error().empty()) return rsp.error();
+      if (t > deadline) return "timed out";
       req.progress(t);
       rsp.progress(t);
       ::poll(&pfd, 1, 1);
       drain_socket(t);
     }
-    return true;
+    return "";
   };
   // Writes `len` bytes (padded to whole messages) to the successor at offset `off` of its region
   // and waits until `expect` more messages have arrived from the predecessor. Counted from the
@@ -289,27 +379,135 @@ int main(int argc, char** argv) {
       req.post_write(src + m * o.message, o.message, kVa + off + m * o.message, kRkey, static_cast<uint32_t>(m));
     return pump([&] { return req.idle() && rsp.messages() >= expected_msgs; });
   };
+  auto fatal = [&](const std::string& why) {
+    std::cerr << "inagg-worker: rank " << o.rank << ": " << why << "\n";
+    return false;
+  };
 
-  // One allreduce of `bytes` (whole elements) in data[]: the result ends in data[].
+  // ina: the buffer in whole messages, the padded tail summing to zero.
+  auto ina = [&](uint64_t bytes) {
+    const uint64_t msgs = padded(bytes) / o.message;
+    std::memcpy(send.data(), data.data(), bytes);
+    std::memset(send.data() + bytes, 0, msgs * o.message - bytes);
+    if (const std::string why = exchange(send.data(), msgs * o.message, 0, msgs); !why.empty()) return fatal(why);
+    std::memcpy(data.data(), recv.data(), bytes);
+    return true;
+  };
+
+  // auto's appliance path: data messages with a tally, then the commit message. True when both
+  // arrived summed; otherwise *why, and *have_data says whether every data message had arrived
+  // summed (the sum is then in recv[], laid out as sent).
+  uint8_t tally_one[4] = {}, tally_n[4] = {};
+  {
+    const float one = 1.0f, nf = static_cast<float>(n);
+    const int32_t i1 = 1, in = static_cast<int32_t>(n);
+    const uint16_t h1 = o.dtype == agg::Dtype::fp16 ? agg::scalar::fp32_to_fp16(one) : agg::scalar::fp32_to_bf16(one);
+    const uint16_t hn = o.dtype == agg::Dtype::fp16 ? agg::scalar::fp32_to_fp16(nf) : agg::scalar::fp32_to_bf16(nf);
+    std::memcpy(tally_one, o.dtype == agg::Dtype::fp32 ? static_cast<const void*>(&one) : o.dtype == agg::Dtype::int32 ? static_cast<const void*>(&i1) : &h1, es);
+    std::memcpy(tally_n, o.dtype == agg::Dtype::fp32 ? static_cast<const void*>(&nf) : o.dtype == agg::Dtype::int32 ? static_cast<const void*>(&in) : &hn, es);
+  }
+  auto tally_of = [&](uint64_t m, std::string* why) {
+    const uint8_t* t = recv.data() + m * o.message + data_per_msg;
+    if (std::memcmp(t, tally_n, es) == 0) return true;
+    *why = "message " + std::to_string(m) + " arrived without the appliance's sum (tally " +
+           (std::memcmp(t, tally_one, es) == 0 ? std::string("1") : std::string("garbled")) + ", want " + std::to_string(n) +
+           "): no appliance aggregates on this path";
+    return false;
+  };
+  auto appliance_tallied = [&](uint64_t bytes, std::string* why, bool* have_data) {
+    const uint64_t msgs = msgs_of(bytes);
+    *have_data = false;
+    std::memset(send.data(), 0, (msgs + 1) * o.message);
+    for (uint64_t m = 0; m <= msgs; ++m) {
+      if (m < msgs) std::memcpy(send.data() + m * o.message, data.data() + m * data_per_msg, std::min(data_per_msg, bytes - m * data_per_msg));
+      std::memcpy(send.data() + m * o.message + data_per_msg, tally_one, es);
+    }
+    if (*why = exchange(send.data(), msgs * o.message, 0, msgs); !why->empty()) return false;
+    for (uint64_t m = 0; m < msgs; ++m)
+      if (!tally_of(m, why)) return false;
+    *have_data = true;
+    if (*why = exchange(send.data() + msgs * o.message, o.message, msgs * o.message, 1); !why->empty()) return false;
+    return tally_of(msgs, why);
+  };
+  auto appliance_result = [&](uint64_t bytes) {
+    for (uint64_t m = 0; m * data_per_msg < bytes; ++m)
+      std::memcpy(data.data() + m * data_per_msg, recv.data() + m * o.message, std::min(data_per_msg, bytes - m * data_per_msg));
+  };
+
+  // The XDP tier: fixed point in, int32 sums, back out. int32 travels as it is.
+  uint64_t saturated = 0;
+  auto xdp = [&](uint64_t bytes) {
+    const size_t count = bytes / es;
+    if (o.dtype == agg::Dtype::int32) std::memcpy(fixed.data(), data.data(), bytes);
+    else saturated += to_fixed(o.dtype, data.data(), count, o.xdp_scale, n, fixed.data());
+    std::string why;
+    if (!xagg.allreduce(fixed.data(), count, deadline, &why)) return fatal(why);
+    if (o.dtype == agg::Dtype::int32) std::memcpy(data.data(), fixed.data(), bytes);
+    else from_fixed(o.dtype, fixed.data(), count, o.xdp_scale, data.data());
+    return true;
+  };
+
+  // auto: the fall-over. Every rank gets here sooner or later (a message without the sum, its
+  // requester giving up, an appliance that cannot be reached) and contributes h, the number of
+  // allreduces whose data it holds summed, to an agreement sum on the XDP tier. Ranks differ by
+  // at most one (nobody sends allreduce k+1 before its commit of k arrived, which needs every
+  // rank to hold k), and nobody finished allreduce k before every rank held its data. So if every
+  // h is the same, allreduces below h are done everywhere and the tier takes over from h;
+  // otherwise allreduce floor(H/n) is held by some and not by others, finished by nobody, and is
+  // done again on the tier by all. Returns the allreduce the tier takes over from.
+  uint64_t index = 0;  // allreduces started in this job
+  auto fall_over = [&](bool have_data, std::optional<uint64_t>* resume) {
+    tier = Tier::xdp;
+    const uint64_t h = index + (have_data ? 1 : 0);
+    int32_t agree[4] = {1, static_cast<int32_t>(h), 0, 0};
+    std::string why;
+    if (!xagg.allreduce(agree, 4, deadline, &why)) return fatal("fall-over agreement on the XDP tier: " + why);
+    const uint64_t sum = static_cast<uint32_t>(agree[1]);
+    *resume = sum == n * h ? h : sum / n;
+    std::printf("# rank %u: falling over to the XDP tier at allreduce %" PRIu64 " (%s); the tier takes over from allreduce %" PRIu64 "\n",
+                o.rank, index, fallover_reason.c_str(), **resume);
+    std::fflush(stdout);
+    if (**resume != index && **resume != index + 1)
+      return fatal("fall-over agreement: the ranks resume at allreduce " + std::to_string(**resume) + ", this rank is at " +
+                   std::to_string(index) + " (a rank that does not follow the protocol?)");
+    return true;
+  };
+
+  // One allreduce of `bytes` (whole elements) in data[]: the result ends in data[]. Sets
+  // `last_tier` to the tier whose sums it holds.
+  Tier last_tier = tier;
   auto allreduce = [&](uint64_t bytes) -> bool {
-    if (!ring) {
-      const uint64_t msgs = padded(bytes) / o.message;
-      std::memcpy(send.data(), data.data(), bytes);
-      std::memset(send.data() + bytes, 0, msgs * o.message - bytes);  // the padded tail sums to zero
-      if (!exchange(send.data(), msgs * o.message, 0, msgs)) return false;
-      std::memcpy(data.data(), recv.data(), bytes);
-      return true;
+    if (o.mode == "ina") return ina(bytes);
+    if (o.mode == "xdp") return xdp(bytes);
+    if (tallied) {
+      bool have_data = false;
+      if (tier == Tier::appliance) {
+        if (fallover_reason.empty() && appliance_tallied(bytes, &fallover_reason, &have_data)) {
+          appliance_result(bytes);
+          last_tier = Tier::appliance;
+          return true;
+        }
+        std::optional<uint64_t> resume;
+        if (!fall_over(have_data, &resume)) return false;
+        if (*resume == index + 1) {  // every rank holds this allreduce's appliance sums
+          appliance_result(bytes);
+          last_tier = Tier::appliance;
+          return true;
+        }
+      }
+      last_tier = Tier::xdp;
+      return xdp(bytes);
     }
     // ring: reduce-scatter (n-1 steps), then all-gather (n-1 steps). Chunk c is reduced in the
     // order c, c+1, ..., c+n-1.
     const uint64_t chunk = chunk_of(bytes), pc = padded(chunk), msgs = pc / o.message;
     for (unsigned step = 0; step < 2 * (n - 1); ++step) {
       const bool gather = step >= n - 1;
-      const unsigned k = gather ? step - (n - 1) : step;
-      const unsigned send_c = (o.rank + (gather ? 1 : 0) + n - k) % n, recv_c = (o.rank + (gather ? 0 : n - 1) + n - k) % n;
+      const unsigned j = gather ? step - (n - 1) : step;
+      const unsigned send_c = (o.rank + (gather ? 1 : 0) + n - j) % n, recv_c = (o.rank + (gather ? 0 : n - 1) + n - j) % n;
       std::memset(send.data(), 0, pc);
       std::memcpy(send.data(), data.data() + send_c * chunk, chunk);
-      if (!exchange(send.data(), pc, step * pc, msgs)) return false;
+      if (const std::string why = exchange(send.data(), pc, step * pc, msgs); !why.empty()) return fatal(why);
       uint8_t* dst = data.data() + recv_c * chunk;
       const uint8_t* got = recv.data() + step * pc;
       if (gather) {
@@ -322,10 +520,16 @@ int main(int argc, char** argv) {
     }
     return true;
   };
+  if (o.mode == "xdp") last_tier = Tier::xdp;
 
   std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u\n", o.rank, n,
               wire::ip_text(ip_of(o, o.rank)).c_str(), wire::ip_text(ip_of(o, succ)).c_str(), o.mode.c_str(), o.dtype_name.c_str(),
               o.message, o.payload, o.window);
+  if (use_xdp)
+    std::printf("# XDP tier: head %s (group %u, rank %u in it), results on %s, job %u, %u values per packet, window %u%s\n",
+                wire::ip_text(heads[group]).c_str(), group, o.rank % group_size,
+                wire::ip_text(wire::IpAddr::v4(mcast->v4_host_order() + group)).c_str(), o.job_id, o.xdp_values, o.xdp_window,
+                o.dtype == agg::Dtype::int32 ? "" : (", fixed point x" + std::to_string(o.xdp_scale)).c_str());
   std::printf("#%11s %12s %6s %10s %8s %8s %8s\n", "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong");
   double busbw_sum = 0;
   unsigned rows = 0;
@@ -338,24 +542,39 @@ int main(int argc, char** argv) {
       fill(o, o.rank, data.data(), bytes);
       const uint64_t t0 = now_ns();
       if (!allreduce(bytes)) return 1;
+      ++index;
       if (it >= o.warmup) total_us += static_cast<double>(now_ns() - t0) / 1e3;
     }
     uint64_t wrong = 0;
     if (o.check) {
       std::vector<std::vector<uint8_t>> inputs(n, std::vector<uint8_t>(bytes));
       for (unsigned r = 0; r < n; ++r) fill(o, r, inputs[r].data(), bytes);
-      const uint64_t chunk = chunk_of(bytes);
-      for (uint64_t c0 = 0; c0 < bytes; c0 += (ring ? chunk : bytes)) {
-        const uint64_t len = std::min<uint64_t>(ring ? chunk : bytes, bytes - c0);
-        const unsigned first = ring ? static_cast<unsigned>(c0 / chunk) : 0;  // ring: chunk c starts at rank c
-        if (ring) {
-          // A ring rounds at every hop (fp16/bf16 accumulate in their own type): the reference does too.
-          std::memcpy(want.data() + c0, inputs[first].data() + c0, len);
-          for (unsigned k = 1; k < n; ++k) agg::scalar::add_into(o.dtype, want.data() + c0, inputs[(first + k) % n].data() + c0, len);
-        } else {  // ina: the appliance's rank-ordered sum, halves accumulated in fp32 and rounded once
-          std::vector<const uint8_t*> srcs;
-          for (unsigned k = 0; k < n; ++k) srcs.push_back(inputs[(first + k) % n].data() + c0);
-          agg::scalar::sum_ranked(o.dtype, want.data() + c0, srcs.data(), n, len);
+      if (last_tier == Tier::xdp && !ring) {
+        // The tier's sum: every rank's input in fixed point (int32 as it is), added by a plain
+        // wrapping int32 loop, back to the dtype.
+        const size_t count = bytes / es;
+        std::vector<int32_t> q(count), acc(count, 0);
+        for (unsigned r = 0; r < n; ++r) {
+          if (o.dtype == agg::Dtype::int32) std::memcpy(q.data(), inputs[r].data(), bytes);
+          else to_fixed(o.dtype, inputs[r].data(), count, o.xdp_scale, n, q.data());
+          for (size_t i = 0; i < count; ++i) acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+        }
+        if (o.dtype == agg::Dtype::int32) std::memcpy(want.data(), acc.data(), bytes);
+        else from_fixed(o.dtype, acc.data(), count, o.xdp_scale, want.data());
+      } else {
+        const uint64_t chunk = chunk_of(bytes);
+        for (uint64_t c0 = 0; c0 < bytes; c0 += (ring ? chunk : bytes)) {
+          const uint64_t len = std::min<uint64_t>(ring ? chunk : bytes, bytes - c0);
+          const unsigned first = ring ? static_cast<unsigned>(c0 / chunk) : 0;  // ring: chunk c starts at rank c
+          if (ring) {
+            // A ring rounds at every hop (fp16/bf16 accumulate in their own type): the reference does too.
+            std::memcpy(want.data() + c0, inputs[first].data() + c0, len);
+            for (unsigned j = 1; j < n; ++j) agg::scalar::add_into(o.dtype, want.data() + c0, inputs[(first + j) % n].data() + c0, len);
+          } else {  // ina: the appliance's rank-ordered sum, halves accumulated in fp32 and rounded once
+            std::vector<const uint8_t*> srcs;
+            for (unsigned j = 0; j < n; ++j) srcs.push_back(inputs[(first + j) % n].data() + c0);
+            agg::scalar::sum_ranked(o.dtype, want.data() + c0, srcs.data(), n, len);
+          }
         }
       }
       for (size_t i = 0; i < bytes; i += es) {
@@ -376,8 +595,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   // Linger: our predecessor may have lost our last ACK and be retransmitting; keep answering
-  // until it has been quiet for a few of its ACK timeouts (an RDMA app's final barrier).
-  for (uint64_t quiet_since = now_ns(); now_ns() - quiet_since < 4 * rq.ack_timeout_ns && now_ns() < deadline;) {
+  // until it has been quiet for a few of its ACK timeouts (an RDMA app's final barrier). The XDP
+  // tier needs none: its heads answer repeats from their retained results.
+  for (uint64_t quiet_since = now_ns(); tier == Tier::appliance && now_ns() - quiet_since < 4 * rq.ack_timeout_ns && now_ns() < deadline;) {
     const uint64_t t = now_ns();
     req.progress(t);
     rsp.progress(t);
@@ -386,9 +606,20 @@ int main(int argc, char** argv) {
   }
   const RcCounters& c = req.counters();
   std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw_sum / rows : 0.0);
-  std::printf("# rank %u: sent %" PRIu64 " packets (%" PRIu64 " resent), %" PRIu64 " timeouts, %" PRIu64
-              " NAKs received; received %" PRIu64 " in order, %" PRIu64 " duplicates, %" PRIu64 " bad ICRC\n",
-              o.rank, c.packets_sent, c.retransmitted, c.timeouts, c.naks_received, rsp.counters().accepted,
-              rsp.counters().duplicates, rsp.counters().bad_icrc);
+  if (o.mode != "xdp")
+    std::printf("# rank %u: sent %" PRIu64 " packets (%" PRIu64 " resent), %" PRIu64 " timeouts, %" PRIu64
+                " NAKs received; received %" PRIu64 " in order, %" PRIu64 " duplicates, %" PRIu64 " bad ICRC\n",
+                o.rank, c.packets_sent, c.retransmitted, c.timeouts, c.naks_received, rsp.counters().accepted,
+                rsp.counters().duplicates, rsp.counters().bad_icrc);
+  if (use_xdp) {
+    const XaggCounters& x = xagg.counters();
+    std::printf("# rank %u: XDP tier: %" PRIu64 " chunks, %" PRIu64 " DATA sent (%" PRIu64 " repeats), %" PRIu64
+                " results (%" PRIu64 " ignored), %" PRIu64 " values saturated%s\n",
+                o.rank, x.chunks, x.sent, x.repeats, x.results, x.results_ignored, saturated,
+                tier == Tier::xdp ? "" : " (not used: the appliance aggregated throughout)");
+    if (saturated)
+      std::fprintf(stderr, "inagg-worker: rank %u: %" PRIu64 " values did not fit the fixed point and were clipped; lower --xdp-scale\n",
+                   o.rank, saturated);
+  }
   return wrong_total ? 1 : 0;
 }

@@ -245,7 +245,7 @@ void ControlServer::serve(int conn, const TextHandler& handler) {
 }
 
 bool send_request(const std::string& socket_path, const std::string& request, std::string* reply, std::string* error,
-                  int timeout_ms) {
+                  int timeout_ms, const char* server) {
   reply->clear();
   sockaddr_un addr;
   if (!make_address(socket_path, &addr, error)) return false;
@@ -273,7 +273,7 @@ bool send_request(const std::string& socket_path, const std::string& request, st
       continue;
     }
     *error = "cannot connect to " + socket_path + ": " + std::strerror(err);
-    if (err == ENOENT || err == ECONNREFUSED) *error += " (is inagg running?)";
+    if (err == ENOENT || err == ECONNREFUSED) *error += std::string(" (is ") + server + " running?)";
     if (err == EACCES || err == EPERM) *error += " (the control socket is root-only: run as root or with sudo)";
     return false;
   }

@@ -205,6 +205,12 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   }
   jobs_[job.id] = job;
   block_of_[job.id] = block;
+  // A job's counters start from zero whenever it is (re)configured.
+  const int cpus = libbpf_num_possible_cpus();
+  if (cpus > 0) {
+    const std::vector<xagg_counters> zero(static_cast<size_t>(cpus));
+    bpf_map_update_elem(stats_fd_, &key, zero.data(), BPF_ANY);
+  }
   return true;
 }
 

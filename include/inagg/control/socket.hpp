@@ -59,8 +59,9 @@ class ControlServer {
 
 // Client side: connects, sends `request`, shuts down the write side and reads the reply until the
 // server closes, all within timeout_ms. On failure returns false and sets *error, e.g. "cannot
-// connect to /run/inagg/inagg.sock: No such file or directory (is inagg running?)".
+// connect to /run/inagg/inagg.sock: No such file or directory (is inagg running?)"; `server`
+// names the program in that hint.
 bool send_request(const std::string& socket_path, const std::string& request, std::string* reply, std::string* error,
-                  int timeout_ms = 5000);
+                  int timeout_ms = 5000, const char* server = "inagg");
 
 }  // namespace inagg::control

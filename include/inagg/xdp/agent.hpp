@@ -1,0 +1,41 @@
+// The head agent's control side: jobs in and out of a loaded HeadProgram, counters out, through
+// the same one-request-per-connection text protocol as the appliance's control socket:
+//
+//   request                 reply
+//   add\n<head job text>    ok job <id> added        (a parent's MAC is resolved by ARP first)
+//   remove <id>             ok job <id> removed
+//   list                    id=<id> members=.. values=.. window=.. total_weight=.. group=..
+//                             [parent=<ip> parent_rank=..] completed=<slots> results_sent=..
+//                             (one line per job; "no jobs" when there are none)
+//   stats [<id>]            <counter> <value> lines: job <id>'s, or, without an id, those of
+//                             packets for no job on this head
+//
+// Errors come back as one line "error: <why>".
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "inagg/xdp/head_program.hpp"
+#include "inagg/xdp/host.hpp"
+
+namespace inagg::xdp {
+
+class HeadAgent {
+ public:
+  HeadAgent(HeadProgram& program, Interface iface) : prog_(program), iface_(std::move(iface)) {}
+
+  // Resolves the parent's MAC when the job has a parent without one, then adds the job.
+  bool add_job(HeadJob job, std::string* error);
+  std::string handle(std::string_view request);
+
+  // "name value" lines (the counters of `row`), and the help text per counter for --help.
+  std::string format_counters(unsigned row) const;
+  std::string format_jobs() const;
+
+ private:
+  HeadProgram& prog_;
+  Interface iface_;
+};
+
+}  // namespace inagg::xdp

@@ -1,0 +1,93 @@
+#include "inagg/xdp/agent.hpp"
+
+#include "inagg/control/job_file.hpp"
+#include "inagg/control/protocol.hpp"
+
+namespace inagg::xdp {
+namespace {
+
+constexpr int kArpTimeoutMs = 2000;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+bool HeadAgent::add_job(HeadJob job, std::string* error) {
+  if (job.parent && !job.parent_mac) {
+    job.parent_mac = resolve_neighbor(iface_, *job.parent, kArpTimeoutMs, error);
+    if (!job.parent_mac) return false;
+  }
+  return prog_.add_job(job, error);
+}
+
+std::string HeadAgent::format_counters(unsigned row) const {
+  const Counters c = prog_.counters(row);
+  std::string out;
+  for (size_t i = 0; i < c.size(); ++i) out += std::string(counter_name(i)) + " " + std::to_string(c[i]) + "\n";
+  return out;
+}
+
+std::string HeadAgent::format_jobs() const {
+  if (prog_.jobs().empty()) return "no jobs\n";
+  std::string out;
+  for (const auto& [id, j] : prog_.jobs()) {
+    const Counters c = prog_.counters(id);
+    out += "id=" + std::to_string(id) + " members=" + std::to_string(j.members) + " values=" + std::to_string(j.values) +
+           " window=" + std::to_string(j.window) + " total_weight=" + std::to_string(j.total_weight) +
+           " group=" + wire::ip_text(j.group);
+    if (j.parent) out += " parent=" + wire::ip_text(*j.parent) + " parent_rank=" + std::to_string(j.parent_rank);
+    out += " completed=" + std::to_string(c[XAGG_C_completed]) + " results_sent=" + std::to_string(c[XAGG_C_results_sent]) + "\n";
+  }
+  return out;
+}
+
+std::string HeadAgent::handle(std::string_view request) {
+  const size_t nl = request.find('\n');
+  const std::string_view first = trim(request.substr(0, nl));
+  const std::string_view body = nl == std::string_view::npos ? std::string_view() : request.substr(nl + 1);
+  const size_t sp = first.find(' ');
+  const std::string_view verb = first.substr(0, sp);
+  const std::string_view arg = sp == std::string_view::npos ? std::string_view() : trim(first.substr(sp + 1));
+  std::string error;
+  auto job_id = [&](bool required, unsigned* id) {
+    if (arg.empty() && !required) return true;
+    const std::optional<uint64_t> v = control::parse_unsigned(arg, XAGG_MAX_JOBS - 1);
+    if (!v) {
+      error = "expected a job id 0.." + std::to_string(XAGG_MAX_JOBS - 1) + ", got " + control::quote_for_error(arg);
+      return false;
+    }
+    *id = static_cast<unsigned>(*v);
+    return true;
+  };
+  if (verb == "add") {
+    if (!arg.empty()) return control::format_error("add takes the head job text on the following lines, no argument");
+    const std::optional<HeadJob> job = parse_head_job(body, &error);
+    if (!job || !add_job(*job, &error)) return control::format_error(error);
+    return control::format_job_added(job->id);
+  }
+  if (!trim(body).empty()) return control::format_error("only add takes lines after the first");
+  if (verb == "remove") {
+    unsigned id = 0;
+    if (!job_id(true, &id)) return control::format_error(error);
+    if (!prog_.remove_job(id, &error)) return control::format_error(error + " (list shows the jobs)");
+    return control::format_job_removed(id);
+  }
+  if (verb == "list") {
+    if (!arg.empty()) return control::format_error("list takes no argument");
+    return format_jobs();
+  }
+  if (verb == "stats") {
+    unsigned id = XAGG_MAX_JOBS;
+    if (!job_id(false, &id)) return control::format_error(error);
+    if (id != XAGG_MAX_JOBS && !prog_.jobs().count(id))
+      return control::format_error("no job " + std::to_string(id) + " on this head (list shows the jobs)");
+    return format_counters(id);
+  }
+  return control::format_error("unknown request " + control::quote_for_error(verb) + "; valid: add, remove, list, stats");
+}
+
+}  // namespace inagg::xdp
