@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
       ("stepfactor,f", po::value<unsigned>(&o.factor)->default_value(o.factor), "size multiplier between rows")
       ("iters", po::value<unsigned>(&o.iters)->default_value(o.iters), "timed iterations per size")
       ("warmup", po::value<unsigned>(&o.warmup)->default_value(o.warmup), "untimed iterations per size")
-      ("check", "verify every element against the rank-ordered reference sum")
+      ("check", "verify every element of every iteration against the reference: the rank-ordered sum (ina), the ring's hop order (ring), the fixed-point sum (xdp)")
       ("mode", po::value<std::string>(&o.mode)->default_value(o.mode), "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")
       ("payload", po::value<uint32_t>(&o.payload)->default_value(o.payload), "path MTU payload P, bytes")
       ("message", po::value<uint32_t>(&o.message)->default_value(o.message), "RDMA WRITE message size M (multiple of P); a size's tail is padded")
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
   auto padded = [&](uint64_t b) { return std::max<uint64_t>(o.message, (b + o.message - 1) / o.message * o.message); };
   const uint64_t recv_len = ring ? 2ull * (n - 1) * padded(chunk_of(o.max_bytes)) : max_padded;
   std::vector<uint8_t> send(ring ? padded(chunk_of(o.max_bytes)) * n : max_padded, 0), recv(recv_len, 0),
-      data(max_padded + padded(chunk_of(o.max_bytes)) * n, 0), want(max_padded);
+      data(max_padded + padded(chunk_of(o.max_bytes)) * n, 0);
   std::vector<int32_t> fixed(use_xdp ? o.max_bytes / es + 4 : 0);
   constexpr uint64_t kVa = 0x7f0000000000ull;
   constexpr uint32_t kRkey = 0x1234;
@@ -355,17 +355,23 @@ int main(int argc, char** argv) {
     return any;
   };
   // Runs the transport until `done()`; "" then, or why it stopped: the requester gave up, the
-  // responder saw a broken stream, the deadline passed.
+  // responder saw a broken stream, the deadline passed, or (auto) nothing arrived at all for
+  // twice the requester's retry budget: a predecessor that fell over stops sending while our own
+  // writes may all be acknowledged, so only silence tells.
+  const uint64_t stall_ns = tallied ? 2 * (rq.retry_count + 1) * rq.ack_timeout_ns : 0;
   auto pump = [&](auto done) -> std::string {
+    uint64_t last_rx = now_ns();
     while (!done()) {
       const uint64_t t = now_ns();
       if (req.failed()) return req.error();
       if (!rsp.error().empty()) return rsp.error();
       if (t > deadline) return "timed out";
+      if (stall_ns && t - last_rx > stall_ns)
+        return "nothing arrived for " + std::to_string(stall_ns / 1'000'000) + " ms (the predecessor stopped sending)";
       req.progress(t);
       rsp.progress(t);
       ::poll(&pfd, 1, 1);
-      drain_socket(t);
+      if (drain_socket(t)) last_rx = t;
     }
     return "";
   };
@@ -396,7 +402,7 @@ int main(int argc, char** argv) {
 
   // auto's appliance path: data messages with a tally, then the commit message. True when both
   // arrived summed; otherwise *why, and *have_data says whether every data message had arrived
-  // summed (the sum is then in recv[], laid out as sent).
+  // summed (the sum is then in held[]).
   uint8_t tally_one[4] = {}, tally_n[4] = {};
   {
     const float one = 1.0f, nf = static_cast<float>(n);
@@ -414,6 +420,10 @@ int main(int argc, char** argv) {
            "): no appliance aggregates on this path";
     return false;
   };
+  // The sums are copied out of recv[] as soon as the data messages are in and checked: once our
+  // commit is out, a predecessor whose path no longer aggregates may already be writing its next
+  // allreduce's messages, unsummed, over the same offsets.
+  std::vector<uint8_t> held(tallied ? o.max_bytes : 0);
   auto appliance_tallied = [&](uint64_t bytes, std::string* why, bool* have_data) {
     const uint64_t msgs = msgs_of(bytes);
     *have_data = false;
@@ -425,14 +435,13 @@ int main(int argc, char** argv) {
     if (*why = exchange(send.data(), msgs * o.message, 0, msgs); !why->empty()) return false;
     for (uint64_t m = 0; m < msgs; ++m)
       if (!tally_of(m, why)) return false;
+    for (uint64_t m = 0; m * data_per_msg < bytes; ++m)
+      std::memcpy(held.data() + m * data_per_msg, recv.data() + m * o.message, std::min(data_per_msg, bytes - m * data_per_msg));
     *have_data = true;
     if (*why = exchange(send.data() + msgs * o.message, o.message, msgs * o.message, 1); !why->empty()) return false;
     return tally_of(msgs, why);
   };
-  auto appliance_result = [&](uint64_t bytes) {
-    for (uint64_t m = 0; m * data_per_msg < bytes; ++m)
-      std::memcpy(data.data() + m * data_per_msg, recv.data() + m * o.message, std::min(data_per_msg, bytes - m * data_per_msg));
-  };
+  auto appliance_result = [&](uint64_t bytes) { std::memcpy(data.data(), held.data(), bytes); };
 
   // The XDP tier: fixed point in, int32 sums, back out. int32 travels as it is.
   uint64_t saturated = 0;
@@ -537,46 +546,61 @@ int main(int argc, char** argv) {
   for (uint64_t size = o.min_bytes; size <= o.max_bytes; size *= o.factor) {
     const uint64_t bytes = size / es * es;
     if (bytes == 0) continue;
-    double total_us = 0;
-    for (unsigned it = 0; it < o.warmup + o.iters; ++it) {
-      fill(o, o.rank, data.data(), bytes);
-      const uint64_t t0 = now_ns();
-      if (!allreduce(bytes)) return 1;
-      ++index;
-      if (it >= o.warmup) total_us += static_cast<double>(now_ns() - t0) / 1e3;
-    }
-    uint64_t wrong = 0;
-    if (o.check) {
-      std::vector<std::vector<uint8_t>> inputs(n, std::vector<uint8_t>(bytes));
-      for (unsigned r = 0; r < n; ++r) fill(o, r, inputs[r].data(), bytes);
-      if (last_tier == Tier::xdp && !ring) {
-        // The tier's sum: every rank's input in fixed point (int32 as it is), added by a plain
-        // wrapping int32 loop, back to the dtype.
-        const size_t count = bytes / es;
-        std::vector<int32_t> q(count), acc(count, 0);
-        for (unsigned r = 0; r < n; ++r) {
-          if (o.dtype == agg::Dtype::int32) std::memcpy(q.data(), inputs[r].data(), bytes);
-          else to_fixed(o.dtype, inputs[r].data(), count, o.xdp_scale, n, q.data());
-          for (size_t i = 0; i < count; ++i) acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+    // --check: every iteration against the reference of the tier that summed it, each reference
+    // computed once per size, when first needed.
+    std::vector<std::vector<uint8_t>> inputs;
+    std::vector<uint8_t> want_sum, want_tier;
+    auto reference = [&](Tier t) -> const std::vector<uint8_t>& {
+      if (inputs.empty()) {
+        inputs.assign(n, std::vector<uint8_t>(bytes));
+        for (unsigned r = 0; r < n; ++r) fill(o, r, inputs[r].data(), bytes);
+      }
+      if (t == Tier::xdp && !ring) {
+        if (want_tier.empty()) {
+          // The tier's sum: every rank's input in fixed point (int32 as it is), added by a plain
+          // wrapping int32 loop, back to the dtype.
+          const size_t count = bytes / es;
+          std::vector<int32_t> q(count), acc(count, 0);
+          for (unsigned r = 0; r < n; ++r) {
+            if (o.dtype == agg::Dtype::int32) std::memcpy(q.data(), inputs[r].data(), bytes);
+            else to_fixed(o.dtype, inputs[r].data(), count, o.xdp_scale, n, q.data());
+            for (size_t i = 0; i < count; ++i) acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+          }
+          want_tier.resize(bytes);
+          if (o.dtype == agg::Dtype::int32) std::memcpy(want_tier.data(), acc.data(), bytes);
+          else from_fixed(o.dtype, acc.data(), count, o.xdp_scale, want_tier.data());
         }
-        if (o.dtype == agg::Dtype::int32) std::memcpy(want.data(), acc.data(), bytes);
-        else from_fixed(o.dtype, acc.data(), count, o.xdp_scale, want.data());
-      } else {
+        return want_tier;
+      }
+      if (want_sum.empty()) {
+        want_sum.resize(bytes);
         const uint64_t chunk = chunk_of(bytes);
         for (uint64_t c0 = 0; c0 < bytes; c0 += (ring ? chunk : bytes)) {
           const uint64_t len = std::min<uint64_t>(ring ? chunk : bytes, bytes - c0);
           const unsigned first = ring ? static_cast<unsigned>(c0 / chunk) : 0;  // ring: chunk c starts at rank c
           if (ring) {
             // A ring rounds at every hop (fp16/bf16 accumulate in their own type): the reference does too.
-            std::memcpy(want.data() + c0, inputs[first].data() + c0, len);
-            for (unsigned j = 1; j < n; ++j) agg::scalar::add_into(o.dtype, want.data() + c0, inputs[(first + j) % n].data() + c0, len);
+            std::memcpy(want_sum.data() + c0, inputs[first].data() + c0, len);
+            for (unsigned j = 1; j < n; ++j) agg::scalar::add_into(o.dtype, want_sum.data() + c0, inputs[(first + j) % n].data() + c0, len);
           } else {  // ina: the appliance's rank-ordered sum, halves accumulated in fp32 and rounded once
             std::vector<const uint8_t*> srcs;
             for (unsigned j = 0; j < n; ++j) srcs.push_back(inputs[(first + j) % n].data() + c0);
-            agg::scalar::sum_ranked(o.dtype, want.data() + c0, srcs.data(), n, len);
+            agg::scalar::sum_ranked(o.dtype, want_sum.data() + c0, srcs.data(), n, len);
           }
         }
       }
+      return want_sum;
+    };
+    double total_us = 0;
+    uint64_t wrong = 0;
+    for (unsigned it = 0; it < o.warmup + o.iters; ++it) {
+      fill(o, o.rank, data.data(), bytes);
+      const uint64_t t0 = now_ns();
+      if (!allreduce(bytes)) return 1;
+      ++index;
+      if (it >= o.warmup) total_us += static_cast<double>(now_ns() - t0) / 1e3;
+      if (!o.check) continue;
+      const std::vector<uint8_t>& want = reference(last_tier);
       for (size_t i = 0; i < bytes; i += es) {
         if (std::memcmp(want.data() + i, data.data() + i, es) != 0) {
           if (wrong < 3) std::fprintf(stderr, "rank %u: element %zu differs from the reference sum\n", o.rank, i / es);

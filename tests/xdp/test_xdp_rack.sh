@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The XDP tier end to end, on the virtual rack (scripts/rack) with heads of their own, inagg-xdp
+# on each head, inagg-worker processes --check'ing every element of every allreduce against the
+# tier's reference (the fixed-point sum by a plain wrapping int32 loop):
+#   one DTYPE LOSS MODE   4 workers under 1 head (XDP in MODE: native or generic), LOSS% lost both
+#                         ways on every worker link; a bridge in place of the appliance
+#   tree DTYPE LOSS       2 groups of 2 workers, each under its head, both heads under a top head
+#   noappliance DTYPE     auto mode on a rack with no appliance (a plain bridge): the first message
+#                         arrives unsummed, every rank falls over at allreduce 0
+#   fallover DTYPE        the appliance aggregates (auto mode) until it is killed mid-run; the rack
+#                         fails to wire (scripts/rack bypass --watch) and the job finishes on the
+#                         XDP tier, every allreduce exact against the tier that summed it
+#   test_xdp_rack.sh INAGG INAGG_CTL INAGG_WORKER INAGG_XDP SRCDIR CASE ARGS...
+set -uo pipefail
+inagg=$1 ctl=$2 worker=$3 xdp=$4 src=$5 case=$6
+shift 6
+n=4
+# shellcheck source=../e2e/rack_lib.sh
+. "$src/tests/e2e/rack_lib.sh"
+
+# head_job FILE ID MEMBERS TOTAL GROUP [PARENT PARENT_RANK]
+head_job() {
+  {
+    echo "id = $2"; echo "members = $3"; echo "values = 256"; echo "window = 8"; echo "total_weight = $4"; echo "group = $5"
+    [ $# -gt 5 ] && { echo "parent = $6"; echo "parent_rank = $7"; }
+  } >"$1"
+}
+# run_workers MODE TAG ARGS...: the 4 ranks in their namespaces; pids in wpids.
+run_workers() {
+  local mode=$1 tag=$2
+  shift 2
+  wpids=()
+  for r in $(seq 0 $((n - 1))); do
+    ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --mode "$mode" --job-id 1 --check --timeout 120 "$@" >"$tmp/$tag.w$r.log" 2>&1 &
+    wpids+=($!)
+    others+=($!)
+  done
+}
+wait_workers() {  # TAG [MIN_ROWS]: every rank exits 0, every row exact
+  for r in $(seq 0 $((n - 1))); do wait "${wpids[$r]}" || fail "$1: rank $r exited with $?: $(tail -n 3 "$tmp/$1.w$r.log")"; done
+  for r in $(seq 0 $((n - 1))); do
+    awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp/$1.w$r.log" || fail "$1: rank $r reports wrong elements"
+    [ "$(grep -c '^ ' "$tmp/$1.w$r.log")" -ge "${2:-3}" ] || fail "$1: rank $r printed too few rows: $(cat "$tmp/$1.w$r.log")"
+  done
+}
+stat_of() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
+sizes=(-b 4 -e 300000 -f 9 --iters 2 --warmup 1)
+
+case "$case" in
+  one)
+    dtype=$1 loss=$2 mode=$3
+    lossarg=()
+    [ "$loss" != 0 ] && lossarg=(--loss "$loss")
+    "$src/scripts/rack" up --workers $n --heads 1 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
+    head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    start_agent 0 "$mode" "$tmp/h0.job"
+    run_workers xdp run --dtype "$dtype" --xdp-heads 10.77.0.201 "${sizes[@]}"
+    wait_workers run
+    st=$("$xdp" --socket "$tmp/xdp0.sock" stats 1) || fail "stats: $st"
+    [ "$(stat_of "$st" completed)" -gt 0 ] || fail "the head completed nothing: $st"
+    [ "$(stat_of "$st" completed)" = "$(stat_of "$st" results_sent)" ] || fail "completed != results_sent: $st"
+    for k in bad_rank bad_count ahead weight_mismatch; do [ "$(stat_of "$st" $k)" = 0 ] || fail "$k: $st"; done
+    repeats=$(cat "$tmp"/run.w*.log | awk '/XDP tier:.*repeats/ {gsub(/[(]/, ""); for (i = 1; i <= NF; i++) if ($i == "repeats),") s += $(i-1)} END {print s + 0}')
+    if [ "$loss" != 0 ]; then
+      [ "$repeats" -gt 0 ] || fail "loss injected but no worker repeated a chunk"
+      [ "$(stat_of "$st" retained_answers)" -gt 0 ] || [ "$(stat_of "$st" duplicates)" -gt 0 ] || fail "loss injected but the head answered no repeat: $st"
+    fi
+    echo "ok: 4 workers, 1 head ($mode), $dtype, loss $loss%: every element exact; head: completed $(stat_of "$st" completed)," \
+         "retained answers $(stat_of "$st" retained_answers), duplicates $(stat_of "$st" duplicates); worker repeats $repeats"
+    ;;
+  tree)
+    dtype=$1 loss=$2
+    lossarg=()
+    [ "$loss" != 0 ] && lossarg=(--loss "$loss")
+    "$src/scripts/rack" up --workers $n --heads 3 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
+    # Heads 0 and 1 (10.77.0.201, .202) take ranks 0-1 and 2-3 and send their sums up to head 2
+    # (10.77.0.203), which multicasts the total to them on 239.77.0.100; they pass it down.
+    head_job "$tmp/h0.job" 1 2 4 239.77.0.1 10.77.0.203 0
+    head_job "$tmp/h1.job" 1 2 4 239.77.0.2 10.77.0.203 1
+    head_job "$tmp/h2.job" 1 2 4 239.77.0.100
+    start_agent 2 generic "$tmp/h2.job"
+    start_agent 0 generic "$tmp/h0.job"
+    start_agent 1 native "$tmp/h1.job"
+    run_workers xdp run --dtype "$dtype" --xdp-heads 10.77.0.201,10.77.0.202 --xdp-group-size 2 --xdp-mcast 239.77.0.1 "${sizes[@]}"
+    wait_workers run
+    s0=$("$xdp" --socket "$tmp/xdp0.sock" stats 1) s1=$("$xdp" --socket "$tmp/xdp1.sock" stats 1) s2=$("$xdp" --socket "$tmp/xdp2.sock" stats 1)
+    for s in "$s0" "$s1"; do
+      [ "$(stat_of "$s" up_sent)" -gt 0 ] || fail "a lower head sent nothing up: $s"
+      [ "$(stat_of "$s" parent_results)" -gt 0 ] || fail "a lower head passed no result down: $s"
+      [ "$(stat_of "$s" weight_mismatch)" = 0 ] || fail "weights: $s"
+    done
+    [ "$(stat_of "$s2" completed)" -gt 0 ] && [ "$(stat_of "$s2" weight_mismatch)" = 0 ] || fail "top head: $s2"
+    echo "ok: 2 groups of 2 under a top head, $dtype, loss $loss%: every element exact; top head completed" \
+         "$(stat_of "$s2" completed), lower heads sent up $(stat_of "$s0" up_sent)+$(stat_of "$s1" up_sent)" \
+         "(again: $(stat_of "$s0" up_resent)+$(stat_of "$s1" up_resent))"
+    ;;
+  noappliance)
+    dtype=$1
+    "$src/scripts/rack" up --workers $n --heads 1 --bridge >/dev/null || fail "rack up"
+    head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    start_agent 0 native "$tmp/h0.job"
+    run_workers auto run --dtype "$dtype" --xdp-heads 10.77.0.201 --message 16384 "${sizes[@]}"
+    wait_workers run
+    for r in $(seq 0 $((n - 1))); do
+      grep -q "falling over to the XDP tier at allreduce 0 (message 0 arrived without the appliance's sum (tally 1, want 4).*takes over from allreduce 0" \
+        "$tmp/run.w$r.log" || fail "rank $r: $(grep -h falling "$tmp/run.w$r.log")"
+    done
+    echo "ok: no appliance on the path: every rank saw message 0 unsummed and ran the job on the XDP tier, $dtype exact"
+    ;;
+  fallover)
+    dtype=$1
+    start_rack --heads 1 -- --abort-ms 3000
+    head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    start_agent 0 generic "$tmp/h0.job"
+    # The bypass NIC: once the appliance is gone, its ports are joined into a plain bridge.
+    "$src/scripts/rack" bypass --watch "$pid" >"$tmp/bypass.log" 2>&1 &
+    others+=($!)
+    # 400 allreduces of 64 KiB, each a row of its own so every one is checked; the appliance dies
+    # while they run.
+    run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --payload 1024 \
+      --ack-timeout-ms 50 --retry 7 -b 65536 -e 65536 --iters 400 --warmup 0
+    for _ in $(seq 200); do
+      s=$("$ctl" --socket "$tmp/ctl.sock" stats 1 2>/dev/null)
+      [ "$(stat_of "$s" slots_released)" -gt 2000 ] 2>/dev/null && break
+      sleep 0.05
+    done
+    [ "$(stat_of "$s" slots_released)" -gt 2000 ] 2>/dev/null || fail "the appliance did not aggregate: $s"
+    kill -9 "$pid"
+    wait "$pid" 2>/dev/null
+    pid=""
+    wait_workers run 1
+    grep -q "ports bridged" "$tmp/bypass.log" || fail "the rack did not fail to wire: $(cat "$tmp/bypass.log")"
+    for r in $(seq 0 $((n - 1))); do
+      grep -q "falling over to the XDP tier at allreduce" "$tmp/run.w$r.log" || fail "rank $r did not fall over: $(tail -n 3 "$tmp/run.w$r.log")"
+    done
+    # Every rank resumed at the same allreduce, and the ranks agree on how many the tier did.
+    [ "$(grep -ho 'takes over from allreduce [0-9]*' "$tmp"/run.w*.log | sort -u | wc -l)" = 1 ] || fail "ranks resumed at different allreduces"
+    [ "$(grep -ho 'XDP tier: [0-9]* chunks' "$tmp"/run.w*.log | sort -u | wc -l)" = 1 ] || fail "ranks did different work on the tier"
+    st=$("$xdp" --socket "$tmp/xdp0.sock" stats 1)
+    [ "$(stat_of "$st" completed)" -gt 0 ] || fail "the head completed nothing: $st"
+    echo "rank 0: $(grep -ho "falling over.*" "$tmp/run.w0.log")"
+    echo "ok: appliance killed after $(stat_of "$s" slots_released)+ slots, rack bridged, all 4 ranks $(grep -ho 'takes over from allreduce [0-9]*' "$tmp/run.w0.log")," \
+         "400 allreduces of $dtype exact; head completed $(stat_of "$st" completed) chunks"
+    ;;
+  *)
+    fail "unknown case '$case'"
+    ;;
+esac
