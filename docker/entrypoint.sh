@@ -6,6 +6,9 @@
 #   docker run ... inagg inagg-ctl list                any other inagg-* tool by name
 # Hugepages: if none are mounted at /dev/hugepages (docker run -v /dev/hugepages:/dev/hugepages)
 # with free pages, --no-huge -m 1024 is added to the EAL arguments and a note says so.
+# INAGG_WAIT_IFACES="p0 p1 ...": before starting inagg, wait until these network interfaces exist
+# and are up (ports attached after the container started, e.g. veths moved in by docker/lab-rack),
+# at most INAGG_WAIT_TIMEOUT seconds (default 60).
 set -eu
 case "${1:-}" in
   self-check)
@@ -23,6 +26,16 @@ case "${1:-}" in
   inagg-*) exec "$@" ;;
   --help|-h) exec inagg -- --help ;;
 esac
+if [ -n "${INAGG_WAIT_IFACES:-}" ]; then
+  tries=$(( ${INAGG_WAIT_TIMEOUT:-60} * 10 ))
+  for i in $INAGG_WAIT_IFACES; do
+    until [ "$(cat "/sys/class/net/$i/operstate" 2>/dev/null)" = up ]; do
+      tries=$((tries - 1))
+      [ "$tries" -gt 0 ] || { echo "inagg-entrypoint: interface $i is not up after ${INAGG_WAIT_TIMEOUT:-60} s" >&2; exit 1; }
+      sleep 0.1
+    done
+  done
+fi
 free=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
 if ! grep -qs " /dev/hugepages " /proc/mounts || [ "$free" -eq 0 ]; then
   case " $* " in

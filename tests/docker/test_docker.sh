@@ -1,41 +1,94 @@
 #!/usr/bin/env bash
-# The Docker image: built offline from a fresh tree (a local debian:bookworm made by
-# docker/make-base-image, no registry), then `--help` and `self-check` run inside it. Starts
-# dockerd itself (--iptables=false --bridge=none) when no engine is running, and stops only that
-# one; removes the images it created. Exit 77 (skipped) when no engine can run here.
+# The Docker image and a lab rack of containers made from it. The image is built once, offline,
+# from a copy of the tree (a local debian:bookworm made by docker/make-base-image, no registry);
+# `--help`, `self-check` and inagg-ctl run inside it. Then docker/lab-rack starts the appliance
+# container and 4 worker containers on veths, the workers run a --check'ed fp32 allreduce in ina
+# mode through the appliance, and the appliance's job stats and its SIGTERM exit are checked.
+# Starts dockerd itself (--iptables=false --bridge=none) when no engine is running, and stops only
+# that one; removes the containers (their veths go with them), the images and the files it
+# created, whatever happens. Exit 77 (skipped) when no engine can run here, or, after the image
+# checks, when not root (the rack needs ip/nsenter in the containers' namespaces).
 #   test_docker.sh SRCDIR
 set -uo pipefail
 src=$1
 tag="inagg-test:$$"
-dpid="" made_base=""
+rack="t$$"
+dpid="" made_base="" rack_up=""
+tmp=$(mktemp -d /tmp/inaggc-test.XXXXXX)
 cleanup() {
+  [ -n "$rack_up" ] && "$src/docker/lab-rack" down --name "$rack" >/dev/null 2>&1
   docker rmi -f "$tag" >/dev/null 2>&1
   docker image prune -f --filter "label=inagg.build-stage=$$" >/dev/null 2>&1
   [ -n "$made_base" ] && docker rmi -f debian:bookworm >/dev/null 2>&1
   if [ -n "$dpid" ]; then kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; fi
+  rm -rf "$tmp"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 command -v docker >/dev/null || { echo "SKIP: no docker client (apt-get install docker.io)"; exit 77; }
 if ! docker info >/dev/null 2>&1; then
   command -v dockerd >/dev/null || { echo "SKIP: no Docker engine"; exit 77; }
-  dockerd --iptables=false --bridge=none >/tmp/inagg-test-dockerd.$$.log 2>&1 &
+  dockerd --iptables=false --bridge=none >"$tmp/dockerd.log" 2>&1 &
   dpid=$!
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 || { echo "SKIP: dockerd would not start here: $(tail -n 2 /tmp/inagg-test-dockerd.$$.log)"; exit 77; }
+  docker info >/dev/null 2>&1 || { echo "SKIP: dockerd would not start here: $(tail -n 2 "$tmp/dockerd.log")"; exit 77; }
 fi
 docker image inspect debian:bookworm >/dev/null 2>&1 || made_base=1
 "$src/docker/make-base-image" || fail "make-base-image"
-# Build from a clean copy of the tree, as a user's fresh clone would.
-ctx=$(mktemp -d)
-trap 'rm -rf "$ctx"; cleanup' EXIT
-git -C "$src" ls-files -z | (cd "$src" && xargs -0 cp --parents -t "$ctx") || fail "copy the tree"
-docker build --network host -q --build-arg INAGG_BUILD_ID=$$ -f "$ctx/docker/Dockerfile" -t "$tag" "$ctx" >/tmp/inagg-test-build.$$.log 2>&1 ||
-  { tail -n 20 /tmp/inagg-test-build.$$.log; fail "docker build"; }
+
+# ---- the image ----------------------------------------------------------------------------------
+# Built from a copy of the working tree's files (tracked and new, not ignored), as a fresh clone
+# of it would have them.
+t0=$SECONDS
+ctx="$tmp/ctx"
+mkdir "$ctx"
+git -C "$src" ls-files -z --cached --others --exclude-standard |
+  (cd "$src" && while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done) |
+  (cd "$src" && xargs -0 cp --parents -t "$ctx") || fail "copy the tree"
+docker build --network host -q --force-rm --build-arg INAGG_BUILD_ID=$$ -f "$ctx/docker/Dockerfile" -t "$tag" "$ctx" \
+  >"$tmp/build.log" 2>&1 || { tail -n 30 "$tmp/build.log"; fail "docker build"; }
+rm -rf "$ctx"
+echo "image built in $((SECONDS - t0)) s"
 out=$(docker run --rm "$tag" --help 2>&1) || fail "--help: $out"
 grep -q "Usage: inagg \[EAL options\]" <<<"$out" || fail "--help output: $out"
 out=$(docker run --rm "$tag" self-check 2>&1) || fail "self-check: $out"
 grep -q "self-check: ok" <<<"$out" || fail "self-check output: $out"
 out=$(docker run --rm "$tag" inagg-ctl --help 2>&1) || fail "inagg-ctl in the image: $out"
 echo "docker image builds offline and runs (--help, self-check, inagg-ctl)"
-rm -f /tmp/inagg-test-build.$$.log /tmp/inagg-test-dockerd.$$.log
+
+# ---- the lab rack of containers -----------------------------------------------------------------
+[ "$(id -u)" = 0 ] || { echo "SKIP: the lab rack needs root (veths into the containers' namespaces)"; exit 77; }
+n=4
+app="inaggc-$rack-app"
+t0=$SECONDS
+rack_up=1
+"$src/docker/lab-rack" up --name "$rack" --workers $n --image "$tag" -- --resend-us 2000 >"$tmp/up.log" 2>&1 ||
+  fail "lab-rack up: $(cat "$tmp/up.log")"
+# Each worker alone in its container's namespace: only lo and its eth0, with its address and MAC.
+for r in $(seq 0 $((n - 1))); do
+  out=$(nsenter -t "$(docker inspect -f '{{.State.Pid}}' "inaggc-$rack-w$r")" -n ip -o link show 2>&1)
+  [ "$(wc -l <<<"$out")" = 2 ] && grep -q "eth0@.* link/ether 02:77:00:00:00:0$((r + 1)) " <<<"$out" ||
+    fail "worker container $r's links: $out"
+done
+"$src/docker/lab-rack" run --name "$rack" --logs "$tmp" -- --dtype fp32 --message 16384 --payload 1024 \
+  -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 50 --timeout 90 --mode ina >"$tmp/run.log" 2>&1 ||
+  { cat "$tmp/run.log"; "$src/docker/lab-rack" logs --name "$rack" | tail -n 20; fail "lab-rack run"; }
+for r in $(seq 0 $((n - 1))); do
+  grep -q "^# inagg-worker rank $r of $n (10.77.0.$((r + 1)) ->" "$tmp/w$r.log" || fail "worker $r: $(head -n 3 "$tmp/w$r.log")"
+  awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp/w$r.log" || fail "worker $r reports wrong elements: $(cat "$tmp/w$r.log")"
+  [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 4 ] || fail "worker $r printed too few rows: $(cat "$tmp/w$r.log")"
+done
+stats=$("$src/docker/lab-rack" ctl --name "$rack" -- stats 1 2>&1) || fail "stats: $stats"
+grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
+grep -q "^slots_released [1-9]" <<<"$stats" || fail "nothing released: $stats"
+grep -q "^held_packets 0$" <<<"$stats" || fail "stuck slots: $stats"
+# SIGTERM (docker stop) reaches inagg, which exits cleanly with its final stats.
+docker stop -t 10 "$app" >/dev/null || fail "docker stop $app"
+code=$(docker inspect -f '{{.State.ExitCode}}' "$app")
+logs=$(docker logs "$app" 2>&1)
+[ "$code" = 0 ] && grep -q "inagg: final stats" <<<"$logs" || fail "appliance exit $code: $(tail -n 20 <<<"$logs")"
+"$src/docker/lab-rack" down --name "$rack" >/dev/null || fail "lab-rack down"
+rack_up=""
+[ -z "$(docker ps -aq --filter "label=inaggc.rack=$rack")" ] || fail "containers left after lab-rack down"
+echo "lab rack in $((SECONDS - t0)) s: appliance container + $n worker containers on veths, ina fp32 allreduce" \
+  "exact on every rank; appliance: $(grep -E '^(slots_released|held_packets) ' <<<"$stats" | tr '\n' ' ')"
