@@ -62,13 +62,17 @@ int map_fd(bpf_object* obj, const char* name) {
   return m ? bpf_map__fd(m) : -1;
 }
 
-std::string program_name(uint32_t id) {
+// The program's name, and with `stats` its mean run time when the kernel counts it
+// (sysctl kernel.bpf_stats_enabled=1).
+std::string program_name(uint32_t id, bool stats = false) {
   const int fd = bpf_prog_get_fd_by_id(id);
   if (fd < 0) return "?";
   bpf_prog_info info{};
   uint32_t len = sizeof info;
   std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?";
   ::close(fd);
+  if (stats && info.run_cnt)
+    name.append(" ").append(std::to_string(info.run_cnt)).append(" runs, ").append(std::to_string(info.run_time_ns / info.run_cnt)).append(" ns each");
   return name;
 }
 
@@ -310,6 +314,8 @@ std::string xdp_status(int ifindex) {
     if (!id) continue;
     if (!out.empty()) out += ", ";
     out += program_name(id) + " (id " + std::to_string(id) + ", " + mode + ")";
+    const std::string with_stats = program_name(id, true);
+    if (with_stats != program_name(id)) out += ": " + with_stats.substr(with_stats.find(' ') + 1);
   }
   return out.empty() ? "none" : out;
 }
