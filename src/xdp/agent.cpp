@@ -21,6 +21,9 @@ bool HeadAgent::add_job(HeadJob job, std::string* error) {
     job.parent_mac = resolve_neighbor(iface_, *job.parent, kArpTimeoutMs, error);
     if (!job.parent_mac) return false;
   }
+  for (std::optional<HeadJob::Member>& m : job.member) {
+    if (job.unicast && m && !m->mac && !(m->mac = resolve_neighbor(iface_, m->ip, kArpTimeoutMs, error))) return false;
+  }
   return prog_.add_job(job, error);
 }
 
@@ -40,6 +43,7 @@ std::string HeadAgent::format_jobs() const {
            " window=" + std::to_string(j.window) + " total_weight=" + std::to_string(j.total_weight) +
            " group=" + wire::ip_text(j.group);
     if (j.parent) out += " parent=" + wire::ip_text(*j.parent) + " parent_rank=" + std::to_string(j.parent_rank);
+    out += j.unicast ? " fanout=unicast" : " fanout=multicast";
     out += " completed=" + std::to_string(c[XAGG_C_completed]) + " results_sent=" + std::to_string(c[XAGG_C_results_sent]) + "\n";
   }
   return out;

@@ -42,10 +42,21 @@ struct Key {
   std::string_view name;
   bool required;
   std::function<bool(HeadJob&, std::string_view, std::string*)> set;
+  bool repeatable = false;
 };
 
-const std::array<Key, 9>& keys() {
-  static const std::array<Key, 9> k{{
+std::vector<std::string_view> fields_of(std::string_view v) {
+  std::vector<std::string_view> f;
+  for (size_t start = 0;;) {
+    const size_t comma = v.find(',', start);
+    f.push_back(trim(v.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) return f;
+    start = comma + 1;
+  }
+}
+
+const std::array<Key, 11>& keys() {
+  static const std::array<Key, 11> k{{
       {"id", true, [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_JOBS - 1, &j.id, w); }},
       {"members", true,
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, XAGG_MAX_MEMBERS, &j.members, w); }},
@@ -80,6 +91,36 @@ const std::array<Key, 9>& keys() {
          if (!j.parent_mac) *w = quote_for_error(v) + " is not an Ethernet address (aa:bb:cc:dd:ee:ff)";
          return j.parent_mac.has_value();
        }},
+      {"fanout", false,
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         if (v != "multicast" && v != "unicast") *w = quote_for_error(v) + " is not multicast or unicast";
+         j.unicast = v == "unicast";
+         return v == "multicast" || v == "unicast";
+       }},
+      {"member", false,
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         const std::vector<std::string_view> f = fields_of(v);
+         unsigned rank = 0;
+         std::optional<wire::IpAddr> ip;
+         if (f.size() < 2 || f.size() > 3) {
+           *w = "expected RANK, IP[, MAC], got " + quote_for_error(v);
+           return false;
+         }
+         if (!number(f[0], 0, XAGG_MAX_MEMBERS - 1, &rank, w) || !ipv4(f[1], &ip, w)) return false;
+         HeadJob::Member m{*ip, std::nullopt};
+         if (f.size() == 3 && !(m.mac = parse_mac(f[2]))) {
+           *w = quote_for_error(f[2]) + " is not an Ethernet address (aa:bb:cc:dd:ee:ff)";
+           return false;
+         }
+         if (j.member.size() <= rank) j.member.resize(rank + 1);
+         if (j.member[rank]) {
+           *w = "rank " + std::to_string(rank) + " given twice";
+           return false;
+         }
+         j.member[rank] = m;
+         return true;
+       },
+       true},
   }};
   return k;
 }
@@ -110,7 +151,7 @@ wire::MacAddr multicast_mac(const wire::IpAddr& g) {
 
 std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
   HeadJob job;
-  std::array<bool, 9> seen{};
+  std::array<bool, 11> seen{};
   size_t line_no = 0;
   while (!text.empty()) {
     ++line_no;
@@ -133,7 +174,7 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
       for (const Key& x : keys()) error->append(" ").append(x.name);
       return std::nullopt;
     }
-    if (seen[k]) {
+    if (seen[k] && !keys()[k].repeatable) {
       *error = where + std::string(key) + ": given twice";
       return std::nullopt;
     }
@@ -153,6 +194,19 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
   if (!job.parent && (seen[7] || seen[8])) {
     *error = "parent_rank and parent_mac need 'parent = IP', the head one level up";
     return std::nullopt;
+  }
+  if (job.member.size() > job.members) {
+    *error = "member " + std::to_string(job.member.size() - 1) + " is not below members = " + std::to_string(job.members);
+    return std::nullopt;
+  }
+  if (job.unicast) {
+    job.member.resize(job.members);
+    for (unsigned r = 0; r < job.members; ++r) {
+      if (!job.member[r]) {
+        *error = "fanout = unicast needs a 'member = RANK, IP' line for every rank; rank " + std::to_string(r) + " has none";
+        return std::nullopt;
+      }
+    }
   }
   if (job.total_weight < job.members) {
     *error = "total_weight " + std::to_string(job.total_weight) + " is below members " + std::to_string(job.members) +
@@ -179,6 +233,13 @@ std::string format_head_job(const HeadJob& j) {
   if (j.parent) {
     out += "parent = " + wire::ip_text(*j.parent) + "\nparent_rank = " + std::to_string(j.parent_rank) + "\n";
     if (j.parent_mac) out += "parent_mac = " + mac_text(*j.parent_mac) + "\n";
+  }
+  if (j.unicast) out += "fanout = unicast\n";
+  for (size_t r = 0; r < j.member.size(); ++r) {
+    if (!j.member[r]) continue;
+    out += "member = " + std::to_string(r) + ", " + wire::ip_text(j.member[r]->ip);
+    if (j.member[r]->mac) out += ", " + mac_text(*j.member[r]->mac);
+    out += "\n";
   }
   return out;
 }

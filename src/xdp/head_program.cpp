@@ -28,9 +28,12 @@ constexpr std::array<std::string_view, XAGG_NUM_COUNTERS> kHelp = {
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 std::string bpf_hint(int err) {
-  if (err == -EPERM || err == -EACCES) return " (loading BPF programs needs root: CAP_BPF and CAP_NET_ADMIN)";
+  if ((err == -EPERM || err == -EACCES) && ::geteuid() != 0) return " (loading BPF programs needs root: CAP_BPF and CAP_NET_ADMIN)";
   return "";
 }
+
+// BPF_TCX_INGRESS (Linux 6.6): this system's uapi headers predate it.
+constexpr int kTcxIngress = 46;
 
 uint32_t mode_flags(AttachMode mode) { return mode == AttachMode::native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE; }
 
@@ -109,7 +112,11 @@ std::unique_ptr<HeadProgram> HeadProgram::load(unsigned max_jobs, std::string* e
   h->jobs_fd_ = map_fd(h->obj_, "xagg_jobs");
   h->slots_fd_ = map_fd(h->obj_, "xagg_slots");
   h->stats_fd_ = map_fd(h->obj_, "xagg_stats");
-  if (h->prog_fd_ < 0 || h->config_fd_ < 0 || h->jobs_fd_ < 0 || h->slots_fd_ < 0 || h->stats_fd_ < 0) {
+  h->members_fd_ = map_fd(h->obj_, "xagg_members");
+  bpf_program* fanout = bpf_object__find_program_by_name(h->obj_, "xagg_fanout");
+  h->fanout_fd_ = fanout ? bpf_program__fd(fanout) : -1;
+  if (h->prog_fd_ < 0 || h->fanout_fd_ < 0 || h->config_fd_ < 0 || h->jobs_fd_ < 0 || h->slots_fd_ < 0 ||
+      h->stats_fd_ < 0 || h->members_fd_ < 0) {
     *error = "the embedded BPF object lacks the xagg_head program or one of its maps (a build problem)";
     return nullptr;
   }
@@ -150,12 +157,33 @@ bool HeadProgram::attach(int ifindex, AttachMode mode, std::string* error) {
     return false;
   }
   link_fd_ = fd;
+  ifindex_ = ifindex;
+  if (!attach_fanout(error)) {
+    detach();
+    return false;
+  }
+  return true;
+}
+
+bool HeadProgram::attach_fanout(std::string* error) {
+  if (fanout_link_fd_ >= 0 || link_fd_ < 0) return true;
+  bool needed = false;
+  for (const auto& [id, j] : jobs_) needed |= j.unicast;
+  if (!needed) return true;
+  const int fd = bpf_link_create(fanout_fd_, ifindex_, static_cast<bpf_attach_type>(kTcxIngress), nullptr);
+  if (fd < 0) {
+    *error = "cannot attach xagg_fanout (TC ingress, for fanout = unicast): " + errno_text(fd) +
+             (fd == -EINVAL ? " (TCX links need Linux 6.6 or later; use fanout = multicast)" : "");
+    return false;
+  }
+  fanout_link_fd_ = fd;
   return true;
 }
 
 void HeadProgram::detach() {
   if (link_fd_ >= 0) ::close(link_fd_);
-  link_fd_ = -1;
+  if (fanout_link_fd_ >= 0) ::close(fanout_link_fd_);
+  link_fd_ = fanout_link_fd_ = -1;
 }
 
 bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
@@ -166,6 +194,12 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   if (job.parent && !job.parent_mac) {
     *error = "job " + std::to_string(job.id) + ": the parent's Ethernet address is not known (give parent_mac)";
     return false;
+  }
+  for (size_t r = 0; job.unicast && r < job.members; ++r) {
+    if (r >= job.member.size() || !job.member[r] || !job.member[r]->mac) {
+      *error = "job " + std::to_string(job.id) + ": unicast fan-out needs the address of member " + std::to_string(r);
+      return false;
+    }
   }
   unsigned block = 0;
   if (auto it = block_of_.find(job.id); it != block_of_.end()) {
@@ -192,7 +226,7 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   j.slot_base = static_cast<uint16_t>(block * XAGG_MAX_SLOTS);
   j.total_weight = job.total_weight;
   j.member_mask = job.members >= 64 ? ~0ull : (1ull << job.members) - 1;
-  j.fanout = XAGG_FANOUT_MULTICAST;
+  j.fanout = job.unicast ? XAGG_FANOUT_UNICAST : XAGG_FANOUT_MULTICAST;
   std::memcpy(&j.group_ip, job.group.bytes.data(), 4);
   const wire::MacAddr gm = multicast_mac(job.group);
   std::memcpy(j.group_mac, gm.data(), 6);
@@ -202,6 +236,15 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
     std::memcpy(&j.parent_ip, job.parent->bytes.data(), 4);
     std::memcpy(j.parent_mac, job.parent_mac->data(), 6);
   }
+  for (uint32_t r = 0; r < XAGG_MAX_MEMBERS; ++r) {
+    xagg_member m{};
+    if (r < job.member.size() && job.member[r]) {
+      std::memcpy(&m.ip, job.member[r]->ip.bytes.data(), 4);
+      if (job.member[r]->mac) std::memcpy(m.mac, job.member[r]->mac->data(), 6);
+    }
+    const uint32_t mkey = job.id * XAGG_MAX_MEMBERS + r;
+    bpf_map_update_elem(members_fd_, &mkey, &m, BPF_ANY);
+  }
   const uint32_t key = job.id;
   if (const int err = bpf_map_update_elem(jobs_fd_, &key, &j, BPF_ANY); err) {
     *error = "cannot write job " + std::to_string(job.id) + " into xagg_jobs: " + errno_text(err);
@@ -209,6 +252,11 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   }
   jobs_[job.id] = job;
   block_of_[job.id] = block;
+  if (!attach_fanout(error)) {
+    std::string ignored;
+    remove_job(job.id, &ignored);
+    return false;
+  }
   // A job's counters start from zero whenever it is (re)configured.
   const int cpus = libbpf_num_possible_cpus();
   if (cpus > 0) {

@@ -41,6 +41,29 @@ TEST(HeadJob, ParentWithAndWithoutMac) {
   EXPECT_EQ(format_head_job(*parse_head_job(format_head_job(*j), &err)), format_head_job(*j));
 }
 
+TEST(HeadJob, UnicastFanoutNeedsEveryMember) {
+  std::string err;
+  const std::string base = "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\nfanout = unicast\n";
+  std::optional<HeadJob> j = parse_head_job(base + "member = 1, 10.0.0.2, 02:00:00:00:00:02\nmember = 0, 10.0.0.1\n", &err);
+  ASSERT_TRUE(j) << err;
+  EXPECT_TRUE(j->unicast);
+  ASSERT_EQ(j->member.size(), 2u);
+  EXPECT_EQ(wire::ip_text(j->member[0]->ip), "10.0.0.1");
+  EXPECT_FALSE(j->member[0]->mac);
+  EXPECT_EQ(mac_text(*j->member[1]->mac), "02:00:00:00:00:02");
+  EXPECT_EQ(format_head_job(*parse_head_job(format_head_job(*j), &err)), format_head_job(*j));
+  EXPECT_FALSE(parse_head_job(base + "member = 0, 10.0.0.1\n", &err));
+  EXPECT_NE(err.find("rank 1 has none"), std::string::npos) << err;
+  EXPECT_FALSE(parse_head_job(base + "member = 0, 10.0.0.1\nmember = 0, 10.0.0.3\n", &err));
+  EXPECT_NE(err.find("rank 0 given twice"), std::string::npos) << err;
+  EXPECT_FALSE(parse_head_job(base + "member = 0, 10.0.0.1\nmember = 2, 10.0.0.3\n", &err));
+  EXPECT_NE(err.find("member 2 is not below members = 2"), std::string::npos) << err;
+  EXPECT_FALSE(parse_head_job(base + "member = 0\n", &err));
+  EXPECT_NE(err.find("expected RANK, IP[, MAC]"), std::string::npos) << err;
+  EXPECT_FALSE(parse_head_job("fanout = broadcast\n", &err));
+  EXPECT_NE(err.find("is not multicast or unicast"), std::string::npos) << err;
+}
+
 TEST(HeadJob, MulticastMac) {
   EXPECT_EQ(mac_text(multicast_mac(*wire::parse_ip("239.205.1.2"))), "01:00:5e:4d:01:02");
 }

@@ -2,8 +2,10 @@
 # The XDP tier end to end, on the virtual rack (scripts/rack) with heads of their own, inagg-xdp
 # on each head, inagg-worker processes --check'ing every element of every allreduce against the
 # tier's reference (the fixed-point sum by a plain wrapping int32 loop):
-#   one DTYPE LOSS MODE   4 workers under 1 head (XDP in MODE: native or generic), LOSS% lost both
-#                         ways on every worker link; a bridge in place of the appliance
+#   one DTYPE LOSS MODE [unicast]
+#                         4 workers under 1 head (XDP in MODE: native or generic), LOSS% lost both
+#                         ways on every worker link; a bridge in place of the appliance; results
+#                         multicast, or copied to each member by the TC program (unicast)
 #   tree DTYPE LOSS       2 groups of 2 workers, each under its head, both heads under a top head
 #   noappliance DTYPE     auto mode on a rack with no appliance (a plain bridge): the first message
 #                         arrives unsummed, every rank falls over at allreduce 0
@@ -24,6 +26,9 @@ head_job() {
     echo "id = $2"; echo "members = $3"; echo "values = 256"; echo "window = 8"; echo "total_weight = $4"; echo "group = $5"
     [ $# -gt 5 ] && { echo "parent = $6"; echo "parent_rank = $7"; }
   } >"$1"
+}
+unicast_members() {  # FILE: fan out by TC to the 4 workers instead of multicast
+  { echo "fanout = unicast"; for r in $(seq 0 $((n - 1))); do echo "member = $r, 10.77.0.$((r + 1))"; done; } >>"$1"
 }
 # run_workers MODE TAG ARGS...: the 4 ranks in their namespaces; pids in wpids.
 run_workers() {
@@ -48,24 +53,30 @@ sizes=(-b 4 -e 300000 -f 9 --iters 2 --warmup 1)
 
 case "$case" in
   one)
-    dtype=$1 loss=$2 mode=$3
+    dtype=$1 loss=$2 mode=$3 fanout=${4:-multicast}
     lossarg=()
     [ "$loss" != 0 ] && lossarg=(--loss "$loss")
     "$src/scripts/rack" up --workers $n --heads 1 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    [ "$fanout" = unicast ] && unicast_members "$tmp/h0.job"
     start_agent 0 "$mode" "$tmp/h0.job"
     run_workers xdp run --dtype "$dtype" --xdp-heads 10.77.0.201 "${sizes[@]}"
     wait_workers run
     st=$("$xdp" --socket "$tmp/xdp0.sock" stats 1) || fail "stats: $st"
     [ "$(stat_of "$st" completed)" -gt 0 ] || fail "the head completed nothing: $st"
     [ "$(stat_of "$st" completed)" = "$(stat_of "$st" results_sent)" ] || fail "completed != results_sent: $st"
-    for k in bad_rank bad_count ahead weight_mismatch; do [ "$(stat_of "$st" $k)" = 0 ] || fail "$k: $st"; done
+    for k in bad_rank bad_count ahead weight_mismatch fanout_errors; do [ "$(stat_of "$st" $k)" = 0 ] || fail "$k: $st"; done
+    if [ "$fanout" = unicast ]; then
+      [ "$(stat_of "$st" fanout_copies)" = $(( 4 * $(stat_of "$st" results_sent) )) ] || fail "unicast: not 4 copies per result: $st"
+    else
+      [ "$(stat_of "$st" fanout_copies)" = 0 ] || fail "multicast fan-out made copies: $st"
+    fi
     repeats=$(cat "$tmp"/run.w*.log | awk '/XDP tier:.*repeats/ {gsub(/[(]/, ""); for (i = 1; i <= NF; i++) if ($i == "repeats),") s += $(i-1)} END {print s + 0}')
     if [ "$loss" != 0 ]; then
       [ "$repeats" -gt 0 ] || fail "loss injected but no worker repeated a chunk"
       [ "$(stat_of "$st" retained_answers)" -gt 0 ] || [ "$(stat_of "$st" duplicates)" -gt 0 ] || fail "loss injected but the head answered no repeat: $st"
     fi
-    echo "ok: 4 workers, 1 head ($mode), $dtype, loss $loss%: every element exact; head: completed $(stat_of "$st" completed)," \
+    echo "ok: 4 workers, 1 head ($mode, $fanout), $dtype, loss $loss%: every element exact; head: completed $(stat_of "$st" completed)," \
          "retained answers $(stat_of "$st" retained_answers), duplicates $(stat_of "$st" duplicates); worker repeats $repeats"
     ;;
   tree)

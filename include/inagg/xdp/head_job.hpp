@@ -12,12 +12,17 @@
 //   parent       = 10.77.0.203   optional: the head one level up, which gets this group's sum
 //   parent_rank  = 0             with parent: this head's rank in the parent's group
 //   parent_mac   = 02:77:..      optional with parent: resolved by ARP when left out
+//   fanout       = multicast     optional: multicast (one frame to `group`, the fabric copies it)
+//                                or unicast (a copy per member, by TC clone-redirect: for fabrics
+//                                without multicast; needs a member line per rank)
+//   member       = 0, 10.77.0.1[, 02:77:..]   a member's address (repeatable); MAC by ARP if left out
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "inagg/wire/build.hpp"
 
@@ -33,6 +38,12 @@ struct HeadJob {
   std::optional<wire::IpAddr> parent;      // IPv4 unicast
   unsigned parent_rank = 0;
   std::optional<wire::MacAddr> parent_mac; // nullopt: resolve
+  bool unicast = false;                     // fanout = unicast
+  struct Member {
+    wire::IpAddr ip;
+    std::optional<wire::MacAddr> mac;       // nullopt: resolve
+  };
+  std::vector<std::optional<Member>> member;  // by rank; required for every rank with unicast
 };
 
 // On failure sets *error to "line N: <key>: <what is wrong and what to write instead>", or names

@@ -61,7 +61,8 @@ class HeadProgram {
   bool attached() const { return link_fd_ >= 0; }
 
   // Adds job.id, or replaces it (its slots start empty again). A job with a parent needs
-  // parent_mac resolved. Checks that the job fits (max_jobs).
+  // parent_mac resolved, one with unicast fan-out every member's MAC; the first such job attaches
+  // the TC program xagg_fanout (a TCX link, which needs Linux 6.6). Checks that the job fits.
   bool add_job(const HeadJob& job, std::string* error);
   bool remove_job(unsigned id, std::string* error);
   const std::map<unsigned, HeadJob>& jobs() const { return jobs_; }
@@ -79,8 +80,11 @@ class HeadProgram {
  private:
   HeadProgram() = default;
   bpf_object* obj_ = nullptr;
+  bool attach_fanout(std::string* error);
   int link_fd_ = -1;  // the bpf_link
-  int prog_fd_ = -1, config_fd_ = -1, jobs_fd_ = -1, slots_fd_ = -1, stats_fd_ = -1;
+  int fanout_link_fd_ = -1;  // xagg_fanout's TCX link, while a job uses unicast fan-out
+  int ifindex_ = 0;
+  int prog_fd_ = -1, fanout_fd_ = -1, config_fd_ = -1, jobs_fd_ = -1, slots_fd_ = -1, stats_fd_ = -1, members_fd_ = -1;
   unsigned max_jobs_ = 0;
   uint32_t next_gen_ = 1;
   std::map<unsigned, HeadJob> jobs_;

@@ -59,6 +59,22 @@ enum xagg_slot_state {
 /* How a head returns a finished sum to its group. */
 enum xagg_fanout {
   XAGG_FANOUT_MULTICAST = 0, /* one XDP_TX to the group's IPv4 multicast address: the fabric copies */
+  XAGG_FANOUT_UNICAST = 1,   /* XDP_PASS with a mark; the TC program xagg_fanout clones the result
+                                to every member (xagg_members): for fabrics without multicast */
+};
+
+/* xagg_members (array, key = job id * XAGG_MAX_MEMBERS + rank): where unicast fan-out sends. */
+struct xagg_member {
+  __be32 ip;
+  __u8 mac[6];
+  __u16 pad;
+};
+
+/* The mark xagg_head leaves in the metadata area in front of a result for xagg_fanout. */
+#define XAGG_FANOUT_MAGIC 0x58414746 /* "XAGF" */
+struct xagg_fanout_meta {
+  __u32 magic;
+  __u32 job;
 };
 
 /* xagg_jobs (array, key = job id): a job's configuration on this head, written by the agent. */
@@ -113,6 +129,8 @@ struct xagg_slot {
   X(wrong_source, "RESULT not from the configured parent, dropped")                                   \
   X(weight_mismatch, "finished sums whose weight is not the job's total_weight (sent anyway)")        \
   X(unknown_job, "packets for a job id this head has no job for, dropped")                            \
+  X(fanout_copies, "unicast fan-out: copies of results sent to members (TC clone-redirect)")         \
+  X(fanout_errors, "unicast fan-out: a result the TC program could not copy or readdress")           \
   X(malformed, "packets to the tier's port that are truncated, IPv4 options, bad version or type")
 
 enum xagg_counter {

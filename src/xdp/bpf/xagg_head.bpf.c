@@ -12,6 +12,9 @@
  * Maps (xagg_maps.h) are the only interface to the agent; layouts and counters are in
  * include/inagg/xdp/xagg_shared.h.
  */
+#include <linux/pkt_cls.h>
+#include <stddef.h>
+
 #include "xagg_maps.h"
 #include "xagg_parse.h"
 
@@ -92,6 +95,7 @@ struct xagg_ctx {
   struct xagg_pkt p;
   const struct xagg_config *cfg;
   const struct xagg_job *job;
+  __u32 job_id;
   struct xagg_counters *c;
   struct xagg_values *sc;
 };
@@ -115,12 +119,21 @@ static __always_inline int send_up(struct xagg_ctx *x, __u32 weight) {
   return transmit(x);
 }
 
-static __always_inline int send_to_group(struct xagg_ctx *x, __u32 weight) {
+/* The finished sum to the whole group: one multicast frame, or (unicast fan-out) the frame passed
+ * up with a mark for xagg_fanout, which copies it to each member. */
+static __always_inline int send_to_group(struct xagg_ctx *x, __u32 weight, __u32 job_id) {
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->group_mac, x->cfg->self_ip, x->job->group_ip, x->cfg->port);
   set_header(x->p.hdr, XAGG_RESULT, 0, weight);
   if (weight != x->job->total_weight) bump(x->c, XAGG_C_weight_mismatch);
   bump(x->c, XAGG_C_results_sent);
-  return transmit(x);
+  if (x->job->fanout != XAGG_FANOUT_UNICAST) return transmit(x);
+  if (values_out(x->xdp, &x->p, x->sc) || bpf_xdp_adjust_meta(x->xdp, -(int)sizeof(struct xagg_fanout_meta)))
+    return XDP_ABORTED;
+  struct xagg_fanout_meta *m = (void *)(long)x->xdp->data_meta;
+  if ((void *)(m + 1) > (void *)(long)x->xdp->data) return XDP_ABORTED;
+  m->magic = XAGG_FANOUT_MAGIC;
+  m->job = job_id;
+  return XDP_PASS;
 }
 
 static __always_inline int send_back(struct xagg_ctx *x, __u32 weight) {
@@ -223,7 +236,7 @@ static __always_inline int on_data(struct xagg_ctx *x) {
     bump(x->c, XAGG_C_up_sent);
     return send_up(x, w);
   }
-  return send_to_group(x, w);
+  return send_to_group(x, w, x->job_id);
 }
 
 /* A RESULT from our parent: finish the slot and pass the sum down. */
@@ -255,7 +268,7 @@ static __always_inline int on_result(struct xagg_ctx *x) {
   s->state = XAGG_SLOT_FINAL;
   bpf_spin_unlock(&s->lock);
   bump(x->c, XAGG_C_parent_results);
-  return send_to_group(x, weight);
+  return send_to_group(x, weight, x->job_id);
 }
 
 SEC("xdp")
@@ -291,8 +304,59 @@ int xagg_head(struct xdp_md *ctx) {
     bump(counters_of(XAGG_MAX_JOBS), XAGG_C_unknown_job);
     return XDP_DROP;
   }
+  x.job_id = job_id;
   x.c = counters_of(job_id);
   x.sc = bpf_map_lookup_elem(&xagg_scratch, &zero);
   if (!x.sc) return XDP_ABORTED;
   return x.p.hdr->type == XAGG_DATA ? on_data(&x) : on_result(&x);
+}
+
+/* xagg_fanout (TC ingress): a result xagg_head passed up with the unicast fan-out mark is cloned
+ * out of the same interface once per member of its job, readdressed to each (xagg_members), and
+ * the original dropped. Everything else passes. Attached only while a job uses unicast fan-out. */
+SEC("tc")
+int xagg_fanout(struct __sk_buff *skb) {
+  void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+  const struct xagg_fanout_meta *m = (void *)(long)skb->data_meta;
+  if ((void *)(m + 1) > data || m->magic != XAGG_FANOUT_MAGIC) return TC_ACT_OK;
+  __u32 job_id = m->job;
+  const struct xagg_job *job = job_id < XAGG_MAX_JOBS ? bpf_map_lookup_elem(&xagg_jobs, &job_id) : 0;
+  struct xagg_counters *c = counters_of(job_id < XAGG_MAX_JOBS ? job_id : XAGG_MAX_JOBS);
+  if (!c) return TC_ACT_SHOT; /* never: the map has every row; checked once, out of the loop */
+  struct ethhdr *eth = data;
+  if (!job || (void *)(eth + 1) > data_end) {
+    bump(c, XAGG_C_fanout_errors);
+    return TC_ACT_SHOT;
+  }
+  __u32 ip_off = sizeof(*eth);
+  if (eth->h_proto == bpf_htons(ETH_P_8021Q)) ip_off += sizeof(struct vlan_tag);
+  struct iphdr *ip = data + ip_off;
+  if ((void *)(ip + 1) > data_end) {
+    bump(c, XAGG_C_fanout_errors);
+    return TC_ACT_SHOT;
+  }
+  __be32 cur = ip->daddr;
+  const __u32 members = job->members;
+  for (__u32 r = 0; r < XAGG_MAX_MEMBERS; r++) {
+    if (r >= members) break;
+    __u32 key = job_id * XAGG_MAX_MEMBERS + r;
+    const struct xagg_member *mb = bpf_map_lookup_elem(&xagg_members, &key);
+    if (!mb || !mb->ip) {
+      bump(c, XAGG_C_fanout_errors);
+      continue;
+    }
+    /* The UDP checksum is 0 (xagg_readdress), so only the IP header's needs fixing. */
+    if (bpf_skb_store_bytes(skb, 0, mb->mac, ETH_ALEN, 0) ||
+        bpf_l3_csum_replace(skb, ip_off + offsetof(struct iphdr, check), cur, mb->ip, 4) ||
+        bpf_skb_store_bytes(skb, ip_off + offsetof(struct iphdr, daddr), &mb->ip, 4, 0)) {
+      bump(c, XAGG_C_fanout_errors);
+      return TC_ACT_SHOT;
+    }
+    cur = mb->ip;
+    if (bpf_clone_redirect(skb, skb->ifindex, 0) == 0)
+      bump(c, XAGG_C_fanout_copies);
+    else
+      bump(c, XAGG_C_fanout_errors);
+  }
+  return TC_ACT_SHOT;
 }
