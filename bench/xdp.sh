@@ -75,18 +75,18 @@ napi_thread() {
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime, clock ticks
 hz=$(getconf CLK_TCK)
 
-job_args=()
-for j in $(seq 1 "$jobs"); do
-  cat >"$tmp/head$j.job" <<EOF
-id = $j
-members = 4
-values = $values
-window = $window
-total_weight = 4
-group = 239.78.0.1
-EOF
-  job_args+=(--job "$tmp/head$j.job")
-done
+# head_jobs FANOUT: the head's job files (unicast: all 4 members are the generator's address, so
+# each result leaves the head 4 times, as it would for 4 hosts)
+head_jobs() {
+  job_args=()
+  for j in $(seq 1 "$jobs"); do
+    {
+      printf 'id = %s\nmembers = 4\nvalues = %s\nwindow = %s\ntotal_weight = 4\ngroup = 239.78.0.1\n' "$j" "$values" "$window"
+      [ "$1" = unicast ] && { echo 'fanout = unicast'; printf 'member = %s, 10.78.0.1\n' 0 1 2 3; }
+    } >"$tmp/head$j.job"
+    job_args+=(--job "$tmp/head$j.job")
+  done
+}
 
 napi_gen=$(napi_thread inagg-bg 0)
 run_gen() {  # -> the generator's line
@@ -95,29 +95,40 @@ run_gen() {  # -> the generator's line
 
 napi_head=$(napi_thread inagg-bh 1)
 
-# --- XDP head; the kernel counts the program's own run time (bpf_stats) meanwhile
-sysctl -qw kernel.bpf_stats_enabled=1
-ip netns exec inagg-bh taskset -c 1 "$xdp" run --iface eth0 --mode native "${job_args[@]}" --socket "$tmp/xdp.sock" \
-  >"$tmp/agent.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -S "$tmp/xdp.sock" ] && break; sleep 0.05; done
-[ -S "$tmp/xdp.sock" ] || fail "inagg-xdp did not start: $(cat "$tmp/agent.log")"
-t0=$(ticks "$napi_head")
-g=$(run_gen)
-t1=$(ticks "$napi_head")
-prog=$(ip netns exec inagg-bh "$xdp" status --iface eth0)
-sysctl -qw kernel.bpf_stats_enabled="$stats_was"
-st=$(for j in $(seq 1 "$jobs"); do "$xdp" --socket "$tmp/xdp.sock" stats "$j"; done |
-  awk '!($1 in s) {k[n++] = $1} {s[$1] += $2} END {for (i = 0; i < n; i++) print k[i], s[k[i]]}')
-kill "${pids[0]}"
-wait "${pids[0]}" 2>/dev/null
-pids=()
-added_xdp=$(awk '$1 == "added" {print $2}' <<<"$st")
-xdp_ticks=$(( t1 - t0 ))
-echo "xdp head:       $g; head: added $added_xdp, NAPI thread $xdp_ticks ticks"
-echo "                $(tr '\n' ' ' <<<"$st" | sed -E 's/[a-z_]+ 0( |$)//g')"
-echo "                $prog"
-prog_ns=$(grep -o '[0-9]* ns each' <<<"$prog" | cut -d' ' -f1)
+# xdp_head FANOUT: the XDP head for a run of the generator; sets added, ticks, prog_ns. The kernel
+# counts the head program's own run time (bpf_stats) meanwhile.
+xdp_head() {
+  head_jobs "$1"
+  sysctl -qw kernel.bpf_stats_enabled=1
+  rm -f "$tmp/xdp.sock"
+  ip netns exec inagg-bh taskset -c 1 "$xdp" run --iface eth0 --mode native "${job_args[@]}" --socket "$tmp/xdp.sock" \
+    >"$tmp/agent.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -S "$tmp/xdp.sock" ] && break; sleep 0.05; done
+  [ -S "$tmp/xdp.sock" ] || fail "inagg-xdp did not start: $(cat "$tmp/agent.log")"
+  local t0 t1 g prog st
+  t0=$(ticks "$napi_head")
+  g=$(run_gen)
+  t1=$(ticks "$napi_head")
+  prog=$(ip netns exec inagg-bh "$xdp" status --iface eth0)
+  sysctl -qw kernel.bpf_stats_enabled="$stats_was"
+  st=$(for j in $(seq 1 "$jobs"); do "$xdp" --socket "$tmp/xdp.sock" stats "$j"; done |
+    awk '!($1 in s) {k[n++] = $1} {s[$1] += $2} END {for (i = 0; i < n; i++) print k[i], s[k[i]]}')
+  kill "${pids[0]}"
+  wait "${pids[0]}" 2>/dev/null
+  pids=()
+  added=$(awk '$1 == "added" {print $2}' <<<"$st")
+  ticks=$(( t1 - t0 ))
+  prog_ns=$(grep -o '[0-9]* ns each' <<<"$prog" | cut -d' ' -f1)
+  echo "xdp head ($1): $g; head: added $added, NAPI thread $ticks ticks"
+  echo "                $(tr '\n' ' ' <<<"$st" | sed -E 's/[a-z_]+ 0( |$)//g')"
+  echo "                $prog"
+}
+
+xdp_head unicast
+added_uni=$added ticks_uni=$ticks
+xdp_head multicast
+added_xdp=$added xdp_ticks=$ticks
 
 # --- userspace head (no XDP program; GRO keeps the veth on NAPI, in the same thread)
 [ -d "/proc/$napi_head" ] || fail "the head's NAPI thread went away with the XDP program"
@@ -134,12 +145,13 @@ u=$(cat "$tmp/userspace.log")
 us_ticks=$(( t1 - t0 ))
 echo "userspace head: $g; $u; NAPI thread $us_ticks ticks"
 get() { grep -o "$1=[0-9.]*" <<<"$2" | cut -d= -f2; }
-awk -v pn="${prog_ns:-0}" -v xa="$added_xdp" -v xt="$xdp_ticks" -v ua="$(get added "$u")" -v ut="$us_ticks" -v uc="$(get cpu "$u")" -v hz="$hz" -v v="$values" 'BEGIN {
+awk -v pn="${prog_ns:-0}" -v na="$added_uni" -v nt="$ticks_uni" -v xa="$added_xdp" -v xt="$xdp_ticks" -v ua="$(get added "$u")" -v ut="$us_ticks" -v uc="$(get cpu "$u")" -v hz="$hz" -v v="$values" 'BEGIN {
   bits = v * 4 * 8
   xcpu = xt / hz; ucpu = ut / hz + uc
   if (xcpu <= 0 || ucpu <= 0 || xa <= 0 || ua <= 0) { print "bench xdp: nothing measured" > "/dev/stderr"; exit 1 }
   x = xa * bits / xcpu / 1e9; us = ua * bits / ucpu / 1e9
   printf "xdp: %.0f packets added in %.2f CPU s (%.0f ns each); userspace: %.0f in %.2f CPU s (NAPI %.2f + process %.2f; %.0f ns each)\n", xa, xcpu, xcpu / xa * 1e9, ua, ucpu, ut / hz, uc, ucpu / ua * 1e9
+  if (na > 0 && nt > 0) printf "fan-out: unicast (4 copies by TC) %.0f ns per added packet, multicast %.0f ns; fanout_unicast_vs_multicast=%.2f\n", nt / hz / na * 1e9, xcpu / xa * 1e9, (nt / hz / na) / (xcpu / xa)
   if (pn > 0) printf "the head program alone: %d ns per packet (bpf_stats), %.1f Gbps of values per core\n", pn, bits / pn
   printf "values_per_packet=%d vs_xagg_10gbps=%.2f userspace_gbps_per_core=%.2f\n", v, x / 10, us
   printf "xdp_gbps_per_core=%.2f xdp_vs_userspace=%.2f\n", x, x / us
