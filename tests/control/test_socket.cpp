@@ -159,7 +159,7 @@ TEST_F(ControlSocket, HandlerFailuresAreReplies) {
   EXPECT_EQ(exchange(server, [](const Request&) -> std::string { throw std::runtime_error("boom"); }, "list\n"),
             "error: internal error: boom\n");
   EXPECT_EQ(exchange(server, [](const Request&) { return std::string(); }, "list\n"),
-            "error: internal error: the appliance produced no reply\n");
+            "error: internal error: the server produced no reply\n");
   EXPECT_EQ(exchange(server, [](const Request&) { return std::string("ok"); }, "list\n"), "ok\n");
 }
 
