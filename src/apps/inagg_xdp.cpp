@@ -81,6 +81,9 @@ int run(const RunOptions& o) {
     if (!j) return usage_error(err);
     jobs.push_back(*j);
   }
+  // Before anything is set up, so a signal during set-up still ends in the clean-up below.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   std::unique_ptr<HeadProgram> prog = HeadProgram::load(o.max_jobs, &err);
   if (!prog) {
     std::cerr << "inagg-xdp: " << err << "\n";
@@ -103,8 +106,6 @@ int run(const RunOptions& o) {
     std::cerr << "inagg-xdp: " << err << "\n";
     return 1;
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   std::cout << "inagg-xdp: xagg_head attached to " << o.iface << " (" << o.mode << "), head " << wire::ip_text(*ip)
             << " " << mac_text(iface->mac) << ", UDP port " << o.port << ", " << jobs.size() << " job(s)"
             << (o.socket.empty() ? std::string() : ", control socket " + o.socket) << std::endl;

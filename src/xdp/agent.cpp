@@ -1,5 +1,12 @@
 #include "inagg/xdp/agent.hpp"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
 
@@ -16,6 +23,19 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
+HeadAgent::~HeadAgent() {
+  for (const auto& [id, fd] : joined_) ::close(fd);
+}
+
+bool HeadAgent::remove_job(unsigned id, std::string* error) {
+  if (!prog_.remove_job(id, error)) return false;
+  if (auto it = joined_.find(id); it != joined_.end()) {
+    ::close(it->second);
+    joined_.erase(it);
+  }
+  return true;
+}
+
 bool HeadAgent::add_job(HeadJob job, std::string* error) {
   if (job.parent && !job.parent_mac) {
     job.parent_mac = resolve_neighbor(iface_, *job.parent, kArpTimeoutMs, error);
@@ -24,7 +44,28 @@ bool HeadAgent::add_job(HeadJob job, std::string* error) {
   for (std::optional<HeadJob::Member>& m : job.member) {
     if (job.unicast && m && !m->mac && !(m->mac = resolve_neighbor(iface_, m->ip, kArpTimeoutMs, error))) return false;
   }
-  return prog_.add_job(job, error);
+  int fd = -1;
+  if (job.parent_group) {
+    fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ip_mreqn m{};
+    std::memcpy(&m.imr_multiaddr, job.parent_group->bytes.data(), 4);
+    m.imr_ifindex = iface_.ifindex;
+    if (fd < 0 || ::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
+      *error = "cannot join parent_group " + wire::ip_text(*job.parent_group) + " on " + iface_.name + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return false;
+    }
+  }
+  if (!prog_.add_job(job, error)) {
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  if (auto it = joined_.find(job.id); it != joined_.end()) {  // a replaced job leaves its old group
+    ::close(it->second);
+    joined_.erase(it);
+  }
+  if (fd >= 0) joined_[job.id] = fd;
+  return true;
 }
 
 std::string HeadAgent::format_counters(unsigned row) const {
@@ -42,7 +83,9 @@ std::string HeadAgent::format_jobs() const {
     out += "id=" + std::to_string(id) + " members=" + std::to_string(j.members) + " values=" + std::to_string(j.values) +
            " window=" + std::to_string(j.window) + " total_weight=" + std::to_string(j.total_weight) +
            " group=" + wire::ip_text(j.group);
-    if (j.parent) out += " parent=" + wire::ip_text(*j.parent) + " parent_rank=" + std::to_string(j.parent_rank);
+    if (j.parent)
+      out += " parent=" + wire::ip_text(*j.parent) + " parent_group=" + wire::ip_text(*j.parent_group) +
+             " parent_rank=" + std::to_string(j.parent_rank);
     out += j.unicast ? " fanout=unicast" : " fanout=multicast";
     out += " completed=" + std::to_string(c[XAGG_C_completed]) + " results_sent=" + std::to_string(c[XAGG_C_results_sent]) + "\n";
   }
@@ -77,7 +120,7 @@ std::string HeadAgent::handle(std::string_view request) {
   if (verb == "remove") {
     unsigned id = 0;
     if (!job_id(true, &id)) return control::format_error(error);
-    if (!prog_.remove_job(id, &error)) return control::format_error(error + " (list shows the jobs)");
+    if (!remove_job(id, &error)) return control::format_error(error + " (list shows the jobs)");
     return control::format_job_removed(id);
   }
   if (verb == "list") {

@@ -38,6 +38,13 @@ bool ipv4(std::string_view v, std::optional<wire::IpAddr>* out, std::string* why
   return true;
 }
 
+bool multicast(std::string_view v, std::optional<wire::IpAddr>* out, std::string* why) {
+  if (!ipv4(v, out, why)) return false;
+  if (((*out)->bytes[0] & 0xf0) == 0xe0) return true;
+  *why = quote_for_error(v) + " is not a multicast address (224.0.0.0/4; e.g. 239.77.0.1)";
+  return false;
+}
+
 struct Key {
   std::string_view name;
   bool required;
@@ -55,8 +62,8 @@ std::vector<std::string_view> fields_of(std::string_view v) {
   }
 }
 
-const std::array<Key, 11>& keys() {
-  static const std::array<Key, 11> k{{
+const std::array<Key, 12>& keys() {
+  static const std::array<Key, 12> k{{
       {"id", true, [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_JOBS - 1, &j.id, w); }},
       {"members", true,
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, XAGG_MAX_MEMBERS, &j.members, w); }},
@@ -74,15 +81,12 @@ const std::array<Key, 11>& keys() {
       {"group", true,
        [](HeadJob& j, std::string_view v, std::string* w) {
          std::optional<wire::IpAddr> a;
-         if (!ipv4(v, &a, w)) return false;
-         if ((a->bytes[0] & 0xf0) != 0xe0) {
-           *w = quote_for_error(v) + " is not a multicast address (224.0.0.0/4; e.g. 239.77.0.1)";
-           return false;
-         }
+         if (!multicast(v, &a, w)) return false;
          j.group = *a;
          return true;
        }},
       {"parent", false, [](HeadJob& j, std::string_view v, std::string* w) { return ipv4(v, &j.parent, w); }},
+      {"parent_group", false, [](HeadJob& j, std::string_view v, std::string* w) { return multicast(v, &j.parent_group, w); }},
       {"parent_rank", false,
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_MEMBERS - 1, &j.parent_rank, w); }},
       {"parent_mac", false,
@@ -151,7 +155,7 @@ wire::MacAddr multicast_mac(const wire::IpAddr& g) {
 
 std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
   HeadJob job;
-  std::array<bool, 11> seen{};
+  std::array<bool, 12> seen{};
   size_t line_no = 0;
   while (!text.empty()) {
     ++line_no;
@@ -191,8 +195,12 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
       return std::nullopt;
     }
   }
-  if (!job.parent && (seen[7] || seen[8])) {
-    *error = "parent_rank and parent_mac need 'parent = IP', the head one level up";
+  if (!job.parent && (job.parent_group || seen[8] || seen[9])) {
+    *error = "parent_group, parent_rank and parent_mac need 'parent = IP', the head one level up";
+    return std::nullopt;
+  }
+  if (job.parent && !job.parent_group) {
+    *error = "a head with a parent needs 'parent_group = IP', the parent's group (its results come there)";
     return std::nullopt;
   }
   if (job.member.size() > job.members) {
@@ -231,7 +239,8 @@ std::string format_head_job(const HeadJob& j) {
          std::to_string(j.values) + "\nwindow = " + std::to_string(j.window) + "\ntotal_weight = " +
          std::to_string(j.total_weight) + "\ngroup = " + wire::ip_text(j.group) + "\n";
   if (j.parent) {
-    out += "parent = " + wire::ip_text(*j.parent) + "\nparent_rank = " + std::to_string(j.parent_rank) + "\n";
+    out += "parent = " + wire::ip_text(*j.parent) + "\nparent_group = " + wire::ip_text(*j.parent_group) +
+           "\nparent_rank = " + std::to_string(j.parent_rank) + "\n";
     if (j.parent_mac) out += "parent_mac = " + mac_text(*j.parent_mac) + "\n";
   }
   if (j.unicast) out += "fanout = unicast\n";

@@ -158,22 +158,26 @@ bool HeadProgram::attach(int ifindex, AttachMode mode, std::string* error) {
   }
   link_fd_ = fd;
   ifindex_ = ifindex;
-  if (!attach_fanout(error)) {
+  if (!update_fanout(false, error)) {
     detach();
     return false;
   }
   return true;
 }
 
-bool HeadProgram::attach_fanout(std::string* error) {
-  if (fanout_link_fd_ >= 0 || link_fd_ < 0) return true;
-  bool needed = false;
+bool HeadProgram::update_fanout(bool also_needed, std::string* error) {
+  bool needed = also_needed;
   for (const auto& [id, j] : jobs_) needed |= j.unicast;
-  if (!needed) return true;
+  if (!needed && fanout_link_fd_ >= 0) {
+    ::close(fanout_link_fd_);
+    fanout_link_fd_ = -1;
+  }
+  if (!needed || fanout_link_fd_ >= 0 || link_fd_ < 0) return true;
   const int fd = bpf_link_create(fanout_fd_, ifindex_, static_cast<bpf_attach_type>(kTcxIngress), nullptr);
   if (fd < 0) {
-    *error = "cannot attach xagg_fanout (TC ingress, for fanout = unicast): " + errno_text(fd) +
-             (fd == -EINVAL ? " (TCX links need Linux 6.6 or later; use fanout = multicast)" : "");
+    if (error)
+      *error = "cannot attach xagg_fanout (TC ingress, for fanout = unicast): " + errno_text(fd) +
+               (fd == -EINVAL ? " (TCX links need Linux 6.6 or later; use fanout = multicast)" : "");
     return false;
   }
   fanout_link_fd_ = fd;
@@ -201,6 +205,8 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
       return false;
     }
   }
+  // The TC program first: a job that cannot have its fan-out leaves the maps as they were.
+  if (job.unicast && !update_fanout(true, error)) return false;
   unsigned block = 0;
   if (auto it = block_of_.find(job.id); it != block_of_.end()) {
     block = it->second;
@@ -252,11 +258,7 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   }
   jobs_[job.id] = job;
   block_of_[job.id] = block;
-  if (!attach_fanout(error)) {
-    std::string ignored;
-    remove_job(job.id, &ignored);
-    return false;
-  }
+  update_fanout();  // a job that replaced the last unicast one lets the TC program go
   // A job's counters start from zero whenever it is (re)configured.
   const int cpus = libbpf_num_possible_cpus();
   if (cpus > 0) {
@@ -271,14 +273,14 @@ bool HeadProgram::remove_job(unsigned id, std::string* error) {
     *error = "no job " + std::to_string(id) + " on this head";
     return false;
   }
-  const xagg_job none{};
   const uint32_t key = id;
-  if (const int err = bpf_map_update_elem(jobs_fd_, &key, &none, BPF_ANY); err) {
-    *error = "cannot clear job " + std::to_string(id) + ": " + errno_text(err);
+  if (const int err = bpf_map_delete_elem(jobs_fd_, &key); err && err != -ENOENT) {
+    *error = "cannot remove job " + std::to_string(id) + ": " + errno_text(err);
     return false;
   }
   jobs_.erase(id);
   block_of_.erase(id);
+  update_fanout();
   return true;
 }
 

@@ -33,7 +33,7 @@ records = [f"identity|{HEAD_IP}|{HEAD_MAC}|{PORT}"]
 # Job 1: a top head of 3 workers. Job 2: a head of 2 workers under a parent, rank 1 there.
 records.append("job|id = 1;members = 3;values = 8;window = 2;total_weight = 3;group = " + GROUP1)
 records.append("job|id = 2;members = 2;values = 4;window = 1;total_weight = 4;group = " + GROUP2 +
-               f";parent = {PARENT_IP};parent_rank = 1;parent_mac = {PARENT_MAC}")
+               f";parent = {PARENT_IP};parent_group = {GROUP1};parent_rank = 1;parent_mac = {PARENT_MAC}")
 
 
 def worker(rank):

@@ -30,12 +30,13 @@ TEST(HeadJob, ParsesAndFormatsBack) {
 
 TEST(HeadJob, ParentWithAndWithoutMac) {
   std::string err;
-  std::optional<HeadJob> j = parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_rank = 1\n", &err);
+  std::optional<HeadJob> j = parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_rank = 1\n", &err);
   ASSERT_TRUE(j) << err;
   EXPECT_EQ(wire::ip_text(*j->parent), "10.0.0.9");
   EXPECT_EQ(j->parent_rank, 1u);
+  EXPECT_EQ(wire::ip_text(*j->parent_group), "239.77.0.100");
   EXPECT_FALSE(j->parent_mac);
-  j = parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_mac = 02:AA:00:00:00:0f\n", &err);
+  j = parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_mac = 02:AA:00:00:00:0f\n", &err);
   ASSERT_TRUE(j) << err;
   EXPECT_EQ(mac_text(*j->parent_mac), "02:aa:00:00:00:0f");
   EXPECT_EQ(format_head_job(*parse_head_job(format_head_job(*j), &err)), format_head_job(*j));
@@ -86,8 +87,10 @@ TEST(HeadJob, EachMistakeSaysWhatToWrite) {
       {"id = 1\nmembers = 65\n", "not a number in 1..64"},
       {"groop = 1\n", "line 1: unknown key 'groop'; valid keys: id members"},
       {"just words\n", "line 1: expected 'key = value'"},
-      {base + "group = 239.0.0.1\nparent_rank = 1\n", "parent_rank and parent_mac need 'parent = IP'"},
-      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_mac = 02:00\n", "is not an Ethernet address"},
+      {base + "group = 239.0.0.1\nparent_rank = 1\n", "parent_group, parent_rank and parent_mac need 'parent = IP'"},
+      {base + "group = 239.0.0.1\nparent = 10.0.0.1\n", "a head with a parent needs 'parent_group = IP'"},
+      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 10.0.0.2\n", "parent_group: '10.0.0.2' is not a multicast address"},
+      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 239.0.0.2\nparent_mac = 02:00\n", "is not an Ethernet address"},
       {"id = 1\nmembers = 4\nvalues = 256\nwindow = 8\ntotal_weight = 3\ngroup = 239.0.0.1\n", "total_weight 3 is below members 4"},
   };
   for (const Bad& b : cases) {

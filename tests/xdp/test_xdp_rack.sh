@@ -6,7 +6,10 @@
 #                         4 workers under 1 head (XDP in MODE: native or generic), LOSS% lost both
 #                         ways on every worker link; a bridge in place of the appliance; results
 #                         multicast, or copied to each member by the TC program (unicast)
-#   tree DTYPE LOSS       2 groups of 2 workers, each under its head, both heads under a top head
+#   tree DTYPE LOSS       2 groups of 2 workers, each under its head, both heads under a top head;
+#                         LOSS% on every link, the heads' too (so partial sums and the top's
+#                         results get lost and recovered); the lower heads must have joined the
+#                         top's group (what an IGMP-snooping switch needs to forward it to them)
 #   noappliance DTYPE     auto mode on a rack with no appliance (a plain bridge): the first message
 #                         arrives unsummed, every rank falls over at allreduce 0
 #   fallover DTYPE        the appliance aggregates (auto mode) until it is killed mid-run; the rack
@@ -20,11 +23,11 @@ n=4
 # shellcheck source=../e2e/rack_lib.sh
 . "$src/tests/e2e/rack_lib.sh"
 
-# head_job FILE ID MEMBERS TOTAL GROUP [PARENT PARENT_RANK]
+# head_job FILE ID MEMBERS TOTAL GROUP [PARENT PARENT_GROUP PARENT_RANK]
 head_job() {
   {
     echo "id = $2"; echo "members = $3"; echo "values = 256"; echo "window = 8"; echo "total_weight = $4"; echo "group = $5"
-    [ $# -gt 5 ] && { echo "parent = $6"; echo "parent_rank = $7"; }
+    [ $# -gt 5 ] && { echo "parent = $6"; echo "parent_group = $7"; echo "parent_rank = $8"; }
   } >"$1"
 }
 unicast_members() {  # FILE: fan out by TC to the 4 workers instead of multicast
@@ -82,16 +85,19 @@ case "$case" in
   tree)
     dtype=$1 loss=$2
     lossarg=()
-    [ "$loss" != 0 ] && lossarg=(--loss "$loss")
+    [ "$loss" != 0 ] && lossarg=(--loss "$loss" --head-loss "$loss")
     "$src/scripts/rack" up --workers $n --heads 3 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
     # Heads 0 and 1 (10.77.0.201, .202) take ranks 0-1 and 2-3 and send their sums up to head 2
     # (10.77.0.203), which multicasts the total to them on 239.77.0.100; they pass it down.
-    head_job "$tmp/h0.job" 1 2 4 239.77.0.1 10.77.0.203 0
-    head_job "$tmp/h1.job" 1 2 4 239.77.0.2 10.77.0.203 1
+    head_job "$tmp/h0.job" 1 2 4 239.77.0.1 10.77.0.203 239.77.0.100 0
+    head_job "$tmp/h1.job" 1 2 4 239.77.0.2 10.77.0.203 239.77.0.100 1
     head_job "$tmp/h2.job" 1 2 4 239.77.0.100
     start_agent 2 generic "$tmp/h2.job"
     start_agent 0 generic "$tmp/h0.job"
     start_agent 1 native "$tmp/h1.job"
+    for h in 0 1; do
+      ip netns exec "inagg-h$h" ip maddr show dev eth0 | grep -qE "inet +239\.77\.0\.100$" || fail "head $h did not join the top head's group"
+    done
     run_workers xdp run --dtype "$dtype" --xdp-heads 10.77.0.201,10.77.0.202 --xdp-group-size 2 --xdp-mcast 239.77.0.1 "${sizes[@]}"
     wait_workers run
     s0=$("$xdp" --socket "$tmp/xdp0.sock" stats 1) s1=$("$xdp" --socket "$tmp/xdp1.sock" stats 1) s2=$("$xdp" --socket "$tmp/xdp2.sock" stats 1)
@@ -101,9 +107,16 @@ case "$case" in
       [ "$(stat_of "$s" weight_mismatch)" = 0 ] || fail "weights: $s"
     done
     [ "$(stat_of "$s2" completed)" -gt 0 ] && [ "$(stat_of "$s2" weight_mismatch)" = 0 ] || fail "top head: $s2"
+    if [ "$loss" != 0 ]; then
+      [ $(( $(stat_of "$s0" up_resent) + $(stat_of "$s1" up_resent) )) -gt 0 ] || fail "loss on the heads' links but no partial sum was sent up again"
+      [ "$(stat_of "$s2" retained_answers)" -gt 0 ] || [ "$(stat_of "$s2" duplicates)" -gt 0 ] || fail "the top head answered no repeat: $s2"
+    else
+      # Lossless: every chunk's result reaches the lower heads by multicast, none by asking again.
+      [ "$(stat_of "$s0" up_resent)" = 0 ] && [ "$(stat_of "$s1" up_resent)" = 0 ] || fail "partial sums sent again without loss: $s0 $s1"
+    fi
     echo "ok: 2 groups of 2 under a top head, $dtype, loss $loss%: every element exact; top head completed" \
          "$(stat_of "$s2" completed), lower heads sent up $(stat_of "$s0" up_sent)+$(stat_of "$s1" up_sent)" \
-         "(again: $(stat_of "$s0" up_resent)+$(stat_of "$s1" up_resent))"
+         "(again: $(stat_of "$s0" up_resent)+$(stat_of "$s1" up_resent)), top head answered $(stat_of "$s2" retained_answers) repeats"
     ;;
   noappliance)
     dtype=$1

@@ -13,6 +13,7 @@
 // Errors come back as one line "error: <why>".
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -24,9 +25,15 @@ namespace inagg::xdp {
 class HeadAgent {
  public:
   HeadAgent(HeadProgram& program, Interface iface) : prog_(program), iface_(std::move(iface)) {}
+  ~HeadAgent();
+  HeadAgent(const HeadAgent&) = delete;
+  HeadAgent& operator=(const HeadAgent&) = delete;
 
-  // Resolves the parent's MAC when the job has a parent without one, then adds the job.
+  // Resolves the MACs the job needs (its parent's, its members' for unicast fan-out) by ARP, adds
+  // the job, and joins its parent_group on the interface (the kernel then answers IGMP for it, so
+  // snooping switches and NIC filters let the parent's results through to the XDP program).
   bool add_job(HeadJob job, std::string* error);
+  bool remove_job(unsigned id, std::string* error);
   std::string handle(std::string_view request);
 
   // "name value" lines (the counters of `row`), and the help text per counter for --help.
@@ -36,6 +43,7 @@ class HeadAgent {
  private:
   HeadProgram& prog_;
   Interface iface_;
+  std::map<unsigned, int> joined_;  // job id -> the socket holding its parent_group membership
 };
 
 }  // namespace inagg::xdp

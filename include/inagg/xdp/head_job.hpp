@@ -10,6 +10,9 @@
 //   total_weight = 4             workers in the whole job; finished sums are checked against it
 //   group        = 239.77.0.1    IPv4 multicast group of this head's members: sums go there
 //   parent       = 10.77.0.203   optional: the head one level up, which gets this group's sum
+//   parent_group = 239.77.0.100  with parent: the parent's `group`; the agent joins it on the
+//                                interface, so NIC filters and IGMP-snooping switches let the
+//                                parent's results in
 //   parent_rank  = 0             with parent: this head's rank in the parent's group
 //   parent_mac   = 02:77:..      optional with parent: resolved by ARP when left out
 //   fanout       = multicast     optional: multicast (one frame to `group`, the fabric copies it)
@@ -36,6 +39,7 @@ struct HeadJob {
   unsigned total_weight = 0;
   wire::IpAddr group;                      // IPv4 multicast
   std::optional<wire::IpAddr> parent;      // IPv4 unicast
+  std::optional<wire::IpAddr> parent_group;  // IPv4 multicast, required with parent
   unsigned parent_rank = 0;
   std::optional<wire::MacAddr> parent_mac; // nullopt: resolve
   bool unicast = false;                     // fanout = unicast

@@ -61,8 +61,9 @@ class HeadProgram {
   bool attached() const { return link_fd_ >= 0; }
 
   // Adds job.id, or replaces it (its slots start empty again). A job with a parent needs
-  // parent_mac resolved, one with unicast fan-out every member's MAC; the first such job attaches
-  // the TC program xagg_fanout (a TCX link, which needs Linux 6.6). Checks that the job fits.
+  // parent_mac resolved, one with unicast fan-out every member's MAC; while such a job exists the
+  // TC program xagg_fanout is attached (a TCX link, which needs Linux 6.6). Checks that the job
+  // fits. On failure nothing changed.
   bool add_job(const HeadJob& job, std::string* error);
   bool remove_job(unsigned id, std::string* error);
   const std::map<unsigned, HeadJob>& jobs() const { return jobs_; }
@@ -80,7 +81,9 @@ class HeadProgram {
  private:
   HeadProgram() = default;
   bpf_object* obj_ = nullptr;
-  bool attach_fanout(std::string* error);
+  // Attaches xagg_fanout while a job uses unicast fan-out (or `also_needed`), detaches it when
+  // none does.
+  bool update_fanout(bool also_needed = false, std::string* error = nullptr);
   int link_fd_ = -1;  // the bpf_link
   int fanout_link_fd_ = -1;  // xagg_fanout's TCX link, while a job uses unicast fan-out
   int ifindex_ = 0;

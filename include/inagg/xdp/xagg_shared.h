@@ -77,7 +77,7 @@ struct xagg_fanout_meta {
   __u32 job;
 };
 
-/* xagg_jobs (array, key = job id): a job's configuration on this head, written by the agent. */
+/* xagg_jobs (hash, key = job id): a job's configuration on this head, written by the agent. */
 struct xagg_job {
   __u32 active;       /* 0: no such job, its packets are counted and dropped */
   __u32 gen;          /* bumped on every (re)configuration: older slot contents are ignored */
@@ -125,13 +125,13 @@ struct xagg_slot {
   X(stale, "packets older than their slot's epoch, dropped")                                          \
   X(ahead, "DATA beyond the next epoch of an unfinished slot (window contract broken), dropped")     \
   X(bad_rank, "DATA with a rank outside the job's members, or weight 0, dropped")                     \
-  X(bad_count, "count above the job's maximum, different from the slot's, or not the UDP length")    \
-  X(wrong_source, "RESULT not from the configured parent, dropped")                                   \
+  X(bad_count, "DATA with more values than the job's packets carry, or another count than its slot's") \
+  X(wrong_source, "DATA not from its rank's member address, or a RESULT to us not from the parent")   \
   X(weight_mismatch, "finished sums whose weight is not the job's total_weight (sent anyway)")        \
   X(unknown_job, "packets for a job id this head has no job for, dropped")                            \
   X(fanout_copies, "unicast fan-out: copies of results sent to members (TC clone-redirect)")         \
   X(fanout_errors, "unicast fan-out: a result the TC program could not copy or readdress")           \
-  X(malformed, "packets to the tier's port that are truncated, IPv4 options, bad version or type")
+  X(malformed, "packets to the tier's port with a bad version, type or count, or not the UDP length (IPv4 with options is not looked at)")
 
 enum xagg_counter {
 #define XAGG_COUNTER_ENUM(name, text) XAGG_C_##name,

@@ -125,14 +125,24 @@ static __always_inline int send_to_group(struct xagg_ctx *x, __u32 weight, __u32
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->group_mac, x->cfg->self_ip, x->job->group_ip, x->cfg->port);
   set_header(x->p.hdr, XAGG_RESULT, 0, weight);
   if (weight != x->job->total_weight) bump(x->c, XAGG_C_weight_mismatch);
-  bump(x->c, XAGG_C_results_sent);
-  if (x->job->fanout != XAGG_FANOUT_UNICAST) return transmit(x);
-  if (values_out(x->xdp, &x->p, x->sc) || bpf_xdp_adjust_meta(x->xdp, -(int)sizeof(struct xagg_fanout_meta)))
-    return XDP_ABORTED;
+  if (x->job->fanout != XAGG_FANOUT_UNICAST) {
+    bump(x->c, XAGG_C_results_sent);
+    return transmit(x);
+  }
+  /* A driver without XDP metadata fails here: counted, and the members' repeats get the result
+   * back from the retained sum, one by one. */
+  if (values_out(x->xdp, &x->p, x->sc) || bpf_xdp_adjust_meta(x->xdp, -(int)sizeof(struct xagg_fanout_meta))) {
+    bump(x->c, XAGG_C_fanout_errors);
+    return XDP_DROP;
+  }
   struct xagg_fanout_meta *m = (void *)(long)x->xdp->data_meta;
-  if ((void *)(m + 1) > (void *)(long)x->xdp->data) return XDP_ABORTED;
+  if ((void *)(m + 1) > (void *)(long)x->xdp->data) {
+    bump(x->c, XAGG_C_fanout_errors);
+    return XDP_DROP;
+  }
   m->magic = XAGG_FANOUT_MAGIC;
   m->job = job_id;
+  bump(x->c, XAGG_C_results_sent);
   return XDP_PASS;
 }
 
@@ -164,6 +174,13 @@ static __always_inline int on_data(struct xagg_ctx *x) {
   }
   if (count > job->max_values) {
     bump(x->c, XAGG_C_bad_count);
+    return XDP_DROP;
+  }
+  /* Where the job file gives the member's address, DATA for its rank must come from it. */
+  __u32 mkey = x->job_id * XAGG_MAX_MEMBERS + rank;
+  const struct xagg_member *mb = bpf_map_lookup_elem(&xagg_members, &mkey);
+  if (mb && mb->ip && mb->ip != x->p.ip->saddr) {
+    bump(x->c, XAGG_C_wrong_source);
     return XDP_DROP;
   }
   struct xagg_slot *s = slot_of(job, seq);

@@ -16,10 +16,12 @@ struct {
   __type(value, struct xagg_config);
 } xagg_config SEC(".maps");
 
-/* Job configuration by job id. */
+/* Job configuration by job id. A hash without preallocation: the agent's update of a running job
+ * swaps in a new element under RCU, so the program reads the old job or the new, never a mix. */
 struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, XAGG_MAX_JOBS);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
   __type(key, __u32);
   __type(value, struct xagg_job);
 } xagg_jobs SEC(".maps");
