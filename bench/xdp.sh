@@ -88,12 +88,12 @@ head_jobs() {
   done
 }
 
-napi_gen=$(napi_thread inagg-bg 0)
+napi_gen=$(napi_thread inagg-bg 0) || exit 1
 run_gen() {  # -> the generator's line
   ip netns exec inagg-bg taskset -c 0 "$gen" gen --head 10.78.0.2 --group 239.78.0.1 --timeout-ms 20 --rate "$rate" --values "$values" --window "$window" --jobs "$jobs" --seconds "$secs"
 }
 
-napi_head=$(napi_thread inagg-bh 1)
+napi_head=$(napi_thread inagg-bh 1) || exit 1
 
 # xdp_head FANOUT: the XDP head for a run of the generator; sets added, ticks, prog_ns. The kernel
 # counts the head program's own run time (bpf_stats) meanwhile.

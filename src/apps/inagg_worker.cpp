@@ -321,8 +321,11 @@ int main(int argc, char** argv) {
         }
         fallover_reason = "the appliance cannot be reached: " + e;
       } else if (reply.rfind("error:", 0) == 0 && reply.find("already exists") == std::string::npos) {
-        std::cerr << "inagg-worker: the appliance refused the job: " << reply;
-        return 2;
+        if (!tallied) {
+          std::cerr << "inagg-worker: the appliance refused the job: " << reply;
+          return 2;
+        }
+        fallover_reason = "the appliance refused the job: " + reply.substr(0, reply.find('\n'));
       }
     }
     const std::string want_line = "id=" + std::to_string(o.job_id) + " state=active";
@@ -499,6 +502,7 @@ int main(int argc, char** argv) {
         std::optional<uint64_t> resume;
         if (!fall_over(have_data, &resume)) return false;
         if (*resume == index + 1) {  // every rank holds this allreduce's appliance sums
+          if (!have_data) return fatal("fall-over agreement: resume after this allreduce, but this rank lacks its sums");
           appliance_result(bytes);
           last_tier = Tier::appliance;
           return true;
@@ -627,6 +631,22 @@ int main(int argc, char** argv) {
     rsp.progress(t);
     ::poll(&pfd, 1, 1);
     if (drain_socket(t)) quiet_since = t;
+  }
+  // auto: a rank that finished on the appliance still meets the tier once, at its first chunk.
+  // A rank that fell over during the last allreduce (its commit lost with the appliance) waits
+  // there in its agreement; with every rank's h it learns that everybody holds everything.
+  if (tallied && tier == Tier::appliance) {
+    int32_t agree[4] = {1, static_cast<int32_t>(index), 0, 0};
+    std::string why;
+    if (!xagg.allreduce(agree, 4, deadline, &why)) {
+      fatal("the job's closing agreement on the XDP tier (auto mode needs its heads up, as the fall-back it is): " + why);
+      return 1;
+    }
+    if (static_cast<uint32_t>(agree[1]) != n * index) {
+      fatal("closing agreement: the ranks hold " + std::to_string(static_cast<uint32_t>(agree[1])) + " allreduces in all, not " +
+            std::to_string(n * index));
+      return 1;
+    }
   }
   const RcCounters& c = req.counters();
   std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw_sum / rows : 0.0);

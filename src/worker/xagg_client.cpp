@@ -96,7 +96,8 @@ bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::stri
                " from head " + wire::ip_text(cfg_.head) + " in time (" + std::to_string(c_.repeats) +
                " repeats so far; `inagg-xdp stats " + std::to_string(cfg_.job) +
                "` on the head shows what it got: `stale` rising means it holds chunks of an earlier run of this job, so"
-               " add the job again on every head (its slots start empty) or use a new job id)";
+               " add the job again on every head (its slots start empty) or use a new job id; `ahead` means the"
+               " workers' --xdp-window is larger than the heads' window)";
       return false;
     }
     // A member may send chunk s once it has the results of every chunk up to s - window.

@@ -154,6 +154,15 @@ step("job 2, chunk 0: a late member gets the final sum, not the partial", 2, ["r
      late, rewritten(late, worker(1)[1], worker(1)[0], RESULT, 0, 4, final))
 early = frame(PARENT_MAC, GROUP1_MAC, PARENT_IP, GROUP1, Xagg(type=RESULT, job=2, seq=1, weight=4), vec(4))
 step("job 2: a parent result for a chunk we never sent up", 2, ["rx_result", "stale"], "XDP_DROP", early)
+w1 = {r: vec(4) for r in range(2)}
+step("job 2, chunk 1: rank 0 is held", 2, ["rx_data", "added"], "XDP_DROP", data(2, 0, 1, w1[0]))
+early = frame(PARENT_MAC, GROUP1_MAC, PARENT_IP, GROUP1, Xagg(type=RESULT, job=2, seq=1, weight=4), vec(4))
+step("job 2: a parent result for a slot still collecting", 2, ["rx_result", "stale"], "XDP_DROP", early)
+last = data(2, 1, 1, w1[1])
+step("job 2, chunk 1: complete: up to the parent", 2, ["rx_data", "added", "completed", "up_sent"], "XDP_TX", last,
+     rewritten(last, PARENT_MAC, PARENT_IP, DATA, 1, 2, scalar_sum([w1[0], w1[1]])))
+step("job 2: chunk 3 while chunk 1 (same slot) waits for the parent is ahead", 2, ["rx_data", "ahead"], "XDP_DROP",
+     data(2, 0, 3, vec(4)))
 other = frame("02:77:00:00:01:02", GROUP1_MAC, OTHER_HEAD_IP, GROUP1, Xagg(type=RESULT, job=1, seq=0, weight=3), vec(8))
 step("another head's multicast result passes (not joined: the stack drops it)", 1, [], "XDP_PASS", other, "-")
 

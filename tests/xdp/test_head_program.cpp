@@ -7,6 +7,8 @@
 #include <linux/bpf.h>
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -191,7 +193,13 @@ TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
     return v;
   };
   std::atomic<unsigned> tx{0}, failures{0};
+  // One thread per CPU, so the two really run at once (BPF_PROG_TEST_RUN keeps a run on its CPU).
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 CPUs for two runs at once";
   auto sender = [&](unsigned first_rank) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    CPU_SET(first_rank ? 1 : 0, &cpus);
+    if (pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus) != 0) ++failures;
     for (uint32_t seq = 0; seq < 64; ++seq) {
       for (unsigned r = first_rank; r < first_rank + 32; ++r) {
         const TestRun t = prog->test_run(data_frame(job.id, r, seq, values(r)));

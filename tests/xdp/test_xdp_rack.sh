@@ -10,6 +10,8 @@
 #                         LOSS% on every link, the heads' too (so partial sums and the top's
 #                         results get lost and recovered); the lower heads must have joined the
 #                         top's group (what an IGMP-snooping switch needs to forward it to them)
+#   auto DTYPE            auto mode with a healthy appliance: everything aggregated by it, the
+#                         tier only used once, for the job's closing agreement
 #   noappliance DTYPE     auto mode on a rack with no appliance (a plain bridge): the first message
 #                         arrives unsummed, every rank falls over at allreduce 0
 #   fallover DTYPE        the appliance aggregates (auto mode) until it is killed mid-run; the rack
@@ -117,6 +119,21 @@ case "$case" in
     echo "ok: 2 groups of 2 under a top head, $dtype, loss $loss%: every element exact; top head completed" \
          "$(stat_of "$s2" completed), lower heads sent up $(stat_of "$s0" up_sent)+$(stat_of "$s1" up_sent)" \
          "(again: $(stat_of "$s0" up_resent)+$(stat_of "$s1" up_resent)), top head answered $(stat_of "$s2" retained_answers) repeats"
+    ;;
+  auto)
+    dtype=$1
+    start_rack --heads 1 --
+    head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    start_agent 0 generic "$tmp/h0.job"
+    run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --ack-timeout-ms 50 "${sizes[@]}"
+    wait_workers run
+    ! grep -h "falling over" "$tmp"/run.w*.log || fail "a rank fell over with the appliance up"
+    s=$("$ctl" --socket "$tmp/ctl.sock" stats 1)
+    [ "$(stat_of "$s" slots_released)" -gt 0 ] && [ "$(stat_of "$s" held_packets)" = 0 ] || fail "appliance: $s"
+    st=$("$xdp" --socket "$tmp/xdp0.sock" stats 1)
+    [ "$(stat_of "$st" completed)" = 1 ] || fail "the tier should have finished exactly the closing agreement: $st"
+    echo "ok: auto with the appliance up: every allreduce summed by it ($(stat_of "$s" slots_released) slots), $dtype exact;" \
+         "the tier finished the closing agreement only"
     ;;
   noappliance)
     dtype=$1
