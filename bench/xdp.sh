@@ -88,7 +88,7 @@ head_jobs() {
   done
 }
 
-napi_gen=$(napi_thread inagg-bg 0) || exit 1
+napi_thread inagg-bg 0 >/dev/null  # the generator's side, on CPU 0
 run_gen() {  # -> the generator's line
   ip netns exec inagg-bg taskset -c 0 "$gen" gen --head 10.78.0.2 --group 239.78.0.1 --timeout-ms 20 --rate "$rate" --values "$values" --window "$window" --jobs "$jobs" --seconds "$secs"
 }

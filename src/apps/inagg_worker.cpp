@@ -406,15 +406,18 @@ int main(int argc, char** argv) {
   // auto's appliance path: data messages with a tally, then the commit message. True when both
   // arrived summed; otherwise *why, and *have_data says whether every data message had arrived
   // summed (the sum is then in held[]).
+  // A small whole number as one element of the job's dtype (exact in each of them up to 64).
+  auto element = [&](unsigned v, uint8_t* out) {
+    const float f = static_cast<float>(v);
+    const int32_t i = static_cast<int32_t>(v);
+    const uint16_t h = o.dtype == agg::Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
+    if (o.dtype == agg::Dtype::fp32) std::memcpy(out, &f, 4);
+    else if (o.dtype == agg::Dtype::int32) std::memcpy(out, &i, 4);
+    else std::memcpy(out, &h, 2);
+  };
   uint8_t tally_one[4] = {}, tally_n[4] = {};
-  {
-    const float one = 1.0f, nf = static_cast<float>(n);
-    const int32_t i1 = 1, in = static_cast<int32_t>(n);
-    const uint16_t h1 = o.dtype == agg::Dtype::fp16 ? agg::scalar::fp32_to_fp16(one) : agg::scalar::fp32_to_bf16(one);
-    const uint16_t hn = o.dtype == agg::Dtype::fp16 ? agg::scalar::fp32_to_fp16(nf) : agg::scalar::fp32_to_bf16(nf);
-    std::memcpy(tally_one, o.dtype == agg::Dtype::fp32 ? static_cast<const void*>(&one) : o.dtype == agg::Dtype::int32 ? static_cast<const void*>(&i1) : &h1, es);
-    std::memcpy(tally_n, o.dtype == agg::Dtype::fp32 ? static_cast<const void*>(&nf) : o.dtype == agg::Dtype::int32 ? static_cast<const void*>(&in) : &hn, es);
-  }
+  element(1, tally_one);
+  element(n, tally_n);
   auto tally_of = [&](uint64_t m, std::string* why) {
     const uint8_t* t = recv.data() + m * o.message + data_per_msg;
     if (std::memcmp(t, tally_n, es) == 0) return true;

@@ -46,13 +46,6 @@ constexpr std::array<KeyInfo, 8> kKeys{{
 
 constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN";
 
-std::string_view trim(std::string_view s) {
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t k = 0; k <= b.size(); ++k) row[k] = k;
@@ -108,13 +101,7 @@ bool parse_number_field(std::string_view what, std::string_view text, uint64_t m
 }
 
 bool parse_conn(std::string_view value, agg::ConnectionSpec* c, std::string* problem) {
-  std::vector<std::string_view> f;
-  for (size_t start = 0;;) {
-    const size_t comma = value.find(',', start);
-    f.push_back(trim(value.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
+  const std::vector<std::string_view> f = split_fields(value);
   if (f.size() != 6) {
     *problem = "expected 6 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
     return false;
@@ -208,52 +195,46 @@ std::optional<agg::JobSpec> parse(std::string_view text, Problem* p) {
   agg::JobSpec spec;
   std::array<size_t, kKeys.size()> seen_on{};  // line a key was set on, 0 = not yet
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 BOM some editors add
-  size_t line_no = 0;
-  for (size_t start = 0; start <= text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    line = trim(line.substr(0, line.find_first_of("#;")));
-    if (line.empty()) continue;
+  const bool ok = for_each_content_line(text, [&](size_t line_no, std::string_view line) {
     p->line = line_no;
     if (line.front() == '[') {
       p->text = "sections such as " + quote_for_error(line) + " are not used: a job file is one job of `key = value` lines";
-      return std::nullopt;
+      return false;
     }
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
       p->text = "expected `key = value`, got " + quote_for_error(line);
-      return std::nullopt;
+      return false;
     }
     const std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
     if (key.empty()) {
       p->text = "no key before '='; write `key = value`";
-      return std::nullopt;
+      return false;
     }
     const auto it = std::find_if(kKeys.begin(), kKeys.end(), [&](const KeyInfo& k) { return k.name == key; });
     if (it == kKeys.end()) {
       p->text = unknown_key_text(key);
-      return std::nullopt;
+      return false;
     }
     const size_t index = static_cast<size_t>(it - kKeys.begin());
     if (it->key != Key::conn && seen_on[index] != 0) {
       p->text = "duplicate key '" + std::string(key) + "' (first set on line " + std::to_string(seen_on[index]) +
                 "); keep one of the two lines";
-      return std::nullopt;
+      return false;
     }
     if (value.empty()) {
       p->text = std::string(key) + ": no value; write e.g. `" + std::string(it->example) + "`";
-      return std::nullopt;
+      return false;
     }
     std::string problem;
     if (!parse_value(it->key, value, &spec, &problem)) {
       p->text = std::string(key) + ": " + problem;
-      return std::nullopt;
+      return false;
     }
     if (seen_on[index] == 0) seen_on[index] = line_no;
-  }
+    return true;
+  });
+  if (!ok) return std::nullopt;
   p->line = 0;
   std::vector<std::string_view> missing;
   for (size_t i = 0; i < kKeys.size(); ++i)
@@ -269,6 +250,37 @@ std::optional<agg::JobSpec> parse(std::string_view text, Problem* p) {
 }
 
 }  // namespace
+
+std::string_view trim(std::string_view s) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split_fields(std::string_view value) {
+  std::vector<std::string_view> f;
+  for (size_t start = 0;;) {
+    const size_t comma = value.find(',', start);
+    f.push_back(trim(value.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) return f;
+    start = comma + 1;
+  }
+}
+
+bool for_each_content_line(std::string_view text, const std::function<bool(size_t, std::string_view)>& fn) {
+  size_t line_no = 0;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    line = trim(line.substr(0, line.find_first_of("#;")));
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && !fn(line_no, line)) return false;
+  }
+  return true;
+}
 
 std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t max, NumberError* why) {
   NumberError dummy;

@@ -15,12 +15,6 @@ namespace {
 
 constexpr int kArpTimeoutMs = 2000;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 HeadAgent::~HeadAgent() {
@@ -94,11 +88,11 @@ std::string HeadAgent::format_jobs() const {
 
 std::string HeadAgent::handle(std::string_view request) {
   const size_t nl = request.find('\n');
-  const std::string_view first = trim(request.substr(0, nl));
+  const std::string_view first = control::trim(request.substr(0, nl));
   const std::string_view body = nl == std::string_view::npos ? std::string_view() : request.substr(nl + 1);
   const size_t sp = first.find(' ');
   const std::string_view verb = first.substr(0, sp);
-  const std::string_view arg = sp == std::string_view::npos ? std::string_view() : trim(first.substr(sp + 1));
+  const std::string_view arg = sp == std::string_view::npos ? std::string_view() : control::trim(first.substr(sp + 1));
   std::string error;
   auto job_id = [&](bool required, unsigned* id) {
     if (arg.empty() && !required) return true;
@@ -116,7 +110,7 @@ std::string HeadAgent::handle(std::string_view request) {
     if (!job || !add_job(*job, &error)) return control::format_error(error);
     return control::format_job_added(job->id);
   }
-  if (!trim(body).empty()) return control::format_error("only add takes lines after the first");
+  if (body.find_first_not_of(" \t\r\n") != std::string_view::npos) return control::format_error("only add takes lines after the first");
   if (verb == "remove") {
     unsigned id = 0;
     if (!job_id(true, &id)) return control::format_error(error);

@@ -11,12 +11,7 @@ namespace inagg::xdp {
 namespace {
 
 using control::quote_for_error;
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
+using control::trim;
 
 bool number(std::string_view v, unsigned min, unsigned max, unsigned* out, std::string* why) {
   const std::optional<uint64_t> n = control::parse_unsigned(v, max);
@@ -51,16 +46,6 @@ struct Key {
   std::function<bool(HeadJob&, std::string_view, std::string*)> set;
   bool repeatable = false;
 };
-
-std::vector<std::string_view> fields_of(std::string_view v) {
-  std::vector<std::string_view> f;
-  for (size_t start = 0;;) {
-    const size_t comma = v.find(',', start);
-    f.push_back(trim(v.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) return f;
-    start = comma + 1;
-  }
-}
 
 const std::array<Key, 12>& keys() {
   static const std::array<Key, 12> k{{
@@ -103,7 +88,7 @@ const std::array<Key, 12>& keys() {
        }},
       {"member", false,
        [](HeadJob& j, std::string_view v, std::string* w) {
-         const std::vector<std::string_view> f = fields_of(v);
+         const std::vector<std::string_view> f = control::split_fields(v);
          unsigned rank = 0;
          std::optional<wire::IpAddr> ip;
          if (f.size() < 2 || f.size() > 3) {
@@ -156,19 +141,12 @@ wire::MacAddr multicast_mac(const wire::IpAddr& g) {
 std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
   HeadJob job;
   std::array<bool, 12> seen{};
-  size_t line_no = 0;
-  while (!text.empty()) {
-    ++line_no;
-    const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    line = trim(line.substr(0, line.find_first_of("#;")));
-    if (line.empty()) continue;
+  const bool ok = control::for_each_content_line(text, [&](size_t line_no, std::string_view line) {
     const std::string where = "line " + std::to_string(line_no) + ": ";
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
       *error = where + "expected 'key = value', got " + quote_for_error(line);
-      return std::nullopt;
+      return false;
     }
     const std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
     size_t k = 0;
@@ -176,19 +154,21 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
     if (k == keys().size()) {
       *error = where + "unknown key " + quote_for_error(key) + "; valid keys:";
       for (const Key& x : keys()) error->append(" ").append(x.name);
-      return std::nullopt;
+      return false;
     }
     if (seen[k] && !keys()[k].repeatable) {
       *error = where + std::string(key) + ": given twice";
-      return std::nullopt;
+      return false;
     }
     seen[k] = true;
     std::string why;
     if (!keys()[k].set(job, value, &why)) {
       *error = where + std::string(key) + ": " + why;
-      return std::nullopt;
+      return false;
     }
-  }
+    return true;
+  });
+  if (!ok) return std::nullopt;
   for (size_t k = 0; k < keys().size(); ++k) {
     if (keys()[k].required && !seen[k]) {
       *error = "missing key '" + std::string(keys()[k].name) + "' (see conf/xdp/*.job for commented examples)";

@@ -6,6 +6,7 @@
 #include <linux/if_link.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -65,18 +66,21 @@ int map_fd(bpf_object* obj, const char* name) {
   return m ? bpf_map__fd(m) : -1;
 }
 
-// The program's name, and with `stats` its mean run time when the kernel counts it
-// (sysctl kernel.bpf_stats_enabled=1).
-std::string program_name(uint32_t id, bool stats = false) {
+// A loaded program's name and run counts (the counts only while sysctl kernel.bpf_stats_enabled=1).
+struct ProgramInfo {
+  std::string name = "?";
+  uint64_t run_cnt = 0, run_time_ns = 0;
+};
+
+ProgramInfo program_info(uint32_t id) {
+  ProgramInfo p;
   const int fd = bpf_prog_get_fd_by_id(id);
-  if (fd < 0) return "?";
+  if (fd < 0) return p;
   bpf_prog_info info{};
   uint32_t len = sizeof info;
-  std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?";
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) p = {info.name, info.run_cnt, info.run_time_ns};
   ::close(fd);
-  if (stats && info.run_cnt)
-    name.append(" ").append(std::to_string(info.run_cnt)).append(" runs, ").append(std::to_string(info.run_time_ns / info.run_cnt)).append(" ns each");
-  return name;
+  return p;
 }
 
 }  // namespace
@@ -211,12 +215,9 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   if (auto it = block_of_.find(job.id); it != block_of_.end()) {
     block = it->second;
   } else {
-    while (block < max_jobs_) {
-      bool used = false;
-      for (const auto& [id, b] : block_of_) used |= b == block;
-      if (!used) break;
-      ++block;
-    }
+    std::vector<bool> used(max_jobs_);
+    for (const auto& [id, b] : block_of_) used[b] = true;
+    block = static_cast<unsigned>(std::find(used.begin(), used.end(), false) - used.begin());
     if (block == max_jobs_) {
       *error = "no room for job " + std::to_string(job.id) + ": this head holds " + std::to_string(max_jobs_) +
                " jobs at once (remove one, or restart the agent with a larger --max-jobs)";
@@ -343,9 +344,8 @@ bool detach_pass_program(int ifindex, std::string* error) {
   }
   for (const auto& [id, flags] : {std::pair{q.drv_prog_id, XDP_FLAGS_DRV_MODE}, std::pair{q.skb_prog_id, XDP_FLAGS_SKB_MODE}}) {
     if (!id) continue;
-    if (program_name(id) != "xagg_pass") {
-      *error = "the interface's XDP program (id " + std::to_string(id) + ", " + program_name(id) +
-               ") is not xagg_pass; left alone";
+    if (const std::string name = program_info(id).name; name != "xagg_pass") {
+      *error = "the interface's XDP program (id " + std::to_string(id) + ", " + name + ") is not xagg_pass; left alone";
       return false;
     }
     if (const int err = bpf_xdp_detach(ifindex, flags, nullptr); err) {
@@ -363,9 +363,10 @@ std::string xdp_status(int ifindex) {
   for (const auto& [id, mode] : {std::pair{q.drv_prog_id, "native"}, std::pair{q.skb_prog_id, "generic"}, std::pair{q.hw_prog_id, "offload"}}) {
     if (!id) continue;
     if (!out.empty()) out += ", ";
-    out += program_name(id) + " (id " + std::to_string(id) + ", " + mode + ")";
-    const std::string with_stats = program_name(id, true);
-    if (with_stats != program_name(id)) out += ": " + with_stats.substr(with_stats.find(' ') + 1);
+    const ProgramInfo p = program_info(id);
+    out += p.name + " (id " + std::to_string(id) + ", " + mode + ")";
+    if (p.run_cnt)
+      out.append(": ").append(std::to_string(p.run_cnt)).append(" runs, ").append(std::to_string(p.run_time_ns / p.run_cnt)).append(" ns each");
   }
   return out.empty() ? "none" : out;
 }

@@ -19,9 +19,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "inagg/agg/engine.hpp"
 
@@ -37,6 +39,15 @@ std::optional<agg::JobSpec> parse_job(std::string_view text, std::string* error)
 // Reads and parses a job file; errors name it ("conf/jobs/x.job:7: conn: ..."). When `text` is not
 // null it receives the file's contents (what inagg-ctl sends, so it is read only once).
 std::optional<agg::JobSpec> load_job_file(const std::string& path, std::string* error, std::string* text = nullptr);
+
+// Text helpers of the INI-style files (job files here, the XDP tier's head job files).
+std::string_view trim(std::string_view s);  // spaces, tabs, CR, VT and FF off both ends
+// "a, b ,c" -> {"a", "b", "c"}: comma-separated fields, each trimmed; one field when there is no comma.
+std::vector<std::string_view> split_fields(std::string_view value);
+// Calls fn(line number, content) for every line with something left once its comment (from '#' or
+// ';') and the spaces around it are cut; stops at the first call that returns false, and then
+// returns false itself.
+bool for_each_content_line(std::string_view text, const std::function<bool(size_t, std::string_view)>& fn);
 
 // Reads a whole regular file of at most max_bytes. On failure *error is a sentence naming the file
 // as `what` ("cannot open job file 'x.job': No such file or directory"); `size_note` describes the
