@@ -6,7 +6,7 @@
 # line-rate bound size / B. Also goodput with 1% loss on every link, as a fraction of lossless.
 # Ends with `ina_vs_bound=X ring_vs_ina=Y loss1_goodput=Z` and writes bench/allreduce.png.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 rate=${BENCH_RATE:-100mbit}
 max=${BENCH_MAX:-67108864}
 tmp=$(mktemp -d)

@@ -8,7 +8,7 @@
 #   agg_gbps_per_lcore, and forwarding with 1 and 2 datapath lcores (2 lcores share this 2-core
 #   machine with the control thread: indicative only)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 secs=${BENCH_SECS:-10}  # EAL start-up with --no-huge -m 2048 takes a few of these
 tmp=$(mktemp -d)
 pids=()

@@ -14,7 +14,7 @@
 #   xdp_vs_userspace   = that / the same for the userspace head
 # XAgg (the published software aggregator) reports 10 Gbps per core; vs_xagg is ours over that.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 secs=${BENCH_SECS:-5}
 values=${BENCH_VALUES:-256}
 window=${BENCH_WINDOW:-24}

@@ -6,6 +6,8 @@
 #   test_control.sh INAGG INAGG_CTL SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 src=$3
+# shellcheck source=../../scripts/lib/wait.sh
+. "$src/scripts/lib/wait.sh"
 tmp=$(mktemp -d)
 prefix="inagg-ctl-test-$$"
 pid=""
@@ -22,15 +24,15 @@ C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
   --vdev="net_pcap0,rx_pcap=$tmp/port0.pcap,infinite_rx=1" --vdev="net_pcap1,rx_pcap=$tmp/port1.pcap,infinite_rx=1" \
   -- --socket "$tmp/ctl.sock" --mtu 9000 --mbufs 8192 --mbuf-budget 2048 >"$tmp/log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
-[ -S "$tmp/ctl.sock" ] || fail "control socket never appeared"
+wait_alive "$pid" 30 "the control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "control socket never appeared"
 [ "$(stat -c %a "$tmp/ctl.sock")" = 600 ] || fail "control socket is not 0600"
 
 out=$(C list) || fail "list: $out"
 grep -q "no jobs" <<<"$out" || fail "list before add: $out"
 out=$(C add "$tmp/job.job") || fail "add: $out"
 grep -q "ok job 1 added" <<<"$out" || fail "add reply: $out"
-sleep 0.5
+aggregating() { local v; v=$(C stats 1 | awk '$1 == "aggregated_packets" {print $2}'); [ "${v:-0}" -gt 0 ]; }
+wait_for 10 "job 1 to aggregate the replayed traffic" aggregating || fail "job 1: $(C stats 1 2>&1 | head -n 5)"
 out=$(C list) || fail "list: $out"
 grep -q "id=1 state=active dtype=fp32 workers=2" <<<"$out" || fail "list after add: $out"
 agg=$(C stats 1 | awk '$1 == "aggregated_packets" {print $2}')
@@ -55,10 +57,10 @@ grep -q "ok job 1 removed" <<<"$out" || fail "remove reply: $out"
 grep -q "no jobs" <<<"$(C list)" || fail "list after remove"
 # Re-add, then SIGTERM while the job holds packets and traffic flows.
 C add "$tmp/job.job" >/dev/null || fail "re-add"
-sleep 0.3
+wait_for 10 "the re-added job 1 to aggregate" aggregating || fail "re-added job 1: $(C stats 1 2>&1 | head -n 5)"
 kill -TERM "$pid"
-for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && fail "inagg did not exit within 10 s of SIGTERM"
+ended() { ! kill -0 "$pid" 2>/dev/null; }
+wait_for 10 "inagg to exit after SIGTERM" ended || fail "inagg did not exit within 10 s of SIGTERM"
 wait "$pid"; rc=$?
 pid=""
 [ $rc -eq 0 ] || fail "exit status $rc after SIGTERM"

@@ -15,6 +15,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; tail -n 15 "$tmp"/a.log "$tmp"/b.log 2>/dev/null; exit 1; }
+# shellcheck disable=SC2054  # "-l 0,1" is one argument
 eal=(-l 0,1 --no-huge --no-pci -m 512 --log-level=lib.eal:error)
 opts=(--socket "" --mtu 1500 --mbufs 4096 --mbuf-budget 1024 --resend-us 100000000)
 

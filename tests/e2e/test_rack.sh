@@ -9,14 +9,14 @@
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6 mode=${7:-ina}
 n=4
-# shellcheck source=rack_lib.sh
-. "$(dirname "$0")/rack_lib.sh"
+# shellcheck source=../lib/rack.sh
+. "$src/tests/lib/rack.sh"
 lossarg=()
 [ "$loss" != 0 ] && lossarg=(--loss "$loss")
 start_rack "${lossarg[@]}" --
 wpids=()
 for r in $(seq 0 $((n - 1))); do
-  ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \
+  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \
     -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 50 --timeout 90 --mode "$mode" \
     --register "$tmp/ctl.sock" >"$tmp/w$r.log" 2>&1 &
   wpids+=($!)

@@ -6,20 +6,21 @@
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
 n=4
-# shellcheck source=rack_lib.sh
-. "$(dirname "$0")/rack_lib.sh"
+# shellcheck source=../lib/rack.sh
+. "$src/tests/lib/rack.sh"
 C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
 start_rack -- --abort-ms 1500
 run_workers() {  # JOB_ID LOGTAG -> pids in wpids
   wpids=()
   for r in $(seq 0 $((n - 1))); do
-    ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --job-id "$1" --message 16384 --payload 1024 -b 65536 -e 4194304 -f 4 \
+    ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --job-id "$1" --message 16384 --payload 1024 -b 65536 -e 4194304 -f 4 \
       --iters 20 --check --ack-timeout-ms 50 --retry 3 --timeout 60 --register "$tmp/ctl.sock" >"$tmp/$2.w$r.log" 2>&1 &
     wpids+=($!)
   done
 }
 run_workers 1 first
-sleep 1.5
+# Rank 3 dies mid-job: once the appliance has released a good part of the job's first allreduces.
+wait_for 60 "job 1 to release 200 slots" released_over 1 200 || fail "job 1 never got going: $(C stats 1 2>&1 | head -n 5)"
 kill -9 "${wpids[3]}"
 wait "${wpids[3]}" 2>/dev/null
 t0=$(date +%s.%N)
@@ -30,7 +31,8 @@ done
 elapsed=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
 awk -v e="$elapsed" 'BEGIN {exit !(e < 5)}' || fail "the survivors took ${elapsed}s to give up (budget (3+1) x 50 ms)"
 # The appliance aborts the job once nothing moved for --abort-ms, and frees its memory.
-for _ in $(seq 50); do C list | grep -q "state=failed" && break; sleep 0.1; done
+job_failed() { C list | grep -q "id=1 state=failed"; }
+wait_for 10 "the appliance to abort job 1 (--abort-ms 1500)" job_failed
 out=$(C list); grep -q "id=1 state=failed" <<<"$out" || fail "job not failed: $out"
 out=$(C stats 1); grep -q "^memory_bytes 0$" <<<"$out" || fail "memory not freed: $out"
 grep -q "^held_packets 0$" <<<"$out" || fail "packets still held: $out"

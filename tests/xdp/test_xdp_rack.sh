@@ -22,8 +22,8 @@ set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 xdp=$4 src=$5 case=$6
 shift 6
 n=4
-# shellcheck source=../e2e/rack_lib.sh
-. "$src/tests/e2e/rack_lib.sh"
+# shellcheck source=../lib/rack.sh
+. "$src/tests/lib/rack.sh"
 
 # head_job FILE ID MEMBERS TOTAL GROUP [PARENT PARENT_GROUP PARENT_RANK]
 head_job() {
@@ -41,7 +41,7 @@ run_workers() {
   shift 2
   wpids=()
   for r in $(seq 0 $((n - 1))); do
-    ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --mode "$mode" --job-id 1 --check --timeout 120 "$@" >"$tmp/$tag.w$r.log" 2>&1 &
+    ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --mode "$mode" --job-id 1 --check --timeout 120 "$@" >"$tmp/$tag.w$r.log" 2>&1 &
     wpids+=($!)
     others+=($!)
   done
@@ -61,7 +61,7 @@ case "$case" in
     dtype=$1 loss=$2 mode=$3 fanout=${4:-multicast}
     lossarg=()
     [ "$loss" != 0 ] && lossarg=(--loss "$loss")
-    "$src/scripts/rack" up --workers $n --heads 1 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
+    rack_cmd up --workers $n --heads 1 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
     [ "$fanout" = unicast ] && unicast_members "$tmp/h0.job"
     start_agent 0 "$mode" "$tmp/h0.job"
@@ -88,7 +88,7 @@ case "$case" in
     dtype=$1 loss=$2
     lossarg=()
     [ "$loss" != 0 ] && lossarg=(--loss "$loss" --head-loss "$loss")
-    "$src/scripts/rack" up --workers $n --heads 3 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
+    rack_cmd up --workers $n --heads 3 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
     # Heads 0 and 1 (10.77.0.201, .202) take ranks 0-1 and 2-3 and send their sums up to head 2
     # (10.77.0.203), which multicasts the total to them on 239.77.0.100; they pass it down.
     head_job "$tmp/h0.job" 1 2 4 239.77.0.1 10.77.0.203 239.77.0.100 0
@@ -98,7 +98,7 @@ case "$case" in
     start_agent 0 generic "$tmp/h0.job"
     start_agent 1 native "$tmp/h1.job"
     for h in 0 1; do
-      ip netns exec "inagg-h$h" ip maddr show dev eth0 | grep -qE "inet +239\.77\.0\.100$" || fail "head $h did not join the top head's group"
+      ip netns exec "$(ns_h "$h")" ip maddr show dev eth0 | grep -qE "inet +239\.77\.0\.100$" || fail "head $h did not join the top head's group"
     done
     run_workers xdp run --dtype "$dtype" --xdp-heads 10.77.0.201,10.77.0.202 --xdp-group-size 2 --xdp-mcast 239.77.0.1 "${sizes[@]}"
     wait_workers run
@@ -137,7 +137,7 @@ case "$case" in
     ;;
   noappliance)
     dtype=$1
-    "$src/scripts/rack" up --workers $n --heads 1 --bridge >/dev/null || fail "rack up"
+    rack_cmd up --workers $n --heads 1 --bridge >/dev/null || fail "rack up"
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
     start_agent 0 native "$tmp/h0.job"
     run_workers auto run --dtype "$dtype" --xdp-heads 10.77.0.201 --message 16384 "${sizes[@]}"
@@ -154,18 +154,15 @@ case "$case" in
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
     start_agent 0 generic "$tmp/h0.job"
     # The bypass NIC: once the appliance is gone, its ports are joined into a plain bridge.
-    "$src/scripts/rack" bypass --watch "$pid" >"$tmp/bypass.log" 2>&1 &
+    rack_cmd bypass --watch "$pid" >"$tmp/bypass.log" 2>&1 &
     others+=($!)
     # 400 allreduces of 64 KiB, each a row of its own so every one is checked; the appliance dies
     # while they run.
     run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --payload 1024 \
       --ack-timeout-ms 50 --retry 7 -b 65536 -e 65536 --iters 400 --warmup 0
-    for _ in $(seq 200); do
-      s=$("$ctl" --socket "$tmp/ctl.sock" stats 1 2>/dev/null)
-      [ "$(stat_of "$s" slots_released)" -gt 2000 ] 2>/dev/null && break
-      sleep 0.05
-    done
-    [ "$(stat_of "$s" slots_released)" -gt 2000 ] 2>/dev/null || fail "the appliance did not aggregate: $s"
+    wait_for 60 "the appliance to release 2000 slots of job 1" released_over 1 2000 ||
+      fail "the appliance did not aggregate: $("$ctl" --socket "$tmp/ctl.sock" stats 1 2>&1 | head -n 8)"
+    s=$("$ctl" --socket "$tmp/ctl.sock" stats 1)
     kill -9 "$pid"
     wait "$pid" 2>/dev/null
     pid=""

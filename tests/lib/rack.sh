@@ -1,0 +1,60 @@
+# shellcheck shell=bash disable=SC2154  # src, n, inagg, ctl, xdp: set by the sourcing test
+# Sourced by the end-to-end tests: a virtual rack of $n workers with inagg on its veths, torn down
+# on exit whatever happens. Needs: inagg, src, n set by the caller (xdp for start_agent).
+# The rack has a name of this run's own ($rack, "irPID"), so a test never touches a rack it did
+# not create (a user's, or another test's): its namespaces are $(ns_w R) and $(ns_h H).
+# shellcheck source=../../scripts/lib/wait.sh
+. "$src/scripts/lib/wait.sh"
+[ "$(id -u)" = 0 ] || { echo "SKIP: the virtual rack needs root (network namespaces, veths)"; exit 77; }
+tmp=$(mktemp -d)
+rack="ir$$"
+prefix="inagg-e2e-$$"
+pid=""
+others=()  # other processes the test started (agents, watchers, workers): stopped by PID on exit
+cleanup() {
+  for p in "${others[@]}" $pid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rack_cmd down >/dev/null 2>&1
+  rm -rf "$tmp" "/var/run/dpdk/$prefix"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; tail -n 5 "$tmp"/*.log; exit 1; }
+
+rack_cmd() { local cmd=$1; shift; "$src/scripts/rack" "$cmd" --name "$rack" "$@"; }
+ns_w() { echo "$rack-w$1"; }   # worker R's namespace
+ns_h() { echo "$rack-h$1"; }   # head H's namespace
+port_q() { echo "$rack-q$1"; } # head H's port (the appliance's side of its veth)
+
+# start_rack [RACK_ARGS...] -- [INAGG_ARGS...]: the rack, then inagg with its control socket at
+# $tmp/ctl.sock.
+start_rack() {
+  local rack_args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do rack_args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  rack_cmd up --workers "$n" "${rack_args[@]}" >"$tmp/rack.log" 2>&1 || fail "rack up: $(cat "$tmp/rack.log")"
+  # shellcheck disable=SC2046
+  "$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $(rack_cmd vdevs) \
+    -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 "$@" >"$tmp/inagg.log" 2>&1 &
+  pid=$!
+  wait_alive "$pid" 30 "inagg's control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start"
+}
+
+# start_agent H MODE JOBFILE...: inagg-xdp on head H's eth0 (native mode also puts xagg_pass on the
+# head's port, which a native XDP_TX on veth needs), its control socket at $tmp/xdp$H.sock.
+start_agent() {
+  local h=$1 mode=$2 jobs=() apid
+  shift 2
+  for f in "$@"; do jobs+=(--job "$f"); done
+  if [ "$mode" = native ]; then "$xdp" peer --iface "$(port_q "$h")" --mode native >/dev/null || fail "xagg_pass on $(port_q "$h")"; fi
+  ip netns exec "$(ns_h "$h")" "$xdp" run --iface eth0 --mode "$mode" --socket "$tmp/xdp$h.sock" "${jobs[@]}" >"$tmp/agent$h.log" 2>&1 &
+  apid=$!
+  others+=("$apid")
+  wait_alive "$apid" 30 "inagg-xdp's socket on head $h" test -S "$tmp/xdp$h.sock" ||
+    fail "inagg-xdp on head $h did not start: $(cat "$tmp/agent$h.log")"
+}
+
+# released_over ID N: the appliance ($ctl on $tmp/ctl.sock) has released more than N slots of job ID.
+released_over() {
+  local v
+  v=$("$ctl" --socket "$tmp/ctl.sock" stats "$1" 2>/dev/null | awk '$1 == "slots_released" {print $2}')
+  [ "${v:-0}" -gt "$2" ]
+}
