@@ -1,11 +1,14 @@
-// Classic libpcap files (Ethernet link type), read whole or written record by record. Used by
-// tests, tools and the appliance's optional capture; never on the fast path.
+// Capture files through libpcap: pcap and pcapng (what dpdk-dumpcap and Wireshark write) are read
+// whole; pcap is written record by record (libpcap writes no pcapng). Ethernet link type only.
+// Used by tests, tools and the appliance's optional capture; never on the fast path.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
+
+struct pcap;         // libpcap's pcap_t
+struct pcap_dumper;  // libpcap's pcap_dumper_t
 
 namespace inagg::util {
 
@@ -15,8 +18,8 @@ struct PcapRecord {
   std::vector<uint8_t> data;
 };
 
-// Reads every record of a pcap file (micro- or nanosecond, either byte order). On failure returns
-// false and sets *error to a sentence naming the file and the problem.
+// Reads every record of a pcap (micro- or nanosecond, either byte order) or pcapng file. On failure
+// returns false and sets *error to a sentence naming the file and the problem.
 bool read_pcap(const std::string& path, std::vector<PcapRecord>* records, std::string* error);
 
 class PcapWriter {
@@ -30,10 +33,11 @@ class PcapWriter {
   bool open(const std::string& path, std::string* error);
   bool write(const uint8_t* data, size_t len, uint64_t ts_ns);
   bool close();  // flushes; false if any write failed
-  bool is_open() const { return file_ != nullptr; }
+  bool is_open() const { return dumper_ != nullptr; }
 
  private:
-  std::FILE* file_ = nullptr;
+  struct pcap* dead_ = nullptr;  // the link type and precision the dumper writes
+  struct pcap_dumper* dumper_ = nullptr;
   bool failed_ = false;
 };
 
