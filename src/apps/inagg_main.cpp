@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/metrics.hpp"
 #include "inagg/wire/crc32.hpp"
 
 namespace po = boost::program_options;
@@ -31,6 +33,7 @@ struct Options {
   dataplane::ApplianceConfig app;
   std::vector<std::string> job_files;
   std::string socket_path = control::kDefaultSocketPath;
+  std::string metrics_listen;  // "" = no metrics endpoint
   double stats_interval = 0;
   double idle_exit = 0;
   bool check_only = false;
@@ -45,6 +48,7 @@ po::options_description make_options(Options& o) {
       ("ports", po::value<std::string>(), "comma-separated DPDK port ids to switch between (default: every port EAL probed)")
       ("job", po::value<std::vector<std::string>>(&o.job_files)->composing(), "job file to register at start (repeatable); see conf/jobs/")
       ("socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path), "control socket (root only, 0600); \"\" disables it")
+      ("metrics", po::value<std::string>(&o.metrics_listen), "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, e.g. 127.0.0.1:9100 (off by default; port 0 picks a free port)")
       ("stats-interval", po::value<double>(&o.stats_interval)->default_value(0), "print port, lcore and job stats every N seconds (0: only at exit)")
       ("mtu", po::value<uint32_t>(&o.app.mtu)->default_value(o.app.mtu), "port MTU; 9000 carries 4 KiB RoCE payloads (design.md §3 for virtual devices)")
       ("mbufs", po::value<uint32_t>(&o.app.mbufs)->default_value(o.app.mbufs), "packet buffers in the pool (each holds one MTU-sized frame)")
@@ -113,6 +117,14 @@ int parse_app_options(int argc, char** argv, Options& o) {
     return 2;
   }
   o.check_only = vm.count("check-config") > 0;
+  if (!o.metrics_listen.empty()) {
+    std::string host, err;
+    uint16_t port = 0;
+    if (!dataplane::parse_listen_address(o.metrics_listen, &host, &port, &err)) {
+      std::cerr << "inagg: --metrics: " << err << "\n";
+      return 2;
+    }
+  }
   o.app.wait_link_ms = static_cast<uint32_t>(vm["wait-link"].as<double>() * 1000);
   o.app.flow_steering = vm.count("no-flow") == 0;
   o.app.mac_ageing_ns = static_cast<uint64_t>(vm["mac-ageing"].as<double>() * 1e9);
@@ -315,6 +327,19 @@ int main(int argc, char** argv) {
       std::cerr << "inagg: control socket: " << err << "\n";
       status = 2;
     }
+    // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
+    dataplane::PrometheusRenderer renderer(app);
+    std::mutex render_mutex;
+    dataplane::MetricsServer metrics;
+    if (status == 0 && !opt.metrics_listen.empty()) {
+      if (!metrics.start(opt.metrics_listen, [&] { std::lock_guard lock(render_mutex); return renderer.render(); }, &err)) {
+        std::cerr << "inagg: --metrics: " << err << "\n";
+        status = 2;
+      } else {
+        std::fprintf(stderr, "inagg: metrics at http://%s%s%s:%u/metrics\n", metrics.host().find(':') != std::string::npos ? "[" : "",
+                     metrics.host().c_str(), metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
+      }
+    }
     if (status == 0) {
       rte_telemetry_register_cmd("/inagg/engine", tel_engine, "Engine counters summed over lcores. No parameters.");
       rte_telemetry_register_cmd("/inagg/jobs", tel_jobs, "Ids of the registered jobs. No parameters.");
@@ -334,8 +359,10 @@ int main(int argc, char** argv) {
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
       }
+      metrics.stop();
       app.stop();
     }
+    metrics.stop();
     std::fputs("inagg: final stats\n", stdout);
     std::fputs(app.stats_text().c_str(), stdout);
     std::fflush(stdout);
