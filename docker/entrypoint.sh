@@ -4,6 +4,9 @@
 #   docker run ... inagg --help                        inagg's options
 #   docker run ... inagg self-check                    a short check that the image works
 #   docker run ... inagg inagg-ctl list                any other inagg-* tool by name
+#   inagg-entrypoint healthcheck                       the image's HEALTHCHECK: inagg answers on its
+#                                                      control socket ($INAGG_SOCKET, default
+#                                                      /run/inagg/inagg.sock)
 # Hugepages: if none are mounted at /dev/hugepages (docker run -v /dev/hugepages:/dev/hugepages)
 # with free pages, --no-huge -m 1024 is added to the EAL arguments and a note says so.
 # INAGG_WAIT_IFACES="p0 p1 ...": before starting inagg, wait until these network interfaces exist
@@ -40,6 +43,11 @@ case "${1:-}" in
     rm -f "$log"
     echo "self-check: ok"
     exit 0
+    ;;
+  healthcheck)
+    sock=${INAGG_SOCKET:-/run/inagg/inagg.sock}
+    [ -S "$sock" ] || { echo "unhealthy: no control socket at $sock (inagg not up yet, or started with --socket \"\")"; exit 1; }
+    exec inagg-ctl --socket "$sock" --timeout 3000 list
     ;;
   inagg-*) exec "$@" ;;
   --help|-h) exec inagg -- --help ;;

@@ -11,6 +11,8 @@
 #   test_docker.sh SRCDIR
 set -uo pipefail
 src=$1
+# shellcheck source=../../scripts/lib/wait.sh
+. "$src/scripts/lib/wait.sh"
 tag="inagg-test:$$"
 rack="t$$"
 dpid="" made_base="" rack_up=""
@@ -92,3 +94,36 @@ rack_up=""
 [ -z "$(docker ps -aq --filter "label=inaggc.rack=$rack")" ] || fail "containers left after lab-rack down"
 echo "lab rack in $((SECONDS - t0)) s: appliance container + $n worker containers on veths, ina fp32 allreduce" \
   "exact on every rank; appliance: $(grep -E '^(slots_released|held_packets) ' <<<"$stats" | tr '\n' ' ')"
+
+# ---- the same rack from docker/compose.yaml, with the metrics port and telemetry on the host -----
+t0=$SECONDS
+crack="c$$"
+rack_up=1 rack=$crack
+"$src/docker/lab-rack" up --name "$crack" --compose --metrics --image "$tag" -- --resend-us 2000 >"$tmp/cup.log" 2>&1 ||
+  fail "lab-rack up --compose --metrics: $(cat "$tmp/cup.log")"
+capp="inaggc-$crack-app"
+[ "$(docker inspect -f '{{index .Config.Labels "com.docker.compose.project"}}' "$capp")" = "inaggc-$crack" ] ||
+  fail "the appliance container was not made by docker-compose"
+"$src/docker/lab-rack" run --name "$crack" --logs "$tmp/c" -- --dtype int32 --message 16384 --payload 1024 \
+  -b 65536 -e 262144 -f 4 --iters 2 --warmup 1 --check --ack-timeout-ms 50 --timeout 90 --mode ina >"$tmp/crun.log" 2>&1 ||
+  { cat "$tmp/crun.log"; fail "lab-rack run on the compose rack"; }
+healthy() { [ "$(docker inspect -f '{{.State.Health.Status}}' "$capp")" = healthy ]; }
+wait_for 90 "the appliance container's HEALTHCHECK to report healthy" healthy ||
+  fail "health: $(docker inspect -f '{{json .State.Health}}' "$capp" | head -c 600)"
+url=$("$src/docker/lab-rack" metrics-url --name "$crack")
+/usr/bin/python3 - "$url" <<'PY' || fail "metrics from the host at $url"
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+agg = [l for l in text.splitlines() if l.startswith('inagg_job_aggregated_packets_total{job="1"}')]
+assert agg and float(agg[0].split()[-1]) > 0, agg or text[:400]
+rx = [l for l in text.splitlines() if l.startswith("inagg_port_rx_packets_total{")]
+assert len(rx) == 4, rx
+PY
+tel=$(printf '/inagg/jobs\n' | dpdk-telemetry.py -f "inaggc-$crack" 2>&1)
+grep -q '"/inagg/jobs": \[1\]' <<<"$tel" || fail "DPDK telemetry from the host: $tel"
+"$src/docker/lab-rack" down --name "$crack" >/dev/null || fail "lab-rack down (compose)"
+rack_up=""
+[ -z "$(docker ps -aq --filter "label=inaggc.rack=$crack")" ] || fail "containers left after lab-rack down (compose)"
+! ip link show "ic-$crack" >/dev/null 2>&1 || fail "the management veth ic-$crack was left behind"
+echo "compose rack in $((SECONDS - t0)) s: healthy by its HEALTHCHECK, int32 allreduce exact, metrics scraped from the host" \
+  "at $url, DPDK telemetry reached from the host"
