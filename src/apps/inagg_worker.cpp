@@ -5,7 +5,7 @@
 //         job file for the same parameters.
 //   ring  the classic ring allreduce over the same transport (the appliance only switches it).
 //   xdp   the XDP tier (ALEPH): chunks of fixed-point int32 to the group's head, results back
-//         multicast (include/inagg/worker/xagg_client.hpp).
+//         multicast (include/inagg/client/xagg_client.hpp).
 //   auto  ina while the appliance aggregates, the XDP tier from the moment it does not; the
 //         README's "Fall-over" section says how it decides and why no gradient is lost or doubled.
 #include <poll.h>
@@ -24,12 +24,12 @@
 
 #include "inagg/agg/kernels.hpp"
 #include "inagg/control/socket.hpp"
-#include "inagg/worker/rc.hpp"
-#include "inagg/worker/xagg_client.hpp"
+#include "inagg/client/rc.hpp"
+#include "inagg/client/xagg_client.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
-using namespace inagg::worker;
+using namespace inagg::client;
 
 namespace {
 
