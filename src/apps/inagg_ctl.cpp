@@ -10,6 +10,7 @@
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
+#include "inagg/util/text.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -31,7 +32,7 @@ int usage_error(const std::string& msg) {
 }
 
 bool parse_id_arg(const std::string& text, uint32_t* id) {
-  const std::optional<uint64_t> v = control::parse_unsigned(text, UINT32_MAX);
+  const std::optional<uint64_t> v = util::parse_unsigned(text, UINT32_MAX);
   if (v) *id = static_cast<uint32_t>(*v);
   return v.has_value();
 }

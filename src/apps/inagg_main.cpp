@@ -16,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "inagg/agg/job_status.hpp"
 #include "inagg/agg/kernels.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
+#include "inagg/control/refused_jobs.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/metrics.hpp"
@@ -143,39 +145,43 @@ dataplane::Appliance* g_app = nullptr;
 
 void on_signal(int) { dataplane::Appliance::request_stop(); }
 
+// Refused adds, shown by `list` for a while so that every rank of the job learns of the refusal.
+control::RefusedJobs g_refused;
+
 std::string handle_request(const control::Request& r) {
   switch (r.verb) {
     case control::Request::Verb::add: {
       std::string err;
-      if (!g_app->add_job(r.job, &err)) return control::format_error(err);
+      if (!g_app->add_job(r.job, &err)) {
+        g_refused.record(r.job, err);
+        return control::format_error(err);
+      }
+      g_refused.forget(r.job.id);
       std::fprintf(stderr, "inagg: job %u added (%u workers, %s)\n", r.job.id, r.job.workers,
                    std::string(agg::dtype_name(r.job.dtype)).c_str());
       return control::format_job_added(r.job.id);
     }
     case control::Request::Verb::remove: {
       std::string err;
-      if (!g_app->remove_job(r.id, &err)) return control::format_error(err);
+      if (!g_app->remove_job(r.id, &err)) return g_refused.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
+      g_refused.forget(r.id);
       std::fprintf(stderr, "inagg: job %u removed\n", r.id);
       return control::format_job_removed(r.id);
     }
     case control::Request::Verb::list: {
-      std::vector<control::JobListEntry> entries;
+      std::vector<control::JobStatus> entries;
       for (const agg::JobInfo& info : g_app->list_jobs()) {
-        control::JobListEntry e{info, agg::Dtype::fp32, 0};
         agg::JobSpec spec;
-        if (g_app->job_spec(info.id, &spec)) {
-          e.dtype = spec.dtype;
-          e.workers = spec.workers;
-        }
-        entries.push_back(e);
+        entries.push_back(agg::job_status(info, g_app->job_spec(info.id, &spec) ? &spec : nullptr));
       }
+      g_refused.add_to(&entries);
       return control::format_job_list(entries);
     }
     case control::Request::Verb::stats: {
-      if (!r.has_id) return control::format_counters(g_app->engine_totals());
+      if (!r.has_id) return control::format_counters(agg::counter_list(g_app->engine_totals()));
       agg::JobInfo info{};
       if (!g_app->job_info(r.id, &info)) return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
-      return control::format_job_stats(info);
+      return control::format_job_stats(agg::job_status(info));
     }
   }
   return control::format_error("unsupported request");

@@ -5,7 +5,7 @@
 //         job file for the same parameters.
 //   ring  the classic ring allreduce over the same transport (the appliance only switches it).
 //   xdp   the XDP tier (ALEPH): chunks of fixed-point int32 to the group's head, results back
-//         multicast (include/inagg/worker/xagg_client.hpp).
+//         multicast (include/inagg/client/xagg_client.hpp).
 //   auto  ina while the appliance aggregates, the XDP tier from the moment it does not; the
 //         README's "Fall-over" section says how it decides and why no gradient is lost or doubled.
 #include <poll.h>
@@ -24,12 +24,12 @@
 
 #include "inagg/agg/kernels.hpp"
 #include "inagg/control/socket.hpp"
-#include "inagg/worker/rc.hpp"
-#include "inagg/worker/xagg_client.hpp"
+#include "inagg/client/rc.hpp"
+#include "inagg/client/xagg_client.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
-using namespace inagg::worker;
+using namespace inagg::client;
 
 namespace {
 
@@ -274,9 +274,13 @@ int main(int argc, char** argv) {
   const uint64_t max_padded = (msgs_of(o.max_bytes) + (tallied ? 1 : 0)) * o.message;
   // ring: the buffer in n chunks of whole elements, each padded to whole messages; every step has
   // its own staging area in the receive region, so a step never overwrites one not yet consumed.
+  // The areas sit at a stride fixed for the whole run (the largest size's padded chunk), not at
+  // the current size's: the predecessor may be up to n-1 steps ahead, already in the next size,
+  // and with a stride that grew its writes would land on a step we have not read yet.
   auto chunk_of = [&](uint64_t bytes) { return ((bytes / es + n - 1) / n) * es; };
   auto padded = [&](uint64_t b) { return std::max<uint64_t>(o.message, (b + o.message - 1) / o.message * o.message); };
-  const uint64_t recv_len = ring ? 2ull * (n - 1) * padded(chunk_of(o.max_bytes)) : max_padded;
+  const uint64_t stage_stride = padded(chunk_of(o.max_bytes));
+  const uint64_t recv_len = ring ? 2ull * (n - 1) * stage_stride : max_padded;
   std::vector<uint8_t> send(ring ? padded(chunk_of(o.max_bytes)) * n : max_padded, 0), recv(recv_len, 0),
       data(max_padded + padded(chunk_of(o.max_bytes)) * n, 0);
   std::vector<int32_t> fixed(use_xdp ? o.max_bytes / es + 4 : 0);
@@ -380,7 +384,9 @@ int main(int argc, char** argv) {
   };
   // Writes `len` bytes (padded to whole messages) to the successor at offset `off` of its region
   // and waits until `expect` more messages have arrived from the predecessor. Counted from the
-  // start, not from now: in ring mode the predecessor may be a step ahead, its message already in.
+  // start, not from now: in ring mode the predecessor may be up to n-1 steps ahead (it sends step
+  // j once step j-1 arrived from its own predecessor, which round the ring needs our step j-n+1),
+  // its messages already in.
   uint64_t expected_msgs = 0;
   auto exchange = [&](const uint8_t* src, uint64_t len, uint64_t off, uint64_t expect) {
     expected_msgs += expect;
@@ -523,9 +529,9 @@ int main(int argc, char** argv) {
       const unsigned send_c = (o.rank + (gather ? 1 : 0) + n - j) % n, recv_c = (o.rank + (gather ? 0 : n - 1) + n - j) % n;
       std::memset(send.data(), 0, pc);
       std::memcpy(send.data(), data.data() + send_c * chunk, chunk);
-      if (const std::string why = exchange(send.data(), pc, step * pc, msgs); !why.empty()) return fatal(why);
+      if (const std::string why = exchange(send.data(), pc, step * stage_stride, msgs); !why.empty()) return fatal(why);
       uint8_t* dst = data.data() + recv_c * chunk;
-      const uint8_t* got = recv.data() + step * pc;
+      const uint8_t* got = recv.data() + step * stage_stride;
       if (gather) {
         std::memcpy(dst, got, chunk);
       } else {

@@ -1,19 +1,22 @@
 #include "inagg/control/job_file.hpp"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
+#include "inagg/util/text.hpp"
+
 namespace inagg::control {
+
+using util::for_each_content_line;
+using util::NumberError;
+using util::parse_unsigned;
+using util::quote_for_error;
+using util::read_small_file;
+using util::split_fields;
+using util::trim;
 namespace {
 
 constexpr uint32_t kMax24 = 0xffffff;
@@ -100,7 +103,7 @@ bool parse_number_field(std::string_view what, std::string_view text, uint64_t m
   return true;
 }
 
-bool parse_conn(std::string_view value, agg::ConnectionSpec* c, std::string* problem) {
+bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem) {
   const std::vector<std::string_view> f = split_fields(value);
   if (f.size() != 6) {
     *problem = "expected 6 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
@@ -115,7 +118,7 @@ bool parse_conn(std::string_view value, agg::ConnectionSpec* c, std::string* pro
   }
   uint64_t rank = 0, src_qpn = 0, dst_qpn = 0, psn = 0;
   if (!parse_number_field("rank ", f[0], 0, kMaxWorkers - 1, "0..63", &rank, problem)) return false;
-  const std::optional<wire::IpAddr> src = wire::parse_ip(f[1]), dst = wire::parse_ip(f[3]);
+  const std::optional<util::IpAddr> src = util::parse_ip(f[1]), dst = util::parse_ip(f[3]);
   for (const auto& [ip, text] : {std::pair{src, f[1]}, std::pair{dst, f[3]}}) {
     if (!ip) {
       *problem = quote_for_error(text) + " is not an IPv4 or IPv6 address (e.g. 10.0.0.1 or fd00::1)";
@@ -141,7 +144,7 @@ bool parse_conn(std::string_view value, agg::ConnectionSpec* c, std::string* pro
 }
 
 // Parses one `key = value` into *spec; returns false with *problem (the key is prefixed later).
-bool parse_value(Key key, std::string_view value, agg::JobSpec* spec, std::string* problem) {
+bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* problem) {
   constexpr uint64_t kU32 = UINT32_MAX;
   uint64_t v = 0;
   switch (key) {
@@ -150,7 +153,7 @@ bool parse_value(Key key, std::string_view value, agg::JobSpec* spec, std::strin
       spec->id = static_cast<uint32_t>(v);
       return true;
     case Key::dtype: {
-      const std::optional<agg::Dtype> d = agg::parse_dtype(value);
+      const std::optional<util::Dtype> d = util::parse_dtype(value);
       if (!d) {
         *problem = "unknown dtype " + quote_for_error(value) + "; valid: fp32, fp16, bf16, int32";
         return false;
@@ -182,7 +185,7 @@ bool parse_value(Key key, std::string_view value, agg::JobSpec* spec, std::strin
       *problem = quote_for_error(value) + " is not a boolean; write true or false";
       return false;
     case Key::conn: {
-      agg::ConnectionSpec c;
+      ConnectionSpec c;
       if (!parse_conn(value, &c, problem)) return false;
       spec->conns.push_back(c);
       return true;
@@ -191,8 +194,8 @@ bool parse_value(Key key, std::string_view value, agg::JobSpec* spec, std::strin
   return false;
 }
 
-std::optional<agg::JobSpec> parse(std::string_view text, Problem* p) {
-  agg::JobSpec spec;
+std::optional<JobSpec> parse(std::string_view text, Problem* p) {
+  JobSpec spec;
   std::array<size_t, kKeys.size()> seen_on{};  // line a key was set on, 0 = not yet
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 BOM some editors add
   const bool ok = for_each_content_line(text, [&](size_t line_no, std::string_view line) {
@@ -251,160 +254,38 @@ std::optional<agg::JobSpec> parse(std::string_view text, Problem* p) {
 
 }  // namespace
 
-std::string_view trim(std::string_view s) {
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string_view> split_fields(std::string_view value) {
-  std::vector<std::string_view> f;
-  for (size_t start = 0;;) {
-    const size_t comma = value.find(',', start);
-    f.push_back(trim(value.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) return f;
-    start = comma + 1;
-  }
-}
-
-bool for_each_content_line(std::string_view text, const std::function<bool(size_t, std::string_view)>& fn) {
-  size_t line_no = 0;
-  for (size_t start = 0; start <= text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(start, end - start);
-    line = trim(line.substr(0, line.find_first_of("#;")));
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && !fn(line_no, line)) return false;
-  }
-  return true;
-}
-
-std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t max, NumberError* why) {
-  NumberError dummy;
-  NumberError& e = why ? *why : dummy;
-  e = NumberError::not_a_number;
-  if (text.empty()) return std::nullopt;
-  if (text.front() == '-') {
-    // "-5" is a clear mistake worth naming; "-x" is just not a number.
-    if (parse_unsigned(text.substr(1), UINT64_MAX)) e = NumberError::negative;
-    return std::nullopt;
-  }
-  unsigned base = 10;
-  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
-    base = 16;
-    text.remove_prefix(2);
-  }
-  uint64_t v = 0;
-  bool overflow = false;
-  for (char ch : text) {
-    unsigned d;
-    if (ch >= '0' && ch <= '9')
-      d = static_cast<unsigned>(ch - '0');
-    else if (base == 16 && ch >= 'a' && ch <= 'f')
-      d = static_cast<unsigned>(ch - 'a' + 10);
-    else if (base == 16 && ch >= 'A' && ch <= 'F')
-      d = static_cast<unsigned>(ch - 'A' + 10);
-    else
-      return std::nullopt;
-    if (v > (UINT64_MAX - d) / base) overflow = true;  // keep scanning: junk later still means "not a number"
-    v = v * base + d;
-  }
-  if (overflow || v > max) {
-    e = NumberError::out_of_range;
-    return std::nullopt;
-  }
-  e = NumberError::none;
-  return v;
-}
-
-std::string quote_for_error(std::string_view text) {
-  constexpr size_t kMax = 64;
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < kMax; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (text.size() > kMax) out += "...";
-  return out + "'";
-}
-
-std::optional<agg::JobSpec> parse_job(std::string_view text, std::string* error) {
+std::optional<JobSpec> parse_job(std::string_view text, std::string* error) {
   Problem p;
-  std::optional<agg::JobSpec> spec = parse(text, &p);
+  std::optional<JobSpec> spec = parse(text, &p);
   if (!spec) *error = p.line ? "line " + std::to_string(p.line) + ": " + p.text : p.text;
   return spec;
 }
 
-bool read_small_file(const std::string& path, std::string_view what, size_t max_bytes, std::string_view size_note,
-                     std::string* text, std::string* error) {
-  const std::string named = std::string(what) + " '" + path + "'";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *error = "cannot open " + named + ": " + std::strerror(errno);
-    return false;
-  }
-  struct stat st {};
-  std::string why;
-  if (::fstat(fd, &st) != 0) {
-    why = std::strerror(errno);
-  } else if (!S_ISREG(st.st_mode)) {
-    why = "not a regular file";
-  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    why = std::to_string(st.st_size) + " bytes; a " + std::string(what) + " is at most " + std::string(size_note);
-  } else {
-    text->resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < text->size()) {
-      const ssize_t n = ::read(fd, text->data() + got, text->size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        why = std::string("read failed: ") + std::strerror(errno);
-        break;
-      }
-      if (n == 0) break;  // shrank while we read: take what is there
-      got += static_cast<size_t>(n);
-    }
-    text->resize(got);
-  }
-  ::close(fd);
-  if (!why.empty()) *error = "cannot read " + named + ": " + why;
-  return why.empty();
-}
-
-std::optional<agg::JobSpec> load_job_file(const std::string& path, std::string* error, std::string* text_out) {
+std::optional<JobSpec> load_job_file(const std::string& path, std::string* error, std::string* text_out) {
   std::string text;
   if (!read_small_file(path, "job file", kMaxJobFileBytes, "1 MiB (a 64-worker job is about 5 KiB)", &text, error))
     return std::nullopt;
   Problem p;
-  std::optional<agg::JobSpec> spec = parse(text, &p);
+  std::optional<JobSpec> spec = parse(text, &p);
   if (!spec) *error = path + (p.line ? ":" + std::to_string(p.line) : std::string()) + ": " + p.text;
   if (spec && text_out) *text_out = std::move(text);
   return spec;
 }
 
-std::string format_job(const agg::JobSpec& s) {
+std::string format_job(const JobSpec& s) {
   char buf[160];
   std::string out = "# inagg job " + std::to_string(s.id) + "\n";
   out += "id = " + std::to_string(s.id) + "\n";
-  out += "dtype = " + std::string(agg::dtype_name(s.dtype)) + "\n";
+  out += "dtype = " + std::string(util::dtype_name(s.dtype)) + "\n";
   out += "workers = " + std::to_string(s.workers) + "\n";
   out += "message_bytes = " + std::to_string(s.message_bytes) + "\n";
   out += "payload_bytes = " + std::to_string(s.payload_bytes) + "\n";
   out += "window = " + std::to_string(s.window) + "\n";
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
   out += "# conn = " + std::string(kConnFields) + "\n";
-  for (const agg::ConnectionSpec& c : s.conns) {
-    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank, wire::ip_text(c.src_ip).c_str(),
-                  c.src_qpn, wire::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
+  for (const ConnectionSpec& c : s.conns) {
+    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank, util::ip_text(c.src_ip).c_str(),
+                  c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
   }
   return out;

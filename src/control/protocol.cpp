@@ -3,8 +3,13 @@
 #include <cstdio>
 
 #include "inagg/control/job_file.hpp"
+#include "inagg/util/text.hpp"
 
 namespace inagg::control {
+using util::NumberError;
+using util::parse_unsigned;
+using util::quote_for_error;
+
 namespace {
 
 constexpr std::string_view kValidVerbs = "add, remove, list, stats";
@@ -87,7 +92,7 @@ std::optional<Request> parse_request(std::string_view text, std::string* error) 
       return std::nullopt;
     }
     std::string why;
-    std::optional<agg::JobSpec> job = parse_job(body, &why);
+    std::optional<JobSpec> job = parse_job(body, &why);
     if (!job) {
       *error = "job file: " + why;
       return std::nullopt;
@@ -153,41 +158,81 @@ std::string format_job_removed(uint32_t id) { return "ok job " + std::to_string(
 
 bool is_error_reply(std::string_view reply) { return reply.substr(0, 6) == "error:"; }
 
-std::string format_job_list(const std::vector<JobListEntry>& jobs) {
+std::string_view state_name(JobStatus::State state) {
+  switch (state) {
+    case JobStatus::State::active: return "active";
+    case JobStatus::State::failed: return "failed";
+    case JobStatus::State::refused: return "refused";
+  }
+  return "unknown";
+}
+
+std::string format_job_list(const std::vector<JobStatus>& jobs) {
   if (jobs.empty()) return "no jobs\n";
   std::string out;
-  for (const JobListEntry& j : jobs) {
-    out += "id=" + std::to_string(j.info.id);
-    out += j.info.state == agg::JobState::active ? " state=active" : " state=failed";
-    out += " dtype=" + std::string(agg::dtype_name(j.dtype));
+  for (const JobStatus& j : jobs) {
+    out += "id=" + std::to_string(j.id);
+    out += " state=" + std::string(state_name(j.state));
+    out += " dtype=" + std::string(util::dtype_name(j.dtype));
     out += " workers=" + std::to_string(j.workers);
-    out += " released=" + std::to_string(j.info.released_slots);
-    out += " held=" + std::to_string(j.info.held_packets);
-    out += " error=\"" + escape_quoted(j.info.error) + "\"\n";
+    out += " released=" + std::to_string(j.released_slots);
+    out += " held=" + std::to_string(j.held_packets);
+    out += " error=\"" + escape_quoted(j.error) + "\"\n";
   }
   return out;
 }
 
-std::string format_counters(const agg::EngineCounters& counters) {
+std::string format_counters(const std::vector<Counter>& counters) {
   std::string out;
-  agg::for_each_counter(counters, [&](std::string_view name, std::string_view, uint64_t value) {
-    out += name;
+  for (const Counter& c : counters) {
+    out += c.name;
     out += ' ';
-    out += std::to_string(value);
+    out += std::to_string(c.value);
     out += '\n';
-  });
+  }
   return out;
 }
 
-std::string format_job_stats(const agg::JobInfo& info) {
-  std::string out = "id " + std::to_string(info.id) + "\n";
-  out += info.state == agg::JobState::active ? "state active\n" : "state failed\n";
-  out += "released_slots " + std::to_string(info.released_slots) + "\n";
-  out += "held_packets " + std::to_string(info.held_packets) + "\n";
-  out += "retained_packets " + std::to_string(info.retained_packets) + "\n";
-  out += "memory_bytes " + std::to_string(info.memory_bytes) + "\n";
-  out += "mbuf_quota " + std::to_string(info.mbuf_quota) + "\n";
-  return out + format_counters(info.counters);
+std::string format_job_stats(const JobStatus& job) {
+  std::string out = "id " + std::to_string(job.id) + "\n";
+  out += "state " + std::string(state_name(job.state)) + "\n";
+  out += "released_slots " + std::to_string(job.released_slots) + "\n";
+  out += "held_packets " + std::to_string(job.held_packets) + "\n";
+  out += "retained_packets " + std::to_string(job.retained_packets) + "\n";
+  out += "memory_bytes " + std::to_string(job.memory_bytes) + "\n";
+  out += "mbuf_quota " + std::to_string(job.mbuf_quota) + "\n";
+  return out + format_counters(job.counters);
+}
+
+std::optional<JobListLine> parse_job_list_line(std::string_view line) {
+  if (line.substr(0, 3) != "id=") return std::nullopt;
+  JobListLine j;
+  const size_t sp = line.find(' ');
+  const std::optional<uint64_t> id = util::parse_unsigned(line.substr(3, sp == std::string_view::npos ? sp : sp - 3), UINT32_MAX);
+  if (!id) return std::nullopt;
+  j.id = static_cast<uint32_t>(*id);
+  const size_t st = line.find(" state=");
+  if (st != std::string_view::npos) j.state = std::string(line.substr(st + 7, line.find(' ', st + 7) - (st + 7)));
+  // error="..." is the line's last field; escape_quoted() wrote \" \\ \n and \xNN in it.
+  const size_t er = line.find(" error=\"");
+  if (er != std::string_view::npos) {
+    for (size_t i = er + 8; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] != '\\' || i + 1 == line.size()) {
+        j.error += line[i];
+        continue;
+      }
+      const char e = line[++i];
+      if (e == 'n') {
+        j.error += '\n';
+      } else if (const auto x = util::parse_unsigned("0x" + std::string(line.substr(i + 1, 2)), 255); e == 'x' && x) {
+        j.error += static_cast<char>(*x);
+        i += 2;
+      } else {
+        j.error += e;
+      }
+    }
+  }
+  return j;
 }
 
 }  // namespace inagg::control

@@ -9,42 +9,6 @@
 
 namespace inagg::wire {
 
-IpAddr IpAddr::v4(uint32_t host_order) {
-  IpAddr a;
-  a.version = IpVersion::v4;
-  store_be32(a.bytes.data(), host_order);
-  return a;
-}
-
-IpAddr IpAddr::v6(const std::array<uint8_t, 16>& b) {
-  IpAddr a;
-  a.version = IpVersion::v6;
-  a.bytes = b;
-  return a;
-}
-
-uint32_t IpAddr::v4_host_order() const { return load_be32(bytes.data()); }
-
-std::optional<IpAddr> parse_ip(std::string_view text) {
-  const std::string s(text);
-  IpAddr a;
-  if (inet_pton(AF_INET, s.c_str(), a.bytes.data()) == 1) {
-    a.version = IpVersion::v4;
-    return a;
-  }
-  if (inet_pton(AF_INET6, s.c_str(), a.bytes.data()) == 1) {
-    a.version = IpVersion::v6;
-    return a;
-  }
-  return std::nullopt;
-}
-
-std::string ip_text(const IpAddr& ip) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  const int family = ip.version == IpVersion::v6 ? AF_INET6 : AF_INET;
-  return inet_ntop(family, ip.bytes.data(), buf, sizeof buf) ? buf : "?";
-}
-
 namespace {
 
 size_t header_size(const RoceFrameSpec& s, const OpcodeInfo& info) {

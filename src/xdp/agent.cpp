@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
+#include "inagg/util/text.hpp"
 
 namespace inagg::xdp {
 namespace {
@@ -88,17 +88,17 @@ std::string HeadAgent::format_jobs() const {
 
 std::string HeadAgent::handle(std::string_view request) {
   const size_t nl = request.find('\n');
-  const std::string_view first = control::trim(request.substr(0, nl));
+  const std::string_view first = util::trim(request.substr(0, nl));
   const std::string_view body = nl == std::string_view::npos ? std::string_view() : request.substr(nl + 1);
   const size_t sp = first.find(' ');
   const std::string_view verb = first.substr(0, sp);
-  const std::string_view arg = sp == std::string_view::npos ? std::string_view() : control::trim(first.substr(sp + 1));
+  const std::string_view arg = sp == std::string_view::npos ? std::string_view() : util::trim(first.substr(sp + 1));
   std::string error;
   auto job_id = [&](bool required, unsigned* id) {
     if (arg.empty() && !required) return true;
-    const std::optional<uint64_t> v = control::parse_unsigned(arg, XAGG_MAX_JOBS - 1);
+    const std::optional<uint64_t> v = util::parse_unsigned(arg, XAGG_MAX_JOBS - 1);
     if (!v) {
-      error = "expected a job id 0.." + std::to_string(XAGG_MAX_JOBS - 1) + ", got " + control::quote_for_error(arg);
+      error = "expected a job id 0.." + std::to_string(XAGG_MAX_JOBS - 1) + ", got " + util::quote_for_error(arg);
       return false;
     }
     *id = static_cast<unsigned>(*v);
@@ -128,7 +128,7 @@ std::string HeadAgent::handle(std::string_view request) {
       return control::format_error("no job " + std::to_string(id) + " on this head (list shows the jobs)");
     return format_counters(id);
   }
-  return control::format_error("unknown request " + control::quote_for_error(verb) + "; valid: add, remove, list, stats");
+  return control::format_error("unknown request " + util::quote_for_error(verb) + "; valid: add, remove, list, stats");
 }
 
 }  // namespace inagg::xdp

@@ -4,17 +4,17 @@
 #include <cstdio>
 #include <functional>
 
-#include "inagg/control/job_file.hpp"
+#include "inagg/util/text.hpp"
 #include "inagg/xdp/xagg_shared.h"
 
 namespace inagg::xdp {
 namespace {
 
-using control::quote_for_error;
-using control::trim;
+using util::quote_for_error;
+using util::trim;
 
 bool number(std::string_view v, unsigned min, unsigned max, unsigned* out, std::string* why) {
-  const std::optional<uint64_t> n = control::parse_unsigned(v, max);
+  const std::optional<uint64_t> n = util::parse_unsigned(v, max);
   if (!n || *n < min) {
     *why = quote_for_error(v) + " is not a number in " + std::to_string(min) + ".." + std::to_string(max);
     return false;
@@ -88,7 +88,7 @@ const std::array<Key, 12>& keys() {
        }},
       {"member", false,
        [](HeadJob& j, std::string_view v, std::string* w) {
-         const std::vector<std::string_view> f = control::split_fields(v);
+         const std::vector<std::string_view> f = util::split_fields(v);
          unsigned rank = 0;
          std::optional<wire::IpAddr> ip;
          if (f.size() < 2 || f.size() > 3) {
@@ -141,7 +141,7 @@ wire::MacAddr multicast_mac(const wire::IpAddr& g) {
 std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
   HeadJob job;
   std::array<bool, 12> seen{};
-  const bool ok = control::for_each_content_line(text, [&](size_t line_no, std::string_view line) {
+  const bool ok = util::for_each_content_line(text, [&](size_t line_no, std::string_view line) {
     const std::string where = "line " + std::to_string(line_no) + ": ";
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
@@ -206,7 +206,7 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
 
 std::optional<HeadJob> load_head_job(const std::string& path, std::string* error, std::string* text_out) {
   std::string text;
-  if (!control::read_small_file(path, "head job file", 64 << 10, "64 KiB", &text, error)) return std::nullopt;
+  if (!util::read_small_file(path, "head job file", 64 << 10, "64 KiB", &text, error)) return std::nullopt;
   std::optional<HeadJob> job = parse_head_job(text, error);
   if (!job) *error = path + ": " + *error;
   if (job && text_out) *text_out = std::move(text);

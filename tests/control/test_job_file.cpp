@@ -12,9 +12,6 @@
 namespace inagg::control {
 namespace {
 
-using agg::ConnectionSpec;
-using agg::JobSpec;
-
 const char* kGood =
     "# a comment\n"
     "; another comment\n"
@@ -61,7 +58,7 @@ TEST(JobFile, ParsesEveryKey) {
   const std::optional<JobSpec> s = parse_job(kGood, &err);
   ASSERT_TRUE(s) << err;
   EXPECT_EQ(s->id, 7u);
-  EXPECT_EQ(s->dtype, agg::Dtype::bf16);
+  EXPECT_EQ(s->dtype, util::Dtype::bf16);
   EXPECT_EQ(s->workers, 2u);
   EXPECT_EQ(s->message_bytes, 4096u);
   EXPECT_EQ(s->payload_bytes, 1024u);
@@ -136,7 +133,7 @@ TEST(JobFile, FormatRoundTrips) {
   }
   JobSpec v6;
   v6.id = 123456;
-  v6.dtype = agg::Dtype::fp16;
+  v6.dtype = util::Dtype::fp16;
   v6.workers = 3;
   v6.message_bytes = 3072;
   v6.payload_bytes = 1024;
@@ -275,31 +272,6 @@ TEST(JobFile, CrossFieldChecksAreLeftToTheEngine) {
   EXPECT_TRUE(parse_job(with("workers = 2", "workers = 5"), &err)) << err;
   EXPECT_TRUE(parse_job(with("conn = 1,", "conn = 0,"), &err)) << err;
   EXPECT_TRUE(parse_job(with("message_bytes = 4096", "message_bytes = 1000"), &err)) << err;
-}
-
-TEST(ParseUnsigned, Strict) {
-  NumberError e;
-  EXPECT_EQ(parse_unsigned("0", 10, &e), 0u);
-  EXPECT_EQ(e, NumberError::none);
-  EXPECT_EQ(parse_unsigned("010", 100), 10u);  // decimal, never octal
-  EXPECT_EQ(parse_unsigned("0XfF", 255), 255u);
-  EXPECT_EQ(parse_unsigned("18446744073709551615", UINT64_MAX), UINT64_MAX);
-  EXPECT_FALSE(parse_unsigned("18446744073709551616", UINT64_MAX, &e));
-  EXPECT_EQ(e, NumberError::out_of_range);
-  EXPECT_FALSE(parse_unsigned("256", 255, &e));
-  EXPECT_EQ(e, NumberError::out_of_range);
-  for (const char* bad : {"", " 1", "1 ", "0x", "0xg", "1.0", "+1", "0b1", "1_000", "99999999999999999999x"}) {
-    EXPECT_FALSE(parse_unsigned(bad, UINT64_MAX, &e)) << bad;
-    EXPECT_EQ(e, NumberError::not_a_number) << bad;
-  }
-  EXPECT_FALSE(parse_unsigned("-0", 5, &e));
-  EXPECT_EQ(e, NumberError::negative);
-}
-
-TEST(QuoteForError, EscapesAndCuts) {
-  EXPECT_EQ(quote_for_error("ab"), "'ab'");
-  EXPECT_EQ(quote_for_error(std::string("a\nb\0", 4)), "'a\\x0ab\\x00'");
-  EXPECT_EQ(quote_for_error(std::string(100, 'x')), "'" + std::string(64, 'x') + "...'");
 }
 
 }  // namespace

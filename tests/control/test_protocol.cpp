@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "inagg/control/job_file.hpp"
@@ -125,41 +126,65 @@ TEST(Protocol, Replies) {
   EXPECT_FALSE(is_error_reply(""));
 
   EXPECT_EQ(format_job_list({}), "no jobs\n");
-  JobListEntry a{};
-  a.info.id = 1;
-  a.info.state = agg::JobState::active;
-  a.info.released_slots = 12;
-  a.info.held_packets = 3;
-  a.dtype = agg::Dtype::bf16;
+  JobStatus a;
+  a.id = 1;
+  a.state = JobStatus::State::active;
+  a.released_slots = 12;
+  a.held_packets = 3;
+  a.dtype = util::Dtype::bf16;
   a.workers = 4;
-  JobListEntry b = a;
-  b.info.id = 2;
-  b.info.state = agg::JobState::failed;
-  b.info.error = "rank 1 sent \"late\"\npacket";
-  b.dtype = agg::Dtype::int32;
-  EXPECT_EQ(format_job_list({a, b}),
+  JobStatus b = a;
+  b.id = 2;
+  b.state = JobStatus::State::failed;
+  b.error = "rank 1 sent \"late\"\npacket";
+  b.dtype = util::Dtype::int32;
+  JobStatus c = a;
+  c.id = 3;
+  c.state = JobStatus::State::refused;
+  c.error = "needs 16384 buffers\\x";
+  EXPECT_EQ(format_job_list({a, b, c}),
             "id=1 state=active dtype=bf16 workers=4 released=12 held=3 error=\"\"\n"
-            "id=2 state=failed dtype=int32 workers=4 released=12 held=3 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n");
+            "id=2 state=failed dtype=int32 workers=4 released=12 held=3 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n"
+            "id=3 state=refused dtype=bf16 workers=4 released=12 held=3 error=\"needs 16384 buffers\\\\x\"\n");
 
-  agg::EngineCounters c;
-  c.rx_packets = 10;
-  c.tx_full = 2;
-  const std::string text = format_counters(c);
-  EXPECT_EQ(text.rfind("rx_packets 10\npassthrough 0\n", 0), 0u) << text;
-  EXPECT_NE(text.find("\ntx_full 2\n"), std::string::npos) << text;
-  size_t lines = 0;
-  agg::for_each_counter(c, [&](std::string_view, std::string_view, uint64_t) { ++lines; });
-  EXPECT_EQ(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')), lines);
-  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(format_counters({{"rx_packets", 10}, {"tx_full", 2}}), "rx_packets 10\ntx_full 2\n");
+  EXPECT_EQ(format_counters({}), "");
 
-  agg::JobInfo info{};
-  info.id = 4;
-  info.state = agg::JobState::active;
-  info.memory_bytes = 4096;
-  info.counters.slots_released = 5;
-  const std::string js = format_job_stats(info);
-  EXPECT_EQ(js.rfind("id 4\nstate active\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\n", 0), 0u) << js;
-  EXPECT_NE(js.find("\nslots_released 5\n"), std::string::npos) << js;
+  JobStatus s;
+  s.id = 4;
+  s.state = JobStatus::State::active;
+  s.memory_bytes = 4096;
+  s.counters = {{"slots_released", 5}};
+  EXPECT_EQ(format_job_stats(s),
+            "id 4\nstate active\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\nmbuf_quota 0\n"
+            "slots_released 5\n");
+}
+
+// What a worker reads back from `list`: the id, the state and the unescaped error, whatever the
+// error held (quotes, backslashes, newlines, control characters).
+TEST(Protocol, JobListLinesReadBack) {
+  JobStatus j;
+  j.id = 4000000000u;
+  j.state = JobStatus::State::refused;
+  j.error = "needs \"16384\" held\\packet buffers\nbut only\x01 8192 \x7f";
+  const std::string text = format_job_list({j});
+  const std::optional<JobListLine> l = parse_job_list_line(text.substr(0, text.size() - 1));
+  ASSERT_TRUE(l) << text;
+  EXPECT_EQ(l->id, 4000000000u);
+  EXPECT_EQ(l->state, "refused");
+  EXPECT_EQ(l->error, j.error) << text;
+  EXPECT_FALSE(parse_job_list_line("no jobs"));
+  EXPECT_FALSE(parse_job_list_line("id=x state=active"));
+  EXPECT_FALSE(parse_job_list_line(""));
+  const std::optional<JobListLine> bare = parse_job_list_line("id=7 state=active");
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->id, 7u);
+  EXPECT_EQ(bare->state, "active");
+  EXPECT_EQ(bare->error, "");
+  // Garbled escapes are kept as they are, never read past the line.
+  const std::optional<JobListLine> odd = parse_job_list_line("id=1 state=failed error=\"a\\xZZ b\\");
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->error, "axZZ b\\");
 }
 
 }  // namespace

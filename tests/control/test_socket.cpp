@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "inagg/agg/engine.hpp"
+#include "inagg/agg/job_status.hpp"
 #include "inagg/control/socket.hpp"
 
 namespace inagg::control {
@@ -47,21 +49,19 @@ struct FakeAppliance {
         specs.erase(r.id);
         return format_job_removed(r.id);
       case Request::Verb::list: {
-        std::vector<JobListEntry> jobs;
+        std::vector<JobStatus> jobs;
         for (uint32_t id : engine.job_ids()) {
-          JobListEntry e;
-          engine.job_info(id, &e.info);
-          e.dtype = specs[id].dtype;
-          e.workers = specs[id].workers;
-          jobs.push_back(e);
+          agg::JobInfo info;
+          engine.job_info(id, &info);
+          jobs.push_back(agg::job_status(info, &specs[id]));
         }
         return format_job_list(jobs);
       }
       case Request::Verb::stats: {
-        if (!r.has_id) return format_counters(engine.counters());
+        if (!r.has_id) return format_counters(agg::counter_list(engine.counters()));
         agg::JobInfo info;
         if (!engine.job_info(r.id, &info)) return format_error("no job " + std::to_string(r.id));
-        return format_job_stats(info);
+        return format_job_stats(agg::job_status(info));
       }
     }
     return format_error("unreachable");
@@ -117,6 +117,9 @@ TEST_F(ControlSocket, AddListStatsRemove) {
   EXPECT_EQ(exchange(server, h, "list\n"), "id=9 state=active dtype=fp32 workers=1 released=0 held=0 error=\"\"\n");
   const std::string totals = exchange(server, h, "stats\n");
   EXPECT_EQ(totals.rfind("rx_packets 0\npassthrough 0\n", 0), 0u) << totals;
+  size_t counters = 0;
+  agg::for_each_counter(agg::EngineCounters{}, [&](std::string_view, std::string_view, uint64_t) { ++counters; });
+  EXPECT_EQ(static_cast<size_t>(std::count(totals.begin(), totals.end(), '\n')), counters) << totals;
   const std::string one = exchange(server, h, "stats 9\n");
   EXPECT_EQ(one.rfind("id 9\nstate active\nreleased_slots 0\n", 0), 0u) << one;
   EXPECT_EQ(exchange(server, h, "remove 9\n"), "ok job 9 removed\n");

@@ -1,5 +1,5 @@
 """The XDP tier's header as a scapy layer, written from the format in
-include/inagg/xdp/xagg_shared.h, for the tests to build and decode packets independently of the
+include/inagg/wire/xagg.h, for the tests to build and decode packets independently of the
 project's C++ and BPF code."""
 import struct
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "inagg/agg/dtype.hpp"
+#include "inagg/control/job.hpp"
 #include "inagg/wire/build.hpp"
 #include "inagg/wire/crc32.hpp"
 #include "inagg/wire/parse.hpp"
@@ -105,25 +106,9 @@ void for_each_counter(const EngineCounters& c, F&& f) {
 #undef X
 }
 
-// One rank's connection: it RDMA-WRITEs from (src_ip, src_qpn) to (dst_ip, dst_qpn), its
-// successor's receive QP, starting at start_psn.
-struct ConnectionSpec {
-  unsigned rank = 0;
-  wire::IpAddr src_ip, dst_ip;
-  uint32_t src_qpn = 0, dst_qpn = 0;
-  uint32_t start_psn = 0;
-};
-
-struct JobSpec {
-  uint32_t id = 0;
-  Dtype dtype = Dtype::fp32;
-  unsigned workers = 0;           // n, 1..64
-  uint32_t message_bytes = 0;     // M, a multiple of payload_bytes
-  uint32_t payload_bytes = 0;     // P, the path MTU payload, a multiple of 4
-  unsigned window = 0;            // W messages outstanding per QP
-  bool replay = false;            // a FIRST/ONLY at start_psn after all is released restarts the job
-  std::vector<ConnectionSpec> conns;  // one per rank
-};
+// The job description is control's (control/job.hpp): job files and the control socket carry it.
+using control::ConnectionSpec;
+using control::JobSpec;
 
 enum class JobState : uint8_t { active, failed };
 

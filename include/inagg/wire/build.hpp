@@ -15,20 +15,11 @@ namespace inagg::wire {
 
 using MacAddr = std::array<uint8_t, 6>;
 
-struct IpAddr {
-  IpVersion version = IpVersion::v4;
-  std::array<uint8_t, 16> bytes{};  // IPv4 in the first 4 bytes, network order
-
-  static IpAddr v4(uint32_t host_order);
-  static IpAddr v6(const std::array<uint8_t, 16>& b);
-  uint32_t v4_host_order() const;
-  bool operator==(const IpAddr&) const = default;
-};
-
-// Parses "10.0.0.1" or "fd00::1".
-std::optional<IpAddr> parse_ip(std::string_view text);
-// The reverse: "10.0.0.1", "fd00::1".
-std::string ip_text(const IpAddr& ip);
+// IpAddr lives in util (util/ip_addr.hpp), below control, whose job descriptions name addresses
+// too; the wire layer keeps its names for it.
+using util::IpAddr;
+using util::ip_text;
+using util::parse_ip;
 
 struct RoceFrameSpec {
   MacAddr dst_mac{}, src_mac{};

@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "inagg/util/ip_addr.hpp"
 #include "inagg/wire/headers.hpp"
 #include "inagg/wire/opcodes.hpp"
 
@@ -50,7 +51,7 @@ std::string_view parse_status_text(ParseStatus s);  // a sentence for logs
 
 inline constexpr bool is_malformed(ParseStatus s) { return s > ParseStatus::not_roce; }
 
-enum class IpVersion : uint8_t { none = 0, v4 = 4, v6 = 6 };
+using util::IpVersion;  // util/ip_addr.hpp: control names addresses too
 
 // Offsets are from the start of the frame; 0 means "absent" (no header starts at byte 0 but
 // Ethernet). Frames up to 64 KiB.

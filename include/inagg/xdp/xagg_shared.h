@@ -1,23 +1,7 @@
-/* The XDP aggregation tier (ALEPH-style, design.md §2 "xdp"): its wire format and the structs the
- * head's BPF maps share with userspace. Plain C, included by the BPF programs (src/xdp/bpf) and by
- * the C++ agent and worker client; maps are the only interface between the two sides.
- *
- * Wire format, UDP to port XAGG_UDP_PORT (the default; one port per head, xagg_config):
- *
- *   Ethernet [802.1Q] | IPv4 (no options) | UDP | struct xagg_hdr (16 bytes) | count x int32 (LE)
- *
- * A DATA packet carries one contributor's values for one chunk `seq` of a job: a worker's
- * fixed-point gradient (weight 1), or a head's partial sum going up to its parent (weight = the
- * workers it stands for). A RESULT carries the finished sum of chunk `seq` and the total weight,
- * multicast to a head's group or unicast to one member that asked again. Header fields are network
- * byte order; values are little-endian two's complement int32, as in host memory, and wrap on
- * overflow (the client chooses a scale that leaves headroom, and reports saturation).
- *
- * A head keeps 2 x window slots per job: chunk seq lives in slot seq % nslots, and the epoch
- * (seq / nslots) is told apart by keeping the slot's full seq. Two epochs suffice for the reason
- * design.md §1 gives for the appliance: a member sends chunk s only after it has the results of
- * every chunk up to s - window, so when chunk s + nslots arrives every member already holds the
- * result of chunk s.
+/* The XDP aggregation tier's head (ALEPH-style, design.md §2 "xdp"): the structs its BPF maps
+ * share with userspace. Plain C, included by the BPF programs (src/xdp/bpf) and by the C++ agent;
+ * maps are the only interface between the two sides. The tier's wire format, which the workers
+ * speak too, is in inagg/wire/xagg.h.
  */
 #ifndef INAGG_XDP_XAGG_SHARED_H
 #define INAGG_XDP_XAGG_SHARED_H
@@ -25,28 +9,7 @@
 #include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 
-#define XAGG_UDP_PORT 4792      /* default UDP port of the tier (RoCEv2 is 4791) */
-#define XAGG_VERSION 1
-#define XAGG_MAX_VALUES 1024    /* int32 values per packet: 4 KiB of payload */
-#define XAGG_VALUE_ALIGN 4      /* count is a multiple of this (the client pads with zeros) */
-#define XAGG_MAX_MEMBERS 64     /* contributors per head (bits of the arrival bitmap) */
-#define XAGG_MAX_JOBS 256       /* job ids 0..255 index the job table directly */
-#define XAGG_MAX_SLOTS 64       /* slots per job: window <= 32 */
-
-enum xagg_type {
-  XAGG_DATA = 1,   /* a contribution: member -> head, or head -> parent */
-  XAGG_RESULT = 2, /* a finished sum: head -> its group (or one member) */
-};
-
-struct xagg_hdr {
-  __u8 version;  /* XAGG_VERSION */
-  __u8 type;     /* enum xagg_type */
-  __be16 job;    /* < XAGG_MAX_JOBS */
-  __be16 rank;   /* DATA: the contributor's index in the receiving head's group; RESULT: 0 */
-  __be16 count;  /* int32 values that follow: a multiple of XAGG_VALUE_ALIGN, <= XAGG_MAX_VALUES */
-  __be32 seq;    /* chunk sequence number, counted from 0 per job, wraps */
-  __be32 weight; /* workers this contribution stands for; in a RESULT, all of them */
-};
+#include "inagg/wire/xagg.h"
 
 /* Slot states. */
 enum xagg_slot_state {

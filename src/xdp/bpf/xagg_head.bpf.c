@@ -10,7 +10,7 @@
  * multicast down to the group. Everything else passes to the stack untouched.
  *
  * Maps (xagg_maps.h) are the only interface to the agent; layouts and counters are in
- * include/inagg/xdp/xagg_shared.h.
+ * include/inagg/xdp/xagg_shared.h (the wire format: include/inagg/wire/xagg.h).
  */
 #include <linux/pkt_cls.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-#include "inagg/worker/roce_socket.hpp"
+#include "inagg/client/roce_socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 
 #include "inagg/wire/parse.hpp"
 
-namespace inagg::worker {
+namespace inagg::client {
 
 RoceSocket::~RoceSocket() {
   if (fd_ >= 0) ::close(fd_);
@@ -204,4 +204,4 @@ bool RoceSocket::receive(Datagram* d) {
   return true;
 }
 
-}  // namespace inagg::worker
+}  // namespace inagg::client

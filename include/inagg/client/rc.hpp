@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "inagg/worker/roce_socket.hpp"
+#include "inagg/client/roce_socket.hpp"
 
-namespace inagg::worker {
+namespace inagg::client {
 
 struct RcConfig {
   uint32_t local_qpn = 0, remote_qpn = 0;
@@ -120,4 +120,4 @@ class RcResponder {
   std::vector<uint8_t> buf_;
 };
 
-}  // namespace inagg::worker
+}  // namespace inagg::client

@@ -1,4 +1,4 @@
-#include "inagg/worker/xagg_client.hpp"
+#include "inagg/client/xagg_client.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,9 +13,9 @@
 #include <cstring>
 
 #include "inagg/agg/kernels.hpp"
-#include "inagg/xdp/xagg_shared.h"
+#include "inagg/wire/xagg.h"
 
-namespace inagg::worker {
+namespace inagg::client {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the tier's values are little-endian int32 in host memory");
@@ -198,4 +198,4 @@ void from_fixed(agg::Dtype dtype, const int32_t* in, size_t count, double scale,
   }
 }
 
-}  // namespace inagg::worker
+}  // namespace inagg::client

@@ -7,10 +7,10 @@
 #include <numeric>
 #include <random>
 
-#include "inagg/worker/rc.hpp"
+#include "inagg/client/rc.hpp"
 
 using namespace inagg;
-using namespace inagg::worker;
+using namespace inagg::client;
 
 namespace {
 

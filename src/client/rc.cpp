@@ -1,11 +1,11 @@
-#include "inagg/worker/rc.hpp"
+#include "inagg/client/rc.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 #include "inagg/wire/icrc.hpp"
 
-namespace inagg::worker {
+namespace inagg::client {
 namespace {
 
 int64_t sext24(uint32_t d) {
@@ -225,4 +225,4 @@ void RcResponder::progress(uint64_t now_ns) {
   }
 }
 
-}  // namespace inagg::worker
+}  // namespace inagg::client

@@ -1,4 +1,4 @@
-// A worker's side of the XDP aggregation tier (ALEPH; include/inagg/xdp/xagg_shared.h has the wire
+// A worker's side of the XDP aggregation tier (ALEPH; include/inagg/wire/xagg.h has the wire
 // format): int32 vectors in chunks of `values`, each sent as DATA to the worker's head, at most
 // `window` chunks without a result; a chunk whose RESULT did not come within `timeout_ns` is sent
 // again (the head answers a repeat from its retained result, or asks its parent again), so a loss
@@ -19,7 +19,7 @@
 #include "inagg/agg/dtype.hpp"
 #include "inagg/wire/build.hpp"
 
-namespace inagg::worker {
+namespace inagg::client {
 
 struct XaggConfig {
   wire::IpAddr local;  // this worker's IPv4 address (the interface that joins the group)
@@ -82,4 +82,4 @@ size_t to_fixed(agg::Dtype dtype, const uint8_t* src, size_t count, double scale
 // And back: sum / scale, rounded to the dtype.
 void from_fixed(agg::Dtype dtype, const int32_t* in, size_t count, double scale, uint8_t* dst);
 
-}  // namespace inagg::worker
+}  // namespace inagg::client

@@ -14,7 +14,7 @@
 
 #include "inagg/wire/build.hpp"
 
-namespace inagg::worker {
+namespace inagg::client {
 
 struct Datagram {
   wire::IpAddr src, dst;
@@ -65,4 +65,4 @@ class RoceSocket {
   std::vector<uint8_t> rx_;
 };
 
-}  // namespace inagg::worker
+}  // namespace inagg::client

@@ -1,0 +1,31 @@
+// IP addresses as inagg's modules exchange them: the wire layer builds and parses them, job
+// descriptions (control) and the workers' rack plans (client) name them. Kept here, below both,
+// so that control need not depend on the wire layer.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace inagg::util {
+
+enum class IpVersion : uint8_t { none = 0, v4 = 4, v6 = 6 };
+
+struct IpAddr {
+  IpVersion version = IpVersion::v4;
+  std::array<uint8_t, 16> bytes{};  // IPv4 in the first 4 bytes, network order
+
+  static IpAddr v4(uint32_t host_order);
+  static IpAddr v6(const std::array<uint8_t, 16>& b);
+  uint32_t v4_host_order() const;
+  bool operator==(const IpAddr&) const = default;
+};
+
+// Parses "10.0.0.1" or "fd00::1".
+std::optional<IpAddr> parse_ip(std::string_view text);
+// The reverse: "10.0.0.1", "fd00::1".
+std::string ip_text(const IpAddr& ip);
+
+}  // namespace inagg::util
