@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ctl_top.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
@@ -24,7 +25,10 @@ constexpr const char* kCommands =
     "  remove ID     remove job ID and free its slots\n"
     "  list          one line per job: id, state (active|failed), dtype, workers, released slots,\n"
     "                held packets, and why it failed\n"
-    "  stats [ID]    counters of the whole engine, or of job ID, as 'name value' lines\n";
+    "  stats [ID]    counters of the whole engine, or of job ID, as 'name value' lines\n"
+    "  top           a live view: the engine's and every job's rates (aggregated packets and bits,\n"
+    "                released slots, NAKs, resends, drops) and slot occupancy, every --interval;\n"
+    "                ports and lcores are in the Prometheus metrics (inagg --metrics)\n";
 
 int usage_error(const std::string& msg) {
   std::cerr << "inagg-ctl: " << msg << " (see inagg-ctl --help)\n";
@@ -44,14 +48,16 @@ int main(int argc, char** argv) {
   opts.add_options()
       ("help,h", "show this help")
       ("socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath)->value_name("PATH"), "the appliance's control socket")
-      ("timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply");
+      ("timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")
+      ("interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")
+      ("count", po::value<unsigned>()->default_value(0)->value_name("N"), "top: show N frames and exit (0: until Ctrl-C)");
   po::options_description hidden;
   hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
   po::options_description all;
   all.add(opts).add(hidden);
   po::positional_options_description pos;
   pos.add("words", -1);
-  const std::string usage = "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID]\n\n";
+  const std::string usage = "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top\n\n";
 
   po::variables_map vm;
   try {
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> words =
       vm.count("words") ? vm["words"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  if (words.empty()) return usage_error("no command; expected add JOBFILE, remove ID, list or stats [ID]");
+  if (words.empty()) return usage_error("no command; expected add JOBFILE, remove ID, list, stats [ID] or top");
   const int timeout_ms = vm["timeout"].as<int>();
   if (timeout_ms <= 0) return usage_error("--timeout must be a positive number of milliseconds");
 
@@ -99,8 +105,13 @@ int main(int argc, char** argv) {
       if (!parse_id_arg(words[1], &req.id)) return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
       req.has_id = true;
     }
+  } else if (cmd == "top") {
+    if (nargs != 0) return usage_error("top takes no arguments (--interval S, --count N)");
+    const double interval = vm["interval"].as<double>();
+    if (!(interval >= 0.1 && interval <= 3600)) return usage_error("--interval must be between 0.1 and 3600 seconds");
+    return ctl::run_top({vm["socket"].as<std::string>(), interval, vm["count"].as<unsigned>(), timeout_ms});
   } else {
-    return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats");
+    return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats, top");
   }
 
   std::string reply, error;

@@ -21,8 +21,8 @@ expect() {
 
 expect 0 "add JOBFILE" --help
 for cmd in "remove ID" "list " "stats [ID]" "Exit status"; do grep -qF -- "$cmd" "$tmp/out" || fail "--help lacks '$cmd'"; done
-expect 2 "no command; expected add JOBFILE, remove ID, list or stats [ID]"
-expect 2 "unknown command 'frobnicate'; valid: add, remove, list, stats" frobnicate
+expect 2 "no command; expected add JOBFILE, remove ID, list, stats [ID] or top"
+expect 2 "unknown command 'frobnicate'; valid: add, remove, list, stats, top" frobnicate
 expect 2 "unrecognised option" --bogus list
 expect 2 "add takes one job file" add
 expect 2 "remove takes one job id" remove

@@ -95,6 +95,15 @@ print(f"ok: {len(b)} metric families, the dashboard's {len(asked)} metrics all s
       f"{value(a, 'inagg_port_rx_packets', port='0'):.0f} -> {value(b, 'inagg_port_rx_packets', port='0'):.0f}; "
       f"job 1 aggregated {jb:.0f} (inagg-ctl: {ctl_agg})")
 PY
+# inagg-ctl top: two frames (not a terminal: one after the other), job 1 aggregating in both.
+top=$("$ctl" --socket "$tmp/ctl.sock" top --interval 0.3 --count 2 2>&1) || fail "inagg-ctl top: $top"
+[ "$(grep -c '^inagg-ctl top ' <<<"$top")" = 2 ] || fail "inagg-ctl top did not show 2 frames: $top"
+awk '$1 == 1 && $2 == "active" {n++; v = $3; sub(/[kMG]$/, "", v); if (v + 0 <= 0) bad = 1} END {exit !(n == 2 && !bad)}' <<<"$top" ||
+  fail "inagg-ctl top shows no aggregation for job 1: $top"
+grep -q "^engine: rx [0-9.]*[kMG]\? pps  aggregated [1-9]" <<<"$top" || fail "inagg-ctl top's engine line: $top"
+out=$("$ctl" --socket "$tmp/ctl.sock" top --interval 0 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "interval must be between" <<<"$out" || fail "top --interval 0: exit $rc, $out"
+
 # Only GET /metrics and / answer; other paths are 404.
 code=$(/usr/bin/python3 -c "
 import sys, urllib.request, urllib.error
