@@ -12,6 +12,7 @@
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/text.hpp"
+#include "version.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   po::options_description opts("Options");
   opts.add_options()
       ("help,h", "show this help")
+      ("version", "print the version and exit")
       ("socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath)->value_name("PATH"), "the appliance's control socket")
       ("timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")
       ("interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")
@@ -65,6 +67,10 @@ int main(int argc, char** argv) {
     po::notify(vm);
   } catch (const po::error& e) {
     return usage_error(e.what());
+  }
+  if (vm.count("version")) {
+    std::cout << apps::version_line("inagg-ctl") << "\n";
+    return 0;
   }
   if (vm.count("help")) {
     std::cout << usage << kCommands << "\n" << opts

@@ -14,6 +14,7 @@
 #include "inagg/util/pcap.hpp"
 #include "inagg/wire/icrc.hpp"
 #include "inagg/wire/parse.hpp"
+#include "version.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
   po::options_description opts("Usage: inagg-decode [options] FILE.pcap...\n\nOptions");
   opts.add_options()
       ("help,h", "show this help")
+      ("version", "print the version and exit")
       ("quiet,q", "print only malformed packets, bad ICRCs and the totals")
       ("file", po::value<std::vector<std::string>>(), "pcap file(s) to decode");
   po::positional_options_description pos;
@@ -91,6 +93,10 @@ int main(int argc, char** argv) {
   } catch (const po::error& e) {
     std::cerr << "inagg-decode: " << e.what() << "\n" << opts;
     return 2;
+  }
+  if (vm.count("version")) {
+    std::cout << apps::version_line("inagg-decode") << "\n";
+    return 0;
   }
   if (vm.count("help") || !vm.count("file")) {
     std::cout << opts << "\nChecks every RoCEv2 packet's ICRC. Exit status: 0 all good, 1 a malformed packet or bad ICRC, 2 usage or file error.\n";

@@ -25,6 +25,7 @@
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/metrics.hpp"
 #include "inagg/wire/crc32.hpp"
+#include "version.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -45,6 +46,7 @@ po::options_description make_options(Options& o) {
   po::options_description d("inagg options (after `--`; each may also be set in the --config file as key = value)");
   d.add_options()
       ("help,h", "show this help and exit")
+      ("version", "print the version and exit")
       ("check-config", "parse the options, the config file and the job files, print the result and exit (no EAL)")
       ("config,c", po::value<std::string>(), "INI file with any of these options (command line wins); see conf/inagg.conf")
       ("ports", po::value<std::string>(), "comma-separated DPDK port ids to switch between (default: every port EAL probed)")
@@ -103,6 +105,10 @@ int parse_app_options(int argc, char** argv, Options& o) {
   } catch (const po::error& e) {
     std::cerr << "inagg: " << e.what() << " (see inagg -- --help)\n";
     return 2;
+  }
+  if (vm.count("version")) {
+    std::cout << apps::version_line("inagg") << "\n";
+    return 1;
   }
   if (vm.count("help")) {
     std::cout << "Usage: inagg [EAL options] -- [inagg options]\n\n"
@@ -271,7 +277,7 @@ int main(int argc, char** argv) {
   std::vector<char*> app_argv{argv[0]};
   for (int i = sep + 1; i < argc; ++i) app_argv.push_back(argv[i]);
   for (int i = 1; i < sep; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) app_argv.push_back(argv[i]);
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--version") == 0) app_argv.push_back(argv[i]);
   Options opt;
   if (int rc = parse_app_options(static_cast<int>(app_argv.size()), app_argv.data(), opt); rc != 0) return rc == 1 ? 0 : rc;
 

@@ -26,6 +26,7 @@
 #include "inagg/control/socket.hpp"
 #include "inagg/client/rc.hpp"
 #include "inagg/client/xagg_client.hpp"
+#include "version.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
   po::options_description d("Usage: inagg-worker --rank R --workers N [options]\n\nOptions");
   d.add_options()
       ("help,h", "show this help")
+      ("version", "print the version and exit")
       ("rank", po::value<unsigned>(&o.rank), "this worker's rank, 0..N-1")
       ("workers,n", po::value<unsigned>(&o.workers), "number of workers N (2..64)")
       ("ip-base", po::value<std::string>(&o.ip_base)->default_value(o.ip_base), "rank r uses IPv4 address ip-base + r + 1")
@@ -167,6 +169,10 @@ int main(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::cout << d;
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::cout << apps::version_line("inagg-worker") << "\n";
     return 0;
   }
   auto dt = agg::parse_dtype(o.dtype_name);

@@ -14,6 +14,7 @@
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/xdp/agent.hpp"
+#include "version.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   po::options_description opts("Options");
   opts.add_options()
       ("help,h", "show this help")
+      ("version", "print the version and exit")
       ("iface,i", po::value<std::string>(&o.iface)->value_name("IF"), "run, status, peer: the interface")
       ("mode", po::value<std::string>(&o.mode)->default_value(o.mode)->value_name("M"), "run, peer: native (in the driver) or generic (skb, any interface)")
       ("job,j", po::value<std::vector<std::string>>(&o.jobs)->value_name("FILE"), "run: a head job file to add at start (repeatable)")
@@ -157,6 +159,10 @@ int main(int argc, char** argv) {
     po::notify(vm);
   } catch (const po::error& e) {
     return usage_error(e.what());
+  }
+  if (vm.count("version")) {
+    std::cout << apps::version_line("inagg-xdp") << "\n";
+    return 0;
   }
   if (vm.count("help")) {
     std::cout << "Usage: inagg-xdp run --iface IF [--job FILE]... | add FILE | remove ID | list | stats [ID]\n"
