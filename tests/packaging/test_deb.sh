@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Builds the Debian package from the tree and checks it the way an appliance host would meet it:
+#   1. debian/control's Build-Depends are scripts/packages.txt above its "test and tooling" part,
+#      and debian/changelog's version is meson's project version;
+#   2. dpkg-buildpackage -us -uc -b, in a copy of the tree (the tree itself stays clean);
+#   3. the package holds the binaries, the configs (as conffiles), the systemd unit, the hugepage
+#      helper and the documents;
+#   4. its dependencies: every package dh_shlibdeps found is in packages.txt's "runtime" part, and
+#      apt resolves the package for a root with nothing installed (apt-get --simulate against an
+#      empty dpkg status, with Debian's package lists);
+#   5. unpacked into a scratch root, every tool prints the package's version, the unit's
+#      ExecStartPre and ExecStart command lines (with the shipped inagg.env, paths moved into the
+#      root) run in config-check mode, a broken config fails the pre-start check, and the hugepage
+#      helper raises a reservation in a fake sysfs, never lowers one and refuses a bad size.
+# Most of its time is the build: about 1.5 CPU-minutes (-O0, no debug info).
+#   test_deb.sh SRCDIR
+set -uo pipefail
+src=$(cd "$1" && pwd) || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+for t in dpkg-buildpackage dh dpkg-deb apt-get git python3; do
+  command -v "$t" >/dev/null || fail "$t is missing (scripts/setup installs dpkg-dev, debhelper and the rest)"
+done
+tmp=$(mktemp -d /tmp/inagg-deb.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# Package names of a list file part: no comments, no blank lines, sorted.
+names() { grep -v '^\s*#' | grep -v '^\s*$' | sort -u; }
+# The names in a Depends-style field ("a (>= 1), b | c, ${x}") one per line, alternatives included.
+field_names() { tr ',|' '\n\n' | sed 's/([^)]*)//g; s/\[[^]]*\]//g; s/<[^>]*>//g; s/^\s*//; s/\s*$//' | grep -v '^$' | sort -u; }
+
+# 1. What debian/ says against what the tree says.
+build_part=$(sed '/^# test and tooling/,$d' "$src/scripts/packages.txt" | names)
+runtime_part=$(sed -n '/^# runtime/,$p' "$src/scripts/packages.txt" | names)
+[ -n "$runtime_part" ] || fail "scripts/packages.txt has no '# runtime' part"
+build_depends=$(grep -v '^#' "$src/debian/control" |
+  awk '/^Build-Depends:/ {on = 1; sub(/^Build-Depends:/, ""); print; next} on && /^[ \t]/ {print; next} {on = 0}' |
+  field_names | grep -v '^debhelper-compat$')
+if [ "$build_depends" != "$build_part" ]; then
+  echo "debian/control Build-Depends | scripts/packages.txt build part:"
+  diff <(echo "$build_depends") <(echo "$build_part")
+  fail "debian/control's Build-Depends differ from scripts/packages.txt above 'test and tooling' (keep them the same)"
+fi
+version=$(cd "$src" && meson introspect --projectinfo meson.build | python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])') ||
+  fail "meson introspect could not read the project version"
+deb_version=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version) || fail "cannot read debian/changelog"
+[ "$deb_version" = "$version" ] || fail "debian/changelog is at $deb_version but meson.build at $version: add a changelog entry"
+echo "ok: Build-Depends match packages.txt ($(echo "$build_part" | wc -l) packages); version $version"
+
+# 2. Build from a copy of the tree's files (tracked and new, not ignored: no build directories).
+mkdir -p "$tmp/inagg"
+(cd "$src" && git ls-files -co --exclude-standard -z) | (cd "$src" && xargs -0 cp --parents -t "$tmp/inagg" 2>/dev/null)
+[ -f "$tmp/inagg/debian/rules" ] || fail "copying the tree failed (is $src a git checkout?)"
+start=$SECONDS
+if ! (cd "$tmp/inagg" &&
+  DEB_BUILD_OPTIONS="nocheck noddebs noopt parallel=$(nproc)" DEB_CFLAGS_STRIP=-g DEB_CXXFLAGS_STRIP=-g \
+    dpkg-buildpackage -us -uc -b >"$tmp/build.log" 2>&1); then
+  tail -n 40 "$tmp/build.log"
+  fail "dpkg-buildpackage failed (the log's end is above)"
+fi
+deb=$tmp/inagg_${version}_$(dpkg --print-architecture).deb
+[ -f "$deb" ] || fail "dpkg-buildpackage made no $(basename "$deb"): $(ls "$tmp")"
+echo "ok: built $(basename "$deb") in $((SECONDS - start)) s"
+
+# 3. What it holds.
+contents=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
+for f in /usr/bin/inagg /usr/bin/inagg-ctl /usr/bin/inagg-worker /usr/bin/inagg-xdp /usr/bin/inagg-decode \
+  /etc/inagg/inagg.conf /etc/inagg/inagg.env /etc/inagg/jobs/example-fp32-4workers.job /etc/inagg/xdp/head-4workers.job \
+  /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages \
+  /usr/share/doc/inagg/README.md /usr/share/doc/inagg/docs/protocol.md /usr/share/doc/inagg/docs/architecture.md \
+  /usr/share/doc/inagg/docs/deploy.md /usr/share/doc/inagg/copyright; do
+  grep -qx "$f" <<<"$contents" || fail "the package lacks $f"
+done
+dpkg-deb -e "$deb" "$tmp/control"
+for f in /etc/inagg/inagg.conf /etc/inagg/inagg.env; do
+  grep -qx "$f" "$tmp/control/conffiles" || fail "$f is not a conffile (an upgrade would overwrite the operator's edits)"
+done
+echo "ok: binaries, configs (conffiles), unit, helper and documents in place"
+
+# 4. Dependencies.
+depends=$(dpkg-deb -f "$deb" Depends | field_names)
+shlibs=$(sed -n 's/^shlibs:Depends=//p' "$tmp/inagg/debian/inagg.substvars" | field_names)
+[ -n "$shlibs" ] || fail "no shlibs:Depends in debian/inagg.substvars: dh_shlibdeps found no libraries?"
+missing=$(comm -23 <(echo "$shlibs") <(echo "$runtime_part"))
+[ -z "$missing" ] || fail "the binaries load libraries of packages that scripts/packages.txt's runtime part does not name: $(echo "$missing" | tr '\n' ' ')(scripts/setup --runtime would leave them out)"
+missing=$(comm -23 <(echo "$runtime_part") <(echo "$depends"))
+[ -z "$missing" ] || fail "the package does not depend on runtime packages $(echo "$missing" | tr '\n' ' ')"
+if [ "$(apt-cache policy librte-eal23 2>/dev/null | awk '/Candidate:/ {print $2}')" = "(none)" ] ||
+  [ -z "$(apt-cache policy librte-eal23 2>/dev/null)" ]; then
+  [ "$(id -u)" -eq 0 ] || fail "apt has no package lists (run apt-get update as root), so dependencies cannot be resolved"
+  apt-get update -qq || fail "apt-get update failed"
+fi
+mkdir -p "$tmp/apt/cache/archives/partial"
+: >"$tmp/apt/status"
+if ! apt-get -s -q --no-install-recommends -o Dir::State::status="$tmp/apt/status" -o Debug::NoLocking=1 \
+  -o Dir::Cache="$tmp/apt/cache" install "$deb" >"$tmp/apt.log" 2>&1; then
+  tail -n 20 "$tmp/apt.log"
+  fail "apt cannot install the package into an empty root: its dependencies do not resolve (above)"
+fi
+for p in inagg librte-eal23 librte-mempool-ring23 librte-net-mlx5-23; do
+  grep -q "^Inst $p " "$tmp/apt.log" || fail "apt's plan for an empty root does not install $p"
+done
+echo "ok: $(echo "$depends" | wc -l) dependencies cover the libraries; apt resolves $(grep -c '^Inst' "$tmp/apt.log") packages for an empty root"
+
+# 5. It runs, from an unpacked root (with this host's libraries).
+root=$tmp/root
+dpkg -x "$deb" "$root" || fail "dpkg -x failed"
+for tool in inagg inagg-ctl inagg-worker inagg-xdp inagg-decode; do
+  out=$("$root/usr/bin/$tool" --version 2>&1)
+  # The copy is no git checkout: vcs_tag falls back to the project version.
+  [ "$out" = "$tool $version" ] || fail "$tool --version says '$out'; want '$tool $version'"
+done
+echo "ok: every tool says $version"
+
+unit=$root/lib/systemd/system/inagg@.service
+eal_args=$(. "$root/etc/inagg/inagg.env" && echo "${INAGG_EAL_ARGS:-}")
+hugepages=$(. "$root/etc/inagg/inagg.env" && echo "${INAGG_HUGEPAGES:-}")
+[ -n "$eal_args" ] || fail "inagg.env sets no INAGG_EAL_ARGS"
+grep -q '^EnvironmentFile=/etc/inagg/%i.env$' "$unit" || fail "the unit does not read /etc/inagg/%i.env"
+# A unit's command line as systemd would run it for instance `inagg`, with absolute paths moved
+# into the unpacked root: $VAR splits into words, ${VAR} is one word.
+command_of() {
+  local line word
+  line=$(sed -n "s/^$1=//p" "$unit" | grep -F "$2" | head -n 1)
+  [ -n "$line" ] || fail "the unit has no $1 line with '$2'"
+  line=${line//%i/inagg}
+  line=${line//\$\{INAGG_HUGEPAGES\}/$hugepages}
+  line=${line//\$INAGG_EAL_ARGS/$eal_args}
+  cmd=()
+  for word in $line; do
+    case "$word" in /usr/* | /etc/* | /lib/*) word=$root$word ;; esac
+    cmd+=("$word")
+  done
+}
+command_of ExecStartPre "--check-config"
+out=$("${cmd[@]}" 2>&1) || fail "the unit's config check fails on the shipped config: ${cmd[*]}: $out"
+grep -q "^config ok: mtu 9000" <<<"$out" || fail "the unit's config check printed '$out'"
+command_of ExecStart "--file-prefix"
+out=$("${cmd[@]}" --check-config 2>&1) || fail "the service's command line fails in config-check mode: ${cmd[*]} --check-config: $out"
+grep -q "^config ok" <<<"$out" || fail "the service's command line in config-check mode printed '$out'"
+echo "ok: the service's command line checks the shipped config: $(head -n 1 <<<"$out")"
+sed 's/^mtu = .*/mtu = jumbo/' "$root/etc/inagg/inagg.conf" >"$root/etc/inagg/broken.conf"
+command_of ExecStartPre "--check-config"
+cmd=("${cmd[@]/inagg.conf/broken.conf}")
+if out=$("${cmd[@]}" 2>&1); then fail "the pre-start check passed a config with 'mtu = jumbo': $out"; fi
+grep -q "mtu" <<<"$out" || fail "the pre-start check's refusal does not name the bad option: $out"
+echo "ok: a broken config stops the unit before EAL: $out"
+
+# The hugepage helper, on a fake sysfs with the env file's reservation.
+sys=$tmp/sys
+mkdir -p "$sys/devices/system/node/node0/hugepages/hugepages-2048kB" "$sys/kernel/mm/hugepages/hugepages-2048kB"
+node0=$sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages
+echo 0 >"$node0"
+echo 0 >"$sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+echo "hugetlbfs /dev/hugepages hugetlbfs rw 0 0" >"$tmp/mounts"
+command_of ExecStartPre "inagg-hugepages"
+helper=("${cmd[@]}")
+[ "${#helper[@]}" -eq 2 ] && [ "${helper[1]}" = "0:4G" ] || fail "expected the unit to run the helper with 0:4G from inagg.env, got: ${helper[*]}"
+INAGG_SYS=$sys INAGG_MOUNTS=$tmp/mounts "${helper[@]}" >"$tmp/hp.log" 2>&1 || fail "hugepage helper: $(cat "$tmp/hp.log")"
+[ "$(cat "$node0")" = 2048 ] || fail "the helper reserved $(cat "$node0") pages on node 0 for 4G, want 2048"
+echo 4096 >"$node0"
+INAGG_SYS=$sys INAGG_MOUNTS=$tmp/mounts "${helper[@]}" >"$tmp/hp.log" 2>&1 || fail "hugepage helper: $(cat "$tmp/hp.log")"
+[ "$(cat "$node0")" = 4096 ] || fail "the helper lowered a reservation of 4096 pages to $(cat "$node0")"
+INAGG_SYS=$sys INAGG_MOUNTS=$tmp/mounts "${helper[0]}" 3000M >"$tmp/hp.log" 2>&1 || fail "hugepage helper 3000M: $(cat "$tmp/hp.log")"
+[ "$(cat "$sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")" = 1500 ] || fail "3000M should be 1500 pages of 2 MiB"
+for bad in 4X 1:4G; do
+  if INAGG_SYS=$sys INAGG_MOUNTS=$tmp/mounts "${helper[0]}" "$bad" >"$tmp/hp.log" 2>&1; then
+    fail "the helper accepted '$bad'"
+  fi
+  grep -q "inagg-hugepages: " "$tmp/hp.log" || fail "the helper's refusal of '$bad' says nothing: $(cat "$tmp/hp.log")"
+done
+echo "ok: the hugepage helper raises, never lowers, and refuses a bad size or a missing node"
+echo "ok: package $(basename "$deb") builds, resolves, and its service command line runs"
