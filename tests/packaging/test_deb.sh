@@ -120,7 +120,7 @@ grep -q '^EnvironmentFile=/etc/inagg/%i.env$' "$unit" || fail "the unit does not
 # into the unpacked root: $VAR splits into words, ${VAR} is one word.
 command_of() {
   local line word
-  line=$(sed -n "s/^$1=//p" "$unit" | grep -F "$2" | head -n 1)
+  line=$(sed -n "s/^$1=//p" "$unit" | grep -F -e "$2" | head -n 1)
   [ -n "$line" ] || fail "the unit has no $1 line with '$2'"
   line=${line//%i/inagg}
   line=${line//\$\{INAGG_HUGEPAGES\}/$hugepages}
