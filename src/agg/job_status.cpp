@@ -1,5 +1,7 @@
 #include "inagg/agg/job_status.hpp"
 
+#include "inagg/control/job_file.hpp"
+
 namespace inagg::agg {
 
 std::vector<control::Counter> counter_list(const EngineCounters& c) {
@@ -16,6 +18,7 @@ control::JobStatus job_status(const JobInfo& info, const JobSpec* spec) {
   if (spec) {
     s.dtype = spec->dtype;
     s.workers = spec->workers;
+    s.spec_digest = control::job_digest(*spec);
   }
   s.released_slots = info.released_slots;
   s.held_packets = info.held_packets;

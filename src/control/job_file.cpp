@@ -291,4 +291,10 @@ std::string format_job(const JobSpec& s) {
   return out;
 }
 
+uint32_t job_digest(const JobSpec& spec) {
+  uint32_t h = 2166136261u;
+  for (const char c : format_job(spec)) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  return h;
+}
+
 }  // namespace inagg::control

@@ -177,6 +177,11 @@ std::string format_job_list(const std::vector<JobStatus>& jobs) {
     out += " workers=" + std::to_string(j.workers);
     out += " released=" + std::to_string(j.released_slots);
     out += " held=" + std::to_string(j.held_packets);
+    if (j.spec_digest) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, " spec=%08x", *j.spec_digest);
+      out += hex;
+    }
     out += " error=\"" + escape_quoted(j.error) + "\"\n";
   }
   return out;
@@ -207,29 +212,38 @@ std::string format_job_stats(const JobStatus& job) {
 std::optional<JobListLine> parse_job_list_line(std::string_view line) {
   if (line.substr(0, 3) != "id=") return std::nullopt;
   JobListLine j;
-  const size_t sp = line.find(' ');
+  const size_t sp = line.find(' ');  // at 3 or later: the line starts with "id="
   const std::optional<uint64_t> id = util::parse_unsigned(line.substr(3, sp == std::string_view::npos ? sp : sp - 3), UINT32_MAX);
   if (!id) return std::nullopt;
   j.id = static_cast<uint32_t>(*id);
-  const size_t st = line.find(" state=");
-  if (st != std::string_view::npos) j.state = std::string(line.substr(st + 7, line.find(' ', st + 7) - (st + 7)));
-  // error="..." is the line's last field; escape_quoted() wrote \" \\ \n and \xNN in it.
+  // error="..." is the line's last field (the only one with spaces); the others come before it.
   const size_t er = line.find(" error=\"");
-  if (er != std::string_view::npos) {
-    for (size_t i = er + 8; i < line.size() && line[i] != '"'; ++i) {
-      if (line[i] != '\\' || i + 1 == line.size()) {
-        j.error += line[i];
-        continue;
-      }
-      const char e = line[++i];
-      if (e == 'n') {
-        j.error += '\n';
-      } else if (const auto x = util::parse_unsigned("0x" + std::string(line.substr(i + 1, 2)), 255); e == 'x' && x) {
-        j.error += static_cast<char>(*x);
-        i += 2;
-      } else {
-        j.error += e;
-      }
+  const std::string_view fields = line.substr(0, er);
+  auto field = [&](std::string_view key) -> std::string_view {
+    const size_t at = fields.find(" " + std::string(key) + "=");
+    if (at == std::string_view::npos) return {};
+    const std::string_view rest = fields.substr(at + key.size() + 2);
+    return rest.substr(0, rest.find(' '));
+  };
+  j.state = std::string(field("state"));
+  if (const std::string_view d = field("spec"); !d.empty()) {
+    if (const auto v = util::parse_unsigned("0x" + std::string(d), UINT32_MAX)) j.spec_digest = static_cast<uint32_t>(*v);
+  }
+  if (er == std::string_view::npos) return j;
+  // escape_quoted() wrote \" \\ \n and \xNN in it.
+  for (size_t i = er + 8; i < line.size() && line[i] != '"'; ++i) {
+    if (line[i] != '\\' || i + 1 == line.size()) {
+      j.error += line[i];
+      continue;
+    }
+    const char e = line[++i];
+    if (e == 'n') {
+      j.error += '\n';
+    } else if (const auto x = util::parse_unsigned("0x" + std::string(line.substr(i + 1, 2)), 255); e == 'x' && x) {
+      j.error += static_cast<char>(*x);
+      i += 2;
+    } else {
+      j.error += e;
     }
   }
   return j;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "inagg/control/job_file.hpp"
+
 namespace inagg::control {
 
 void RefusedJobs::expire() {
@@ -33,6 +35,7 @@ void RefusedJobs::add_to(std::vector<JobStatus>* jobs) {
     s.error = r.reason;
     s.dtype = r.spec.dtype;
     s.workers = r.spec.workers;
+    s.spec_digest = job_digest(r.spec);
     jobs->push_back(std::move(s));
   }
 }

@@ -173,6 +173,14 @@ TEST(Protocol, JobListLinesReadBack) {
   EXPECT_EQ(l->id, 4000000000u);
   EXPECT_EQ(l->state, "refused");
   EXPECT_EQ(l->error, j.error) << text;
+  EXPECT_FALSE(l->spec_digest);
+  j.spec_digest = 0x0badf00d;
+  const std::string with_spec = format_job_list({j});
+  EXPECT_NE(with_spec.find(" held=0 spec=0badf00d error=\""), std::string::npos) << with_spec;
+  const std::optional<JobListLine> ls = parse_job_list_line(with_spec.substr(0, with_spec.size() - 1));
+  ASSERT_TRUE(ls);
+  EXPECT_EQ(ls->spec_digest, 0x0badf00du);
+  EXPECT_EQ(ls->error, j.error);
   EXPECT_FALSE(parse_job_list_line("no jobs"));
   EXPECT_FALSE(parse_job_list_line("id=x state=active"));
   EXPECT_FALSE(parse_job_list_line(""));
@@ -185,6 +193,24 @@ TEST(Protocol, JobListLinesReadBack) {
   const std::optional<JobListLine> odd = parse_job_list_line("id=1 state=failed error=\"a\\xZZ b\\");
   ASSERT_TRUE(odd);
   EXPECT_EQ(odd->error, "axZZ b\\");
+}
+
+// job_digest: FNV-1a (32-bit) of the canonical text, computed here by the textbook loop; equal
+// specs agree, a changed field changes it.
+TEST(Protocol, JobDigest) {
+  std::string err;
+  const std::optional<JobSpec> a = parse_job(kJob, &err);
+  ASSERT_TRUE(a) << err;
+  uint32_t h = 0x811c9dc5u;
+  for (unsigned char c : format_job(*a)) {
+    h ^= c;
+    h *= 0x01000193u;
+  }
+  EXPECT_EQ(job_digest(*a), h);
+  JobSpec b = *a;
+  EXPECT_EQ(job_digest(b), job_digest(*a));
+  b.window = 3;
+  EXPECT_NE(job_digest(b), job_digest(*a));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "inagg/control/job_file.hpp"
 #include "inagg/control/refused_jobs.hpp"
 
 namespace inagg::control {
@@ -28,6 +29,10 @@ TEST(RefusedJobs, ListedUntilAddedOrRemoved) {
   r.record(spec(8, 2), "first reason");
   r.record(spec(8, 2), "second reason");  // replaces the first
   r.add_to(&jobs);
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].spec_digest, job_digest(spec(7, 4)));
+  EXPECT_EQ(jobs[1].spec_digest, job_digest(spec(8, 2)));
+  jobs[0].spec_digest = jobs[1].spec_digest = std::nullopt;
   EXPECT_EQ(format_job_list(jobs),
             "id=7 state=refused dtype=int32 workers=4 released=0 held=0 error=\"needs up to 16384 held packet buffers\"\n"
             "id=8 state=refused dtype=int32 workers=2 released=0 held=0 error=\"second reason\"\n");

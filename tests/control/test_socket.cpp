@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,7 @@
 
 #include "inagg/agg/engine.hpp"
 #include "inagg/agg/job_status.hpp"
+#include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
 
 namespace inagg::control {
@@ -114,7 +116,11 @@ TEST_F(ControlSocket, AddListStatsRemove) {
   EXPECT_EQ(exchange(server, h, std::string("add\n") + kJob), "ok job 9 added\n");
   EXPECT_EQ(exchange(server, h, std::string("add\n") + kJob),
             "error: job 9: already exists and is active; remove it first\n");
-  EXPECT_EQ(exchange(server, h, "list\n"), "id=9 state=active dtype=fp32 workers=1 released=0 held=0 error=\"\"\n");
+  char spec[16];
+  std::string perr;
+  std::snprintf(spec, sizeof spec, "%08x", job_digest(*parse_job(kJob, &perr)));
+  EXPECT_EQ(exchange(server, h, "list\n"),
+            "id=9 state=active dtype=fp32 workers=1 released=0 held=0 spec=" + std::string(spec) + " error=\"\"\n");
   const std::string totals = exchange(server, h, "stats\n");
   EXPECT_EQ(totals.rfind("rx_packets 0\npassthrough 0\n", 0), 0u) << totals;
   size_t counters = 0;

@@ -43,4 +43,8 @@ std::optional<JobSpec> load_job_file(const std::string& path, std::string* error
 // back identically for any spec whose fields are in range.
 std::string format_job(const JobSpec& spec);
 
+// A 32-bit digest of format_job(spec) (FNV-1a): `list` shows it, so a rank can tell its own job's
+// refusal from that of an earlier job with the same id.
+uint32_t job_digest(const JobSpec& spec);
+
 }  // namespace inagg::control

@@ -5,8 +5,9 @@
 //   add\n<job file text>          ok job <id> added
 //   remove <id>                   ok job <id> removed
 //   list                          id=<id> state=<active|failed|refused> dtype=<..> workers=<n>
-//                                   released=<slots> held=<packets> error="<why it failed or was
-//                                   refused>"   (one line per job; "no jobs" when there are none)
+//                                   released=<slots> held=<packets> spec=<job_digest, 8 hex>
+//                                   error="<why it failed or was refused>"   (one line per job;
+//                                   "no jobs" when there are none; spec= only when known)
 //   stats                         <counter> <value>     (engine totals, one line per counter)
 //   stats <id>                    id, state, released_slots, held_packets, retained_packets,
 //                                   memory_bytes, mbuf_quota, then the job's counters
@@ -75,6 +76,7 @@ struct JobStatus {
   uint64_t retained_packets = 0;  // released packets kept for resend
   uint64_t memory_bytes = 0;
   uint64_t mbuf_quota = 0;
+  std::optional<uint32_t> spec_digest;  // job_digest() of the spec it was added (or refused) with
   std::vector<Counter> counters;  // stats <id>: the job's counters, in the engine's order
 };
 std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused"
@@ -91,6 +93,7 @@ std::string format_job_stats(const JobStatus& job);
 struct JobListLine {
   uint32_t id = 0;
   std::string state;
+  std::optional<uint32_t> spec_digest;
   std::string error;
 };
 std::optional<JobListLine> parse_job_list_line(std::string_view line);

@@ -1,0 +1,116 @@
+// The allreduce algorithms over a Transport (ina, ring, auto's appliance path) and over the XDP
+// tier's client (xdp). Each takes the rank's buffer, whole elements of the job's dtype, and leaves
+// the sum in it.
+//   ina   each rank RDMA-WRITEs its buffer, message by message, to its successor through the
+//         appliance, which sums the n streams: every rank receives the full sum in one pass
+//         (design.md §1). The tail of the last message is padded with zeros.
+//   ring  the classic ring allreduce over the same transport (reduce-scatter, then all-gather;
+//         the appliance only switches it). Chunk c is reduced in the order c, c+1, ..., c+n-1.
+//   auto  ina with a tally: the last element of every message is 1 from every rank, n once the
+//         appliance summed it; every allreduce ends with one more message, the commit (zeros and
+//         the tally). README, "Fall-over".
+//   xdp   fixed point in, int32 sums from the tier, back out; int32 travels as it is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "inagg/client/fallover.hpp"
+#include "inagg/client/transport.hpp"
+#include "inagg/client/xagg_client.hpp"
+#include "inagg/util/dtype.hpp"
+
+namespace inagg::client {
+
+enum class Mode : uint8_t { ina, ring, xdp, automatic };
+
+// Buffer geometry of a job: how sizes map onto messages and ring chunks, and how large the
+// transport's regions and the data buffer must be for allreduces up to max_bytes.
+struct Geometry {
+  util::Dtype dtype = util::Dtype::fp32;
+  unsigned workers = 2;
+  uint32_t message = 65536;
+  Mode mode = Mode::ina;
+
+  size_t element() const { return util::dtype_size(dtype); }
+  bool tallied() const { return mode == Mode::automatic; }
+  // Gradient bytes per message: auto keeps the last element for the tally.
+  uint64_t data_per_message() const { return tallied() ? message - element() : message; }
+  uint64_t messages_of(uint64_t bytes) const;  // data messages for `bytes`, at least one
+  uint64_t padded(uint64_t bytes) const;       // rounded up to whole messages, at least one
+  uint64_t chunk_of(uint64_t bytes) const;     // ring: one rank's chunk, whole elements
+  uint64_t send_bytes(uint64_t max_bytes) const;
+  uint64_t receive_bytes(uint64_t max_bytes) const;
+  uint64_t ring_stride(uint64_t max_bytes) const;  // ring: the distance between two step areas
+  uint64_t data_bytes(uint64_t max_bytes) const;
+};
+
+// Why an exchange stopped, or "" when it completed.
+struct Outcome {
+  std::string error;
+  FallOverCause cause = FallOverCause::retry_exceeded;
+  bool ok() const { return error.empty(); }
+};
+
+// Message exchanges over a Transport: this rank's writes out, the predecessor's in.
+class RingExchange {
+ public:
+  // stall_ns > 0: stop when nothing at all arrived for that long (auto: a predecessor that fell
+  // over stops sending while our own writes may all be acknowledged, so only silence tells).
+  RingExchange(Transport& t, uint32_t message, uint64_t deadline_ns, uint64_t stall_ns)
+      : t_(t), message_(message), deadline_ns_(deadline_ns), stall_ns_(stall_ns) {}
+
+  Transport& transport() { return t_; }
+
+  // Writes `len` bytes (whole messages) from send_region()[src_offset] to the successor's region
+  // at `dst_offset` and waits until `expect` more messages have arrived from the predecessor.
+  // Counted from the start, not from now: in ring mode the predecessor may be a step ahead, its
+  // message already in.
+  Outcome exchange(uint64_t src_offset, uint64_t len, uint64_t dst_offset, uint64_t expect);
+
+ private:
+  Transport& t_;
+  uint32_t message_;
+  uint64_t deadline_ns_, stall_ns_;
+  uint64_t expected_ = 0;
+};
+
+Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_t bytes);
+// `stride`: ring_stride(the run's largest size), the same for every size. The predecessor may be
+// up to n-1 steps ahead (it sends step j once step j-1 arrived from its own predecessor, which
+// round the ring needs this rank's step j-n+1), already in the next size; with a stride that grew
+// with the size its writes would land on a step this rank has not read yet.
+Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes, uint64_t stride);
+
+// auto's appliance path: the data messages with a tally, then the commit. ok() when both arrived
+// summed; otherwise the cause (tally_wrong, or the transport's), and *have_data says whether every
+// data message arrived summed, their sums then copied to held[] (at least `bytes` long): once our
+// commit is out, a predecessor whose path no longer aggregates may already be writing its next
+// allreduce's messages, unsummed, over the same offsets.
+Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* data, uint64_t bytes, uint8_t* held,
+                          bool* have_data);
+
+// The XDP tier, with the job's fixed point.
+class TierAllreduce {
+ public:
+  TierAllreduce(XaggClient& tier, util::Dtype dtype, unsigned workers, double scale, uint64_t max_bytes)
+      : tier_(tier), dtype_(dtype), workers_(workers), scale_(scale), fixed_(max_bytes / util::dtype_size(dtype) + 4) {}
+
+  bool run(uint8_t* data, uint64_t bytes, uint64_t deadline_ns, std::string* why);
+  // An agreement of the fall-over: `v` summed over the ranks on the tier.
+  bool agree(FallOver::Agreement* v, uint64_t deadline_ns, std::string* why) {
+    return tier_.allreduce(v->data(), v->size(), deadline_ns, why);
+  }
+  uint64_t saturated() const { return saturated_; }  // values clipped by the fixed point
+
+ private:
+  XaggClient& tier_;
+  util::Dtype dtype_;
+  unsigned workers_;
+  double scale_;
+  std::vector<int32_t> fixed_;
+  uint64_t saturated_ = 0;
+};
+
+}  // namespace inagg::client

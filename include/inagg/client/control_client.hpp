@@ -1,0 +1,52 @@
+// A job's ranks and the appliance's control socket (control/protocol.hpp): rank 0 adds the job,
+// and every rank waits until it is active before sending, because until then the appliance would
+// switch the packets unaggregated. Registration is the client's job; the appliance never guesses.
+// A refusal reaches every rank: rank 0 reads it in the reply to its `add`, the others in `list`
+// (state=refused, control::RefusedJobs), so all of them stop at once with the same reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "inagg/control/protocol.hpp"
+
+namespace inagg::client {
+
+struct Registration {
+  enum class Outcome {
+    active,       // the job is active: send
+    unreachable,  // rank 0 could not reach the control socket; `reason` says why
+    refused,      // the appliance refused the job; `reason` is its reply ("error: ...\n")
+    not_active,   // the job did not become active before the deadline
+  };
+  Outcome outcome = Outcome::active;
+  std::string reason;
+};
+
+class ControlClient {
+ public:
+  explicit ControlClient(std::string socket_path, int request_timeout_ms = 5000)
+      : path_(std::move(socket_path)), timeout_ms_(request_timeout_ms) {}
+
+  const std::string& socket_path() const { return path_; }
+
+  // One request; false with *error when the socket cannot be reached or does not answer.
+  bool request(const std::string& text, std::string* reply, std::string* error) const;
+
+  // The job's line in `list`; nullopt when it is not listed or (with *error set) the socket
+  // cannot be reached.
+  std::optional<control::JobListLine> job_state(uint32_t id, std::string* error) const;
+
+  // Rank 0 (`add_job`) adds `job_text` (a refusal that the job already exists is no refusal);
+  // then every rank polls `list` every `poll_ms` until job `id` is active, was refused, or
+  // deadline_ns passes.
+  Registration register_job(bool add_job, const std::string& job_text, uint32_t id, uint64_t deadline_ns,
+                            int poll_ms = 20) const;
+
+ private:
+  std::string path_;
+  int timeout_ms_;
+};
+
+}  // namespace inagg::client

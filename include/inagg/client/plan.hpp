@@ -1,0 +1,59 @@
+// The rack plan of a job: who each rank is on the wire. Rank r uses IPv4 address ip_base + r + 1
+// and RDMA-WRITEs to its successor (r + 1) % n; its QPNs and first PSN follow from r, so every
+// rank, and the appliance's job file (job_text()), agree without exchanging anything. The XDP
+// tier's plan puts rank r in group r / group_size under that group's head.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/xagg_client.hpp"
+#include "inagg/util/dtype.hpp"
+#include "inagg/util/ip_addr.hpp"
+
+namespace inagg::client {
+
+struct RackPlan {
+  unsigned workers = 0, rank = 0;
+  util::IpAddr ip_base;
+  uint32_t job_id = 1;
+  util::Dtype dtype = util::Dtype::fp32;
+  uint32_t message = 65536, payload = 1024;  // RDMA WRITE message M, path MTU payload P
+  unsigned window = 2;                       // messages in flight per QP
+
+  util::IpAddr ip_of(unsigned r) const { return util::IpAddr::v4(ip_base.v4_host_order() + r + 1); }
+  unsigned successor() const { return (rank + 1) % workers; }
+  unsigned predecessor() const { return (rank + workers - 1) % workers; }
+
+  // ina mode's QPs are the ones the job registers; ring mode uses others, which the appliance
+  // does not know and so switches untouched.
+  static uint32_t send_qpn(unsigned r) { return 0x100 + r; }
+  static uint32_t recv_qpn(unsigned r) { return 0x200 + r; }
+  static uint32_t ring_send_qpn(unsigned r) { return 0x300 + r; }
+  static uint32_t ring_recv_qpn(unsigned r) { return 0x400 + r; }
+  static uint32_t start_psn(unsigned r) { return (0xfff000u + 101u * r) & 0xffffff; }
+
+  // The appliance's job file for this job (what `inagg-worker --print-job` prints and rank 0 adds).
+  std::string job_text() const;
+
+  // The software transport's two connections (ring: the ring QPs), with regions of the given sizes.
+  UdpRcConfig rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes, uint64_t receive_bytes) const;
+};
+
+struct XdpPlan {
+  std::vector<util::IpAddr> heads;  // the head of group g is heads[g]
+  unsigned group_size = 0;          // ranks per group (0: all in one)
+  util::IpAddr mcast;               // group g's results go to this address + g
+  unsigned values = 256, window = 8;
+  uint16_t port = 4792;
+  double timeout_ms = 20;
+
+  unsigned size_of_groups(unsigned workers) const { return group_size ? group_size : workers; }
+  unsigned group_of(unsigned rank, unsigned workers) const { return rank / size_of_groups(workers); }
+  util::IpAddr group_address(unsigned group) const { return util::IpAddr::v4(mcast.v4_host_order() + group); }
+  XaggConfig xagg_config(const RackPlan& rack) const;
+};
+
+}  // namespace inagg::client

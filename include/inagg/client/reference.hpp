@@ -1,0 +1,45 @@
+// A job's inputs and the sums to check them against (inagg-worker --check): rank r's input is
+// deterministic from (seed, r), so every rank computes every rank's input and the reference sum
+// by a plain scalar loop, independently of the transport, the appliance and the tier.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "inagg/client/fallover.hpp"
+#include "inagg/util/dtype.hpp"
+
+namespace inagg::client {
+
+// Rank `rank`'s input of `bytes` (whole elements): uniform in [-1, 1) for the floating-point
+// dtypes, any 32-bit value for int32.
+void fill_input(util::Dtype dtype, uint32_t seed, unsigned rank, uint8_t* buf, size_t bytes);
+
+// The reference sums of one size, each computed once, when first asked for.
+class Reference {
+ public:
+  struct Config {
+    util::Dtype dtype = util::Dtype::fp32;
+    unsigned workers = 2;
+    uint32_t seed = 1;
+    bool ring = false;       // the sum in the ring's hop order instead of the appliance's
+    double xdp_scale = 1;    // the tier's fixed point
+  };
+  Reference(const Config& c, uint64_t bytes) : c_(c), bytes_(bytes) {}
+
+  // What the tier that summed an allreduce must have produced:
+  //   appliance (ina, auto): the rank-ordered sum, halves accumulated in fp32 and rounded once;
+  //   ring: chunk c summed from rank c on, rounded at every hop as the ring does;
+  //   xdp: every input in fixed point (int32 as it is), added by a wrapping int32 loop, back.
+  const std::vector<uint8_t>& sum(Tier tier);
+
+ private:
+  void make_inputs();
+  Config c_;
+  uint64_t bytes_;
+  std::vector<std::vector<uint8_t>> inputs_;
+  std::vector<uint8_t> appliance_or_ring_, tier_;
+};
+
+}  // namespace inagg::client

@@ -1,0 +1,76 @@
+// How a rank's allreduce moves bytes: RDMA WRITE WITH IMMEDIATE over the two reliable connections
+// a rank has on the ring, one to its successor (this rank's requester) and one from its
+// predecessor (its responder), into registered memory. The algorithms (algorithms.hpp) see only
+// this interface, so a transport is a matter of setup:
+//
+//   - UdpRcTransport (udp_transport.hpp): RoCEv2 RC in software over a kernel UDP socket, the
+//     first implementation: send_region()/receive_region() are plain buffers, post_write() queues
+//     to RcRequester, poll() runs RcRequester/RcResponder over the socket.
+//   - an ibverbs transport fits the same calls: open() creates the RC QPs and registers both
+//     regions as MRs (IBV_ACCESS_REMOTE_WRITE on the receive region, whose address and rkey the
+//     successor learns out of band); post_write() is ibv_post_send of IBV_WR_RDMA_WRITE_WITH_IMM
+//     (remote address = the successor's receive region + dst_offset); poll() polls the CQs (a
+//     receive WR is kept posted per expected immediate); messages_received() counts receive
+//     completions; error() reports a completion with an error status (e.g. retry exceeded).
+//
+// Single-threaded: one caller drives a transport. Writes complete in order; the successor sees a
+// message once all its bytes are in its receive region.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace inagg::client {
+
+// What inagg-worker prints per rank. A transport that cannot count one of these leaves it 0.
+struct TransportCounters {
+  // Our writes to the successor.
+  uint64_t packets_sent = 0;   // data packets sent, retransmissions included
+  uint64_t retransmitted = 0;  // data packets sent again
+  uint64_t timeouts = 0;       // ACK timer expirations
+  uint64_t naks_received = 0;  // NAKs (PSN sequence error) received
+  // The predecessor's writes to us.
+  uint64_t accepted = 0;       // data packets accepted in order
+  uint64_t duplicates = 0;     // data packets seen again (re-acknowledged)
+  uint64_t bad_icrc = 0;       // packets with a bad ICRC, dropped
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Registered memory, allocated when the transport was opened and valid until it is destroyed:
+  // writes are posted from send_region(); the predecessor's writes land in receive_region().
+  virtual std::span<uint8_t> send_region() = 0;
+  virtual std::span<const uint8_t> receive_region() const = 0;
+
+  // Queues an RDMA WRITE WITH IMMEDIATE of `len` bytes from send_region()[src_offset] to the
+  // successor's receive region at `dst_offset`, carrying `imm`. The bytes must stay unchanged until
+  // writes_done(). The caller keeps both ranges inside the regions.
+  virtual void post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) = 0;
+
+  // Does the transport's work: sends what the window allows, takes in what arrived, runs the
+  // timers. Waits up to `wait_ms` for something to arrive when there is nothing to do.
+  virtual void poll(int wait_ms) = 0;
+
+  // Every posted write acknowledged by the successor.
+  virtual bool writes_done() const = 0;
+  // Messages of the predecessor complete in the receive region since the transport was opened.
+  virtual uint64_t messages_received() const = 0;
+  // When anything last arrived from either peer (steady clock, ns), or when the transport was
+  // opened: silence is how a rank notices a predecessor that stopped sending.
+  virtual uint64_t last_arrival_ns() const = 0;
+  // "" while both connections are healthy; otherwise why one broke ("retry count (7) exceeded:
+  // ..."). A broken transport stays broken.
+  virtual const std::string& error() const = 0;
+
+  // After the last allreduce: keeps serving the peers until they need nothing more from this rank
+  // (software RC: answers the predecessor's retransmissions until it has been quiet for a few ACK
+  // timeouts, as an RDMA application's final barrier would), or until deadline_ns.
+  virtual void finish(uint64_t deadline_ns) = 0;
+
+  virtual TransportCounters counters() const = 0;
+};
+
+}  // namespace inagg::client

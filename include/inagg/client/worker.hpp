@@ -1,0 +1,117 @@
+// One rank of an allreduce job, as inagg-worker runs it: the rack plan, the transport (ina, ring,
+// auto), the XDP tier's client (xdp, auto), the job's registration on the appliance, the
+// algorithms and auto mode's fall-over. inagg-worker is this class plus option parsing and output;
+// a test or another program drives it the same way:
+//
+//   Worker w(options);                     // options passed check_job_options/check_run_options
+//   w.open(&error);                        // sockets, registered memory
+//   w.register_job();                      // ina/auto with a control socket
+//   for (...) { fill_input(..., w.data(), bytes); w.allreduce(bytes); ... w.last_tier(); }
+//   w.finish();
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inagg/client/algorithms.hpp"
+#include "inagg/client/control_client.hpp"
+#include "inagg/client/fallover.hpp"
+#include "inagg/client/plan.hpp"
+#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/xagg_client.hpp"
+
+namespace inagg::client {
+
+// inagg-worker's options (its --help says what each means).
+struct WorkerOptions {
+  unsigned rank = 0, workers = 0;
+  bool rank_given = false;
+  std::string ip_base = "10.77.0.0";
+  std::string dtype_name = "fp32";
+  uint64_t min_bytes = 1024, max_bytes = 1 << 20;
+  unsigned factor = 2;
+  unsigned iters = 5, warmup = 1;
+  bool check = false;
+  std::string mode_name = "ina";
+  uint32_t payload = 1024, message = 65536;
+  unsigned window = 2;
+  double ack_timeout_ms = 50;
+  unsigned retry = 7;
+  uint32_t seed = 1;
+  double timeout_s = 60;
+  uint32_t job_id = 1;
+  std::string register_socket;  // "" = the job is registered by someone else
+  std::string xdp_heads;        // comma-separated: the head of group g is the g-th
+  unsigned xdp_group_size = 0;
+  std::string xdp_mcast = "239.77.0.1";
+  unsigned xdp_values = 256, xdp_window = 8, xdp_port = 4792;
+  double xdp_timeout_ms = 20;
+  double xdp_scale = 1048576;
+
+  // Filled by the checks.
+  Mode mode = Mode::ina;
+  RackPlan rack;
+  XdpPlan xdp;
+  bool uses_tier() const { return mode == Mode::xdp || mode == Mode::automatic; }
+};
+
+// What --print-job needs (workers, addresses, sizes): "" or what to change, e.g. "--workers must
+// be between 2 and 64". Fills o.rack.
+std::string check_job_options(WorkerOptions& o);
+// The rest (rank, mode, the XDP tier, sizes). Fills o.mode and o.xdp.
+std::string check_run_options(WorkerOptions& o);
+
+class Worker {
+ public:
+  explicit Worker(const WorkerOptions& o);
+
+  // Opens the transport and the tier's client and allocates the buffers. False with *error.
+  bool open(std::string* error);
+
+  // ina/auto with --register: rank 0 adds the job, every rank waits until it is active. Returns 0
+  // to go on, or the exit code (error() says why): 2 when the appliance cannot be reached or
+  // refused the job, 1 when it never became active. In auto mode these mean the XDP tier instead.
+  int register_job();
+
+  uint8_t* data() { return data_.data(); }  // the input before allreduce(), the sum after
+
+  // One allreduce of `bytes` (whole elements) in data(). False: error().
+  bool allreduce(uint64_t bytes);
+  Tier last_tier() const { return last_tier_; }  // whose sums the last allreduce holds
+  Tier tier() const;                             // the tier the next one starts on
+
+  // After the last allreduce: the transport's final barrier, auto's closing agreement. False: error().
+  bool finish();
+
+  const std::string& error() const { return error_; }
+  // "# rank ..." lines worth printing as they happen (auto's fall-over).
+  std::function<void(const std::string&)> on_note;
+
+  const WorkerOptions& options() const { return o_; }
+  std::optional<TransportCounters> transport_counters() const;
+  const XaggCounters* tier_counters() const { return xagg_ ? &xagg_->counters() : nullptr; }
+  uint64_t saturated() const { return tier_ ? tier_->saturated() : 0; }
+
+ private:
+  bool fail(std::string why);
+  bool auto_allreduce(uint64_t bytes);
+  bool fall_over();  // the agreement; then the fall-over's verdict on the allreduce in progress
+
+  WorkerOptions o_;
+  Geometry geometry_;
+  uint64_t deadline_ns_ = 0;
+  std::unique_ptr<UdpRcTransport> transport_;
+  std::unique_ptr<RingExchange> exchange_;
+  std::unique_ptr<XaggClient> xagg_;
+  std::unique_ptr<TierAllreduce> tier_;
+  FallOver fallover_;
+  std::vector<uint8_t> data_, held_;
+  Tier last_tier_ = Tier::appliance;
+  std::string error_;
+};
+
+}  // namespace inagg::client

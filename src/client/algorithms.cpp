@@ -1,0 +1,152 @@
+#include "inagg/client/algorithms.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "inagg/agg/kernels.hpp"
+#include "inagg/client/clock.hpp"
+
+namespace inagg::client {
+
+uint64_t Geometry::messages_of(uint64_t bytes) const {
+  return std::max<uint64_t>(1, (bytes + data_per_message() - 1) / data_per_message());
+}
+
+uint64_t Geometry::padded(uint64_t bytes) const {
+  return std::max<uint64_t>(message, (bytes + message - 1) / message * message);
+}
+
+uint64_t Geometry::chunk_of(uint64_t bytes) const {
+  const size_t es = element();
+  return ((bytes / es + workers - 1) / workers) * es;
+}
+
+// ring: the buffer in n chunks of whole elements, each padded to whole messages; every step has
+// its own staging area in the receive region, so a step never overwrites one not yet consumed,
+// at a stride fixed for the whole run (ring_stride). ina/auto: whole messages, auto's commit
+// message after them.
+uint64_t Geometry::send_bytes(uint64_t max_bytes) const {
+  if (mode == Mode::ring) return padded(chunk_of(max_bytes)) * workers;
+  return (messages_of(max_bytes) + (tallied() ? 1 : 0)) * message;
+}
+
+uint64_t Geometry::receive_bytes(uint64_t max_bytes) const {
+  if (mode == Mode::ring) return 2ull * (workers - 1) * ring_stride(max_bytes);
+  return (messages_of(max_bytes) + (tallied() ? 1 : 0)) * message;
+}
+
+uint64_t Geometry::ring_stride(uint64_t max_bytes) const { return padded(chunk_of(max_bytes)); }
+
+uint64_t Geometry::data_bytes(uint64_t max_bytes) const {
+  return (messages_of(max_bytes) + (tallied() ? 1 : 0)) * message + padded(chunk_of(max_bytes)) * workers;
+}
+
+Outcome RingExchange::exchange(uint64_t src_offset, uint64_t len, uint64_t dst_offset, uint64_t expect) {
+  expected_ += expect;
+  for (uint64_t m = 0; m * message_ < len; ++m)
+    t_.post_write(src_offset + m * message_, message_, dst_offset + m * message_, static_cast<uint32_t>(m));
+  const uint64_t start = now_ns();
+  while (!(t_.writes_done() && t_.messages_received() >= expected_)) {
+    const uint64_t t = now_ns();
+    if (!t_.error().empty()) return {t_.error(), FallOverCause::retry_exceeded};
+    if (t > deadline_ns_) return {"timed out", FallOverCause::timed_out};
+    if (stall_ns_ && t - std::max(start, t_.last_arrival_ns()) > stall_ns_)
+      return {"nothing arrived for " + std::to_string(stall_ns_ / 1'000'000) + " ms (the predecessor stopped sending)",
+              FallOverCause::predecessor_silent};
+    t_.poll(1);
+  }
+  return {};
+}
+
+Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_t bytes) {
+  const uint64_t msgs = g.padded(bytes) / g.message;
+  uint8_t* send = x.transport().send_region().data();
+  std::memcpy(send, data, bytes);
+  std::memset(send + bytes, 0, msgs * g.message - bytes);
+  Outcome r = x.exchange(0, msgs * g.message, 0, msgs);
+  if (r.ok()) std::memcpy(data, x.transport().receive_region().data(), bytes);
+  return r;
+}
+
+Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes, uint64_t stride) {
+  const unsigned n = g.workers;
+  const uint64_t chunk = g.chunk_of(bytes), pc = g.padded(chunk), msgs = pc / g.message;
+  uint8_t* send = x.transport().send_region().data();
+  const uint8_t* recv = x.transport().receive_region().data();
+  for (unsigned step = 0; step < 2 * (n - 1); ++step) {
+    const bool gather = step >= n - 1;
+    const unsigned j = gather ? step - (n - 1) : step;
+    const unsigned send_c = (rank + (gather ? 1 : 0) + n - j) % n, recv_c = (rank + (gather ? 0 : n - 1) + n - j) % n;
+    std::memset(send, 0, pc);
+    std::memcpy(send, data + send_c * chunk, chunk);
+    if (Outcome r = x.exchange(0, pc, step * stride, msgs); !r.ok()) return r;
+    uint8_t* dst = data + recv_c * chunk;
+    const uint8_t* got = recv + step * stride;
+    if (gather) {
+      std::memcpy(dst, got, chunk);
+    } else {
+      // acc = received (ranks c..r-1) + ours (r): rank order along the ring.
+      const uint8_t* srcs[2] = {got, dst};
+      agg::sum_ranked(g.dtype, dst, srcs, 2, chunk);
+    }
+  }
+  return {};
+}
+
+namespace {
+
+// A small whole number as one element of the job's dtype (exact in each of them up to 64).
+void element_of(util::Dtype dtype, unsigned v, uint8_t* out) {
+  const float f = static_cast<float>(v);
+  const int32_t i = static_cast<int32_t>(v);
+  const uint16_t h = dtype == util::Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
+  if (dtype == util::Dtype::fp32) std::memcpy(out, &f, 4);
+  else if (dtype == util::Dtype::int32) std::memcpy(out, &i, 4);
+  else std::memcpy(out, &h, 2);
+}
+
+}  // namespace
+
+Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* data, uint64_t bytes, uint8_t* held,
+                          bool* have_data) {
+  const size_t es = g.element();
+  const uint64_t msgs = g.messages_of(bytes), per = g.data_per_message(), m_bytes = g.message;
+  uint8_t tally_one[4] = {}, tally_n[4] = {};
+  element_of(g.dtype, 1, tally_one);
+  element_of(g.dtype, g.workers, tally_n);
+  uint8_t* send = x.transport().send_region().data();
+  const uint8_t* recv = x.transport().receive_region().data();
+  auto tally_of = [&](uint64_t m) -> Outcome {
+    const uint8_t* t = recv + m * m_bytes + per;
+    if (std::memcmp(t, tally_n, es) == 0) return {};
+    return {"message " + std::to_string(m) + " arrived without the appliance's sum (tally " +
+                (std::memcmp(t, tally_one, es) == 0 ? std::string("1") : std::string("garbled")) + ", want " +
+                std::to_string(g.workers) + "): no appliance aggregates on this path",
+            FallOverCause::tally_wrong};
+  };
+  *have_data = false;
+  std::memset(send, 0, (msgs + 1) * m_bytes);
+  for (uint64_t m = 0; m <= msgs; ++m) {
+    if (m < msgs) std::memcpy(send + m * m_bytes, data + m * per, std::min(per, bytes - m * per));
+    std::memcpy(send + m * m_bytes + per, tally_one, es);
+  }
+  if (Outcome r = x.exchange(0, msgs * m_bytes, 0, msgs); !r.ok()) return r;
+  for (uint64_t m = 0; m < msgs; ++m)
+    if (Outcome r = tally_of(m); !r.ok()) return r;
+  for (uint64_t m = 0; m * per < bytes; ++m) std::memcpy(held + m * per, recv + m * m_bytes, std::min(per, bytes - m * per));
+  *have_data = true;
+  if (Outcome r = x.exchange(msgs * m_bytes, m_bytes, msgs * m_bytes, 1); !r.ok()) return r;
+  return tally_of(msgs);
+}
+
+bool TierAllreduce::run(uint8_t* data, uint64_t bytes, uint64_t deadline_ns, std::string* why) {
+  const size_t count = bytes / util::dtype_size(dtype_);
+  if (dtype_ == util::Dtype::int32) std::memcpy(fixed_.data(), data, bytes);
+  else saturated_ += to_fixed(dtype_, data, count, scale_, workers_, fixed_.data());
+  if (!tier_.allreduce(fixed_.data(), count, deadline_ns, why)) return false;
+  if (dtype_ == util::Dtype::int32) std::memcpy(data, fixed_.data(), bytes);
+  else from_fixed(dtype_, fixed_.data(), count, scale_, data);
+  return true;
+}
+
+}  // namespace inagg::client

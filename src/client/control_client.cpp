@@ -1,0 +1,52 @@
+#include "inagg/client/control_client.hpp"
+
+#include <poll.h>
+
+#include "inagg/client/clock.hpp"
+#include "inagg/control/job_file.hpp"
+#include "inagg/control/socket.hpp"
+
+namespace inagg::client {
+
+bool ControlClient::request(const std::string& text, std::string* reply, std::string* error) const {
+  return control::send_request(path_, text, reply, error, timeout_ms_);
+}
+
+std::optional<control::JobListLine> ControlClient::job_state(uint32_t id, std::string* error) const {
+  std::string reply;
+  if (!request("list\n", &reply, error)) return std::nullopt;
+  for (size_t start = 0; start < reply.size();) {
+    size_t end = reply.find('\n', start);
+    if (end == std::string::npos) end = reply.size();
+    const std::optional<control::JobListLine> l = control::parse_job_list_line(std::string_view(reply).substr(start, end - start));
+    if (l && l->id == id) return l;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+Registration ControlClient::register_job(bool add_job, const std::string& job_text, uint32_t id, uint64_t deadline_ns,
+                                         int poll_ms) const {
+  Registration r;
+  std::string reply, e;
+  // A refusal of another job with this id (an earlier run's, with other parameters) is not ours.
+  std::string unparsed;
+  const std::optional<control::JobSpec> own = control::parse_job(job_text, &unparsed);
+  const std::optional<uint32_t> own_digest = own ? std::optional<uint32_t>(control::job_digest(*own)) : std::nullopt;
+  if (add_job) {
+    if (!request("add\n" + job_text, &reply, &e)) return {Registration::Outcome::unreachable, e};
+    if (control::is_error_reply(reply) && reply.find("already exists") == std::string::npos)
+      return {Registration::Outcome::refused, reply};
+  }
+  while (true) {
+    const std::optional<control::JobListLine> l = job_state(id, &e);
+    if (l && l->state == "active") return r;
+    // The rank that added the job read the refusal in its reply; the others read it here.
+    if (l && l->state == "refused" && (!l->spec_digest || !own_digest || *l->spec_digest == *own_digest))
+      return {Registration::Outcome::refused, control::format_error(l->error)};
+    if (now_ns() > deadline_ns) return {Registration::Outcome::not_active, ""};
+    ::poll(nullptr, 0, poll_ms);
+  }
+}
+
+}  // namespace inagg::client

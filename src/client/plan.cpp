@@ -1,0 +1,65 @@
+#include "inagg/client/plan.hpp"
+
+#include <cstdio>
+
+namespace inagg::client {
+
+std::string RackPlan::job_text() const {
+  char buf[256];
+  std::string t;
+  std::snprintf(buf, sizeof buf, "# inagg-worker --print-job: %u workers, rank r at %s + r + 1\nid = %u\ndtype = %s\nworkers = %u\n",
+                workers, util::ip_text(ip_base).c_str(), job_id, std::string(util::dtype_name(dtype)).c_str(), workers);
+  t += buf;
+  std::snprintf(buf, sizeof buf, "message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", message, payload, window);
+  t += buf;
+  for (unsigned r = 0; r < workers; ++r) {
+    const unsigned s = (r + 1) % workers;
+    std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(ip_of(r)).c_str(), send_qpn(r),
+                  util::ip_text(ip_of(s)).c_str(), recv_qpn(s), start_psn(r));
+    t += buf;
+  }
+  return t;
+}
+
+UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes,
+                                uint64_t receive_bytes) const {
+  UdpRcConfig c;
+  c.local = ip_of(rank);
+  c.tos = 2;  // ECT(0)
+  RcConfig& rq = c.send;
+  rq.local_qpn = ring ? ring_send_qpn(rank) : send_qpn(rank);
+  rq.remote_qpn = ring ? ring_recv_qpn(successor()) : recv_qpn(successor());
+  rq.remote_ip = ip_of(successor());
+  rq.send_start_psn = start_psn(rank);
+  rq.mtu_payload = payload;
+  rq.window = window;
+  rq.ack_timeout_ns = static_cast<uint64_t>(ack_timeout_ms * 1e6);
+  rq.retry_count = retry;
+  RcConfig& rs = c.receive;
+  rs = rq;
+  rs.local_qpn = ring ? ring_recv_qpn(rank) : recv_qpn(rank);
+  rs.remote_qpn = ring ? ring_send_qpn(predecessor()) : send_qpn(predecessor());
+  rs.remote_ip = ip_of(predecessor());
+  rs.recv_start_psn = start_psn(predecessor());
+  c.send_bytes = send_bytes;
+  c.receive_bytes = receive_bytes;
+  return c;
+}
+
+XaggConfig XdpPlan::xagg_config(const RackPlan& rack) const {
+  const unsigned group = group_of(rack.rank, rack.workers);
+  XaggConfig xc;
+  xc.local = rack.ip_of(rack.rank);
+  xc.head = heads[group];
+  xc.group = group_address(group);
+  xc.port = port;
+  xc.job = rack.job_id;
+  xc.rank = rack.rank % size_of_groups(rack.workers);
+  xc.values = values;
+  xc.window = window;
+  xc.total_weight = rack.workers;
+  xc.timeout_ns = static_cast<uint64_t>(timeout_ms * 1e6);
+  return xc;
+}
+
+}  // namespace inagg::client

@@ -1,0 +1,225 @@
+#include "inagg/client/worker.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "inagg/client/clock.hpp"
+
+namespace inagg::client {
+
+std::string check_job_options(WorkerOptions& o) {
+  const std::optional<util::Dtype> dt = util::parse_dtype(o.dtype_name);
+  if (!dt) return "--dtype must be fp32, fp16, bf16 or int32";
+  if (o.workers < 2 || o.workers > 64) return "--workers must be between 2 and 64";
+  const std::optional<util::IpAddr> base = util::parse_ip(o.ip_base);
+  if (!base || base->version != util::IpVersion::v4) return "--ip-base must be an IPv4 address";
+  if (o.payload == 0 || o.payload % 4 || o.message % o.payload)
+    return "--message must be a multiple of --payload, and --payload a multiple of 4";
+  o.rack.workers = o.workers;
+  o.rack.rank = o.rank;
+  o.rack.ip_base = *base;
+  o.rack.job_id = o.job_id;
+  o.rack.dtype = *dt;
+  o.rack.message = o.message;
+  o.rack.payload = o.payload;
+  o.rack.window = o.window;
+  return "";
+}
+
+std::string check_run_options(WorkerOptions& o) {
+  if (!o.rank_given || o.rank >= o.workers) return "--rank must be given and below --workers";
+  if (o.mode_name == "ina") o.mode = Mode::ina;
+  else if (o.mode_name == "ring") o.mode = Mode::ring;
+  else if (o.mode_name == "xdp") o.mode = Mode::xdp;
+  else if (o.mode_name == "auto") o.mode = Mode::automatic;
+  else
+    return "--mode must be ina (through the appliance), ring (the classic ring allreduce), xdp (the XDP tier) or auto "
+           "(ina, falling over to xdp)";
+  XdpPlan& x = o.xdp;
+  x.heads.clear();
+  for (size_t start = 0; o.uses_tier() && start <= o.xdp_heads.size();) {
+    const size_t comma = std::min(o.xdp_heads.find(',', start), o.xdp_heads.size());
+    const std::optional<util::IpAddr> h = util::parse_ip(o.xdp_heads.substr(start, comma - start));
+    if (!h || h->version != util::IpVersion::v4) return "--xdp-heads must list the heads' IPv4 addresses, comma-separated";
+    x.heads.push_back(*h);
+    start = comma + 1;
+  }
+  x.group_size = o.xdp_group_size;
+  const unsigned group_size = x.size_of_groups(o.workers), groups = (o.workers + group_size - 1) / group_size;
+  const std::optional<util::IpAddr> mcast = util::parse_ip(o.xdp_mcast);
+  if (o.uses_tier()) {
+    if (x.heads.size() != groups)
+      return std::to_string(o.workers) + " workers in groups of " + std::to_string(group_size) + " need " +
+             std::to_string(groups) + " --xdp-heads, got " + std::to_string(x.heads.size());
+    if (!mcast || mcast->version != util::IpVersion::v4 || (mcast->bytes[0] & 0xf0) != 0xe0)
+      return "--xdp-mcast must be an IPv4 multicast address (e.g. 239.77.0.1)";
+    if (o.job_id > 255 || o.xdp_scale <= 0 || o.xdp_timeout_ms <= 0 || o.xdp_port == 0 || o.xdp_port > 65535)
+      return "the XDP tier needs --job-id 0..255, --xdp-scale > 0, --xdp-timeout-ms > 0 and a UDP port";
+    x.mcast = *mcast;
+  }
+  if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.factor < 2) return "need 0 < minbytes <= maxbytes and stepfactor >= 2";
+  x.values = o.xdp_values;
+  x.window = o.xdp_window;
+  x.port = static_cast<uint16_t>(o.xdp_port);
+  x.timeout_ms = o.xdp_timeout_ms;
+  o.rack.rank = o.rank;
+  return "";
+}
+
+Worker::Worker(const WorkerOptions& o) : o_(o), fallover_(o.workers) {
+  geometry_ = {o.rack.dtype, o.workers, o.message, o.mode};
+  last_tier_ = o.mode == Mode::xdp ? Tier::xdp : Tier::appliance;
+}
+
+bool Worker::fail(std::string why) {
+  error_ = std::move(why);
+  return false;
+}
+
+bool Worker::open(std::string* error) {
+  deadline_ns_ = now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9);
+  if (o_.mode != Mode::xdp) {
+    const UdpRcConfig c = o_.rack.rc_config(o_.mode == Mode::ring, o_.ack_timeout_ms, o_.retry,
+                                            geometry_.send_bytes(o_.max_bytes), geometry_.receive_bytes(o_.max_bytes));
+    transport_ = std::make_unique<UdpRcTransport>();
+    if (!transport_->open(c, error)) return false;
+    // auto: silence for twice the requester's retry budget means the predecessor fell over.
+    const uint64_t stall_ns = geometry_.tallied() ? 2 * (c.send.retry_count + 1) * c.send.ack_timeout_ns : 0;
+    exchange_ = std::make_unique<RingExchange>(*transport_, o_.message, deadline_ns_, stall_ns);
+  }
+  if (o_.uses_tier()) {
+    xagg_ = std::make_unique<XaggClient>();
+    if (!xagg_->open(o_.xdp.xagg_config(o_.rack), error)) return false;
+    tier_ = std::make_unique<TierAllreduce>(*xagg_, o_.rack.dtype, o_.workers, o_.xdp_scale, o_.max_bytes);
+  }
+  data_.assign(geometry_.data_bytes(o_.max_bytes), 0);
+  if (geometry_.tallied()) held_.assign(o_.max_bytes, 0);
+  return true;
+}
+
+int Worker::register_job() {
+  if ((o_.mode != Mode::ina && o_.mode != Mode::automatic) || o_.register_socket.empty()) return 0;
+  const bool tallied = o_.mode == Mode::automatic;
+  // auto: an appliance that cannot be reached, refuses the job or does not activate it within
+  // 5 s means the XDP tier from the start.
+  const uint64_t wait_until = tallied ? std::min<uint64_t>(deadline_ns_, now_ns() + 5'000'000'000ull) : deadline_ns_;
+  const ControlClient control(o_.register_socket);
+  const Registration r = control.register_job(o_.rank == 0, o_.rack.job_text(), o_.job_id, wait_until);
+  const std::string not_active = "job " + std::to_string(o_.job_id);
+  switch (r.outcome) {
+    case Registration::Outcome::active: return 0;
+    case Registration::Outcome::unreachable:
+      if (!tallied) {
+        fail(r.reason);
+        return 2;
+      }
+      fallover_.registration_failed(FallOverCause::appliance_absent, "the appliance cannot be reached: " + r.reason);
+      return 0;
+    case Registration::Outcome::refused: {
+      const std::string line = r.reason.substr(0, r.reason.find('\n'));
+      if (!tallied) {
+        fail("the appliance refused the job: " + line);
+        return 2;
+      }
+      fallover_.registration_failed(FallOverCause::job_refused, "the appliance refused the job: " + line);
+      return 0;
+    }
+    case Registration::Outcome::not_active:
+      if (!tallied) {
+        fail(not_active + " never became active on " + o_.register_socket);
+        return 1;
+      }
+      fallover_.registration_failed(FallOverCause::job_not_active, not_active + " is not active on " + o_.register_socket);
+      return 0;
+  }
+  return 0;
+}
+
+Tier Worker::tier() const {
+  if (o_.mode == Mode::automatic) return fallover_.tier();
+  return o_.mode == Mode::xdp ? Tier::xdp : Tier::appliance;
+}
+
+bool Worker::allreduce(uint64_t bytes) {
+  switch (o_.mode) {
+    case Mode::ina:
+      if (Outcome r = ina_allreduce(*exchange_, geometry_, data(), bytes); !r.ok()) return fail(r.error);
+      return true;
+    case Mode::ring:
+      if (Outcome r = ring_allreduce(*exchange_, geometry_, o_.rank, data(), bytes, geometry_.ring_stride(o_.max_bytes)); !r.ok())
+        return fail(r.error);
+      return true;
+    case Mode::xdp: {
+      std::string why;
+      return tier_->run(data(), bytes, deadline_ns_, &why) || fail(why);
+    }
+    case Mode::automatic: return auto_allreduce(bytes);
+  }
+  return fail("unknown mode");
+}
+
+bool Worker::auto_allreduce(uint64_t bytes) {
+  if (fallover_.state() == FallOver::State::appliance) {
+    bool have_data = false;
+    const Outcome r = tallied_allreduce(*exchange_, geometry_, data(), bytes, held_.data(), &have_data);
+    if (r.ok()) {
+      std::memcpy(data(), held_.data(), bytes);
+      fallover_.appliance_done();
+      last_tier_ = Tier::appliance;
+      return true;
+    }
+    fallover_.appliance_failed(r.cause, r.error, have_data);
+  }
+  if (fallover_.state() == FallOver::State::agreeing) {
+    if (!fall_over()) return false;
+    if (fallover_.index() > fallover_.fell_over_at()) {  // every rank holds this allreduce's appliance sums
+      std::memcpy(data(), held_.data(), bytes);
+      last_tier_ = Tier::appliance;
+      return true;
+    }
+  }
+  std::string why;
+  if (!tier_->run(data(), bytes, deadline_ns_, &why)) {
+    fallover_.tier_failed(why);
+    return fail(fallover_.error());
+  }
+  fallover_.tier_done();
+  last_tier_ = Tier::xdp;
+  return true;
+}
+
+bool Worker::fall_over() {
+  FallOver::Agreement a = fallover_.contribution();
+  std::string why;
+  if (!tier_->agree(&a, deadline_ns_, &why)) {
+    fallover_.tier_failed(why);
+    return fail(fallover_.error());
+  }
+  const FallOver::Resume resume = fallover_.agreed(a);
+  if (on_note)
+    on_note("# rank " + std::to_string(o_.rank) + ": falling over to the XDP tier at allreduce " +
+            std::to_string(fallover_.fell_over_at()) + " (" + fallover_.reason() + "); the tier takes over from allreduce " +
+            std::to_string(fallover_.resume_point()) + "\n");
+  return resume != FallOver::Resume::error || fail(fallover_.error());
+}
+
+bool Worker::finish() {
+  if (transport_ && tier() == Tier::appliance) transport_->finish(deadline_ns_);
+  if (o_.mode != Mode::automatic || fallover_.state() != FallOver::State::appliance) return true;
+  fallover_.finish();
+  FallOver::Agreement a = fallover_.contribution();
+  std::string why;
+  if (!tier_->agree(&a, deadline_ns_, &why)) {
+    fallover_.tier_failed(why);
+    return fail(fallover_.error());
+  }
+  fallover_.closing_agreed(a);
+  return fallover_.state() == FallOver::State::done || fail(fallover_.error());
+}
+
+std::optional<TransportCounters> Worker::transport_counters() const {
+  if (!transport_) return std::nullopt;
+  return transport_->counters();
+}
+
+}  // namespace inagg::client
