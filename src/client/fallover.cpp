@@ -53,6 +53,7 @@ void FallOver::appliance_done() {
 void FallOver::appliance_failed(FallOverCause cause, std::string reason, bool have_data) {
   if (!expect(State::appliance, "appliance_failed")) return;
   state_ = State::agreeing;
+  fell_over_ = true;
   fell_at_ = index_;
   cause_ = cause;
   reason_ = std::move(reason);

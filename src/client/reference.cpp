@@ -2,37 +2,56 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "inagg/agg/kernels.hpp"
 #include "inagg/client/xagg_client.hpp"
 
 namespace inagg::client {
+namespace {
 
-void fill_input(util::Dtype dtype, uint32_t seed, unsigned rank, uint8_t* buf, size_t bytes) {
-  std::mt19937 rng(seed * 7919u + rank);
-  const size_t es = util::dtype_size(dtype);
-  for (size_t i = 0; i + es <= bytes; i += es) {
+// splitmix64's finaliser: element i of rank r's input is a hash of (key(seed, r), i), so any range
+// can be made on its own (fill_input_range), in any order, on any thread; and one thread makes
+// them 3-4x faster than std::mt19937 with uniform_real_distribution did (bench/run client).
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void fill_range(util::Dtype dtype, uint64_t key, uint8_t* buf, size_t first, size_t last) {
+  for (size_t e = first; e < last; ++e) {
+    const uint64_t x = mix(key + e * 0x9e3779b97f4a7c15ull);
+    // 24 random bits: k / 2^23 - 1 is exact in fp32 and uniform over [-1, 1).
+    const float f = static_cast<float>(static_cast<uint32_t>(x >> 40)) * 0x1p-23f - 1.0f;
     switch (dtype) {
-      case util::Dtype::fp32: {
-        const float f = std::uniform_real_distribution<float>(-1, 1)(rng);
-        std::memcpy(buf + i, &f, 4);
-        break;
-      }
+      case util::Dtype::fp32: std::memcpy(buf + e * 4, &f, 4); break;
       case util::Dtype::int32: {
-        const uint32_t x = rng();
-        std::memcpy(buf + i, &x, 4);
+        const uint32_t v = static_cast<uint32_t>(x);
+        std::memcpy(buf + e * 4, &v, 4);
         break;
       }
       case util::Dtype::fp16:
       case util::Dtype::bf16: {
-        const float f = std::uniform_real_distribution<float>(-1, 1)(rng);
         const uint16_t h = dtype == util::Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
-        std::memcpy(buf + i, &h, 2);
+        std::memcpy(buf + e * 2, &h, 2);
         break;
       }
     }
   }
+}
+
+uint64_t key_of(uint32_t seed, unsigned rank) {
+  return mix((static_cast<uint64_t>(seed) << 32) ^ (0x632be59bd9b4e019ull * (rank + 1)));
+}
+
+}  // namespace
+
+void fill_input(util::Dtype dtype, uint32_t seed, unsigned rank, uint8_t* buf, size_t bytes) {
+  fill_range(dtype, key_of(seed, rank), buf, 0, bytes / util::dtype_size(dtype));
+}
+
+void fill_input_range(util::Dtype dtype, uint32_t seed, unsigned rank, uint8_t* buf, size_t first, size_t last) {
+  fill_range(dtype, key_of(seed, rank), buf, first, last);
 }
 
 void Reference::make_inputs() {
@@ -72,7 +91,7 @@ const std::vector<uint8_t>& Reference::sum(Tier tier) {
         for (unsigned j = 1; j < n; ++j) agg::scalar::add_into(c_.dtype, want + c0, inputs_[(first + j) % n].data() + c0, len);
       } else {
         std::vector<const uint8_t*> srcs;
-        for (unsigned j = 0; j < n; ++j) srcs.push_back(inputs_[(first + j) % n].data() + c0);
+        for (unsigned j = 0; j < n; ++j) srcs.push_back(inputs_[j].data() + c0);
         agg::scalar::sum_ranked(c_.dtype, want + c0, srcs.data(), n, len);
       }
     }

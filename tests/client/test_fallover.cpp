@@ -44,6 +44,7 @@ TEST(FallOver, HealthyJobEndsWithTheClosingAgreement) {
     r->closing_agreed(sum);
     EXPECT_EQ(r->state(), State::done) << r->error();
     EXPECT_EQ(r->index(), 3u);
+    EXPECT_EQ(r->tier(), Tier::appliance);  // the tier only agreed; it summed nothing
   }
 }
 
@@ -65,6 +66,7 @@ TEST(FallOver, RegistrationFailuresMeanTheTierFromAllreduceZero) {
     a.finish();
     EXPECT_EQ(a.state(), State::done);
     EXPECT_EQ(a.index(), 1u);
+    EXPECT_EQ(a.tier(), Tier::xdp);
   }
 }
 

@@ -14,6 +14,8 @@
 #                         tier only used once, for the job's closing agreement
 #   noappliance DTYPE     auto mode on a rack with no appliance (a plain bridge): the first message
 #                         arrives unsummed, every rank falls over at allreduce 0
+#   refused DTYPE         auto mode, the appliance refuses the job: every rank learns of the refusal
+#                         (rank 0 from its add, the others from list) and runs the job on the tier
 #   fallover DTYPE        the appliance aggregates (auto mode) until it is killed mid-run; the rack
 #                         fails to wire (scripts/rack bypass --watch) and the job finishes on the
 #                         XDP tier, every allreduce exact against the tier that summed it
@@ -133,6 +135,9 @@ case "$case" in
     run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --ack-timeout-ms 50 "${sizes[@]}"
     wait_workers run
     ! grep -h "falling over" "$tmp"/run.w*.log || fail "a rank fell over with the appliance up"
+    for r in $(seq 0 $((n - 1))); do
+      grep -q "XDP tier: .* (not used: the appliance aggregated throughout)" "$tmp/run.w$r.log" || fail "rank $r: $(grep -h 'XDP tier:' "$tmp/run.w$r.log")"
+    done
     s=$("$ctl" --socket "$tmp/ctl.sock" stats 1)
     [ "$(stat_of "$s" slots_released)" -gt 0 ] && [ "$(stat_of "$s" held_packets)" = 0 ] || fail "appliance: $s"
     st=$("$xdp" --socket "$tmp/xdp0.sock" stats 1)
@@ -152,6 +157,21 @@ case "$case" in
         "$tmp/run.w$r.log" || fail "rank $r: $(grep -h falling "$tmp/run.w$r.log")"
     done
     echo "ok: no appliance on the path: every rank saw message 0 unsummed and ran the job on the XDP tier, $dtype exact"
+    ;;
+  refused)
+    dtype=$1
+    start_rack --heads 1 --
+    head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    start_agent 0 generic "$tmp/h0.job"
+    # Window 64: 2 x 64 x 16 packets x 4 workers = 8192 held buffers, the budget is 4096. Without
+    # the refusal in `list`, ranks 1-3 would fall over after 5 s as "job 1 is not active".
+    run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --window 64 "${sizes[@]}"
+    wait_workers run
+    for r in $(seq 0 $((n - 1))); do
+      grep -q "falling over to the XDP tier at allreduce 0 (the appliance refused the job: error: job 1: needs up to 8192 held packet buffers.*takes over from allreduce 0" \
+        "$tmp/run.w$r.log" || fail "rank $r: $(grep -h falling "$tmp/run.w$r.log")"
+    done
+    echo "ok: the appliance refused the job; every rank learnt why at once and ran it on the XDP tier, $dtype exact"
     ;;
   fallover)
     dtype=$1

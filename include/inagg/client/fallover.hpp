@@ -56,8 +56,8 @@ class FallOver {
   static std::string_view state_name(State s);
 
   State state() const { return state_; }
-  // The tier the next allreduce runs on.
-  Tier tier() const { return state_ == State::appliance || state_ == State::closing ? Tier::appliance : Tier::xdp; }
+  // The tier the next allreduce runs on: the XDP tier once the rank fell over, for the rest of the job.
+  Tier tier() const { return fell_over_ ? Tier::xdp : Tier::appliance; }
   uint64_t index() const { return index_; }  // allreduces done in this job
   FallOverCause cause() const { return cause_; }
   const std::string& reason() const { return reason_; }  // why it fell over
@@ -95,6 +95,7 @@ class FallOver {
   State state_ = State::appliance;
   uint64_t index_ = 0;
   bool have_data_ = false;
+  bool fell_over_ = false;
   FallOverCause cause_ = FallOverCause::tally_wrong;
   std::string reason_, error_;
   uint64_t fell_at_ = 0, resume_ = 0;

@@ -15,6 +15,9 @@ namespace inagg::client {
 // Rank `rank`'s input of `bytes` (whole elements): uniform in [-1, 1) for the floating-point
 // dtypes, any 32-bit value for int32.
 void fill_input(util::Dtype dtype, uint32_t seed, unsigned rank, uint8_t* buf, size_t bytes);
+// Elements [first, last) of the same input, written at their place in `buf`: any split of a
+// buffer into ranges, filled in any order or on any thread, gives fill_input's bytes.
+void fill_input_range(util::Dtype dtype, uint32_t seed, unsigned rank, uint8_t* buf, size_t first, size_t last);
 
 // The reference sums of one size, each computed once, when first asked for.
 class Reference {
