@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "inagg/client/clock.hpp"
+#include "inagg/client/udp_transport.hpp"
 
 namespace inagg::client {
 
@@ -66,7 +67,14 @@ std::string check_run_options(WorkerOptions& o) {
   return "";
 }
 
-Worker::Worker(const WorkerOptions& o) : o_(o), fallover_(o.workers) {
+std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error) {
+  auto t = std::make_unique<UdpRcTransport>();
+  if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error)) return nullptr;
+  return t;
+}
+
+Worker::Worker(const WorkerOptions& o, TransportFactory transport)
+    : o_(o), open_transport_(std::move(transport)), fallover_(o.workers) {
   geometry_ = {o.rack.dtype, o.workers, o.message, o.mode};
   last_tier_ = o.mode == Mode::xdp ? Tier::xdp : Tier::appliance;
 }
@@ -79,12 +87,13 @@ bool Worker::fail(std::string why) {
 bool Worker::open(std::string* error) {
   deadline_ns_ = now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9);
   if (o_.mode != Mode::xdp) {
-    const UdpRcConfig c = o_.rack.rc_config(o_.mode == Mode::ring, o_.ack_timeout_ms, o_.retry,
-                                            geometry_.send_bytes(o_.max_bytes), geometry_.receive_bytes(o_.max_bytes));
-    transport_ = std::make_unique<UdpRcTransport>();
-    if (!transport_->open(c, error)) return false;
+    const TransportRequest r{o_.rack, o_.mode == Mode::ring, o_.ack_timeout_ms, o_.retry, geometry_.send_bytes(o_.max_bytes),
+                             geometry_.receive_bytes(o_.max_bytes)};
+    transport_ = open_transport_(r, error);
+    if (!transport_) return false;
     // auto: silence for twice the requester's retry budget means the predecessor fell over.
-    const uint64_t stall_ns = geometry_.tallied() ? 2 * (c.send.retry_count + 1) * c.send.ack_timeout_ns : 0;
+    const uint64_t ack_ns = static_cast<uint64_t>(o_.ack_timeout_ms * 1e6);
+    const uint64_t stall_ns = geometry_.tallied() ? 2 * (o_.retry + 1) * ack_ns : 0;
     exchange_ = std::make_unique<RingExchange>(*transport_, o_.message, deadline_ns_, stall_ns);
   }
   if (o_.uses_tier()) {

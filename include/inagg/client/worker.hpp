@@ -21,7 +21,7 @@
 #include "inagg/client/control_client.hpp"
 #include "inagg/client/fallover.hpp"
 #include "inagg/client/plan.hpp"
-#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/transport.hpp"
 #include "inagg/client/xagg_client.hpp"
 
 namespace inagg::client {
@@ -65,9 +65,24 @@ std::string check_job_options(WorkerOptions& o);
 // The rest (rank, mode, the XDP tier, sizes). Fills o.mode and o.xdp.
 std::string check_run_options(WorkerOptions& o);
 
+// What a rank's transport must connect: the plan (addresses, QPNs, PSNs; ring: the ring's QPs),
+// the RC timers, and the sizes of the two regions the algorithms use.
+struct TransportRequest {
+  RackPlan rack;
+  bool ring = false;
+  double ack_timeout_ms = 50;
+  unsigned retry = 7;
+  uint64_t send_bytes = 0, receive_bytes = 0;
+};
+// Opens a transport for a request; nullptr with *error when it cannot.
+using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportRequest&, std::string* error)>;
+// The default factory: UdpRcTransport (the software RC endpoint over kernel UDP).
+std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error);
+
 class Worker {
  public:
-  explicit Worker(const WorkerOptions& o);
+  // `transport`: how to open the rank's transport (ina, ring, auto); UdpRcTransport by default.
+  explicit Worker(const WorkerOptions& o, TransportFactory transport = open_udp_transport);
 
   // Opens the transport and the tier's client and allocates the buffers. False with *error.
   bool open(std::string* error);
@@ -104,7 +119,8 @@ class Worker {
   WorkerOptions o_;
   Geometry geometry_;
   uint64_t deadline_ns_ = 0;
-  std::unique_ptr<UdpRcTransport> transport_;
+  TransportFactory open_transport_;
+  std::unique_ptr<Transport> transport_;
   std::unique_ptr<RingExchange> exchange_;
   std::unique_ptr<XaggClient> xagg_;
   std::unique_ptr<TierAllreduce> tier_;
