@@ -148,7 +148,9 @@ uint64_t run_job(const char* mode, Dtype dtype, unsigned n, uint64_t max_bytes, 
           const std::vector<uint8_t>& want = ref.sum(w.last_tier());
           uint64_t bad = 0;
           for (size_t i = 0; i < bytes; i += es) bad += std::memcmp(want.data() + i, w.data() + i, es) != 0;
-          if (appliance) EXPECT_EQ(bad, 0u) << "rank " << r << ", " << bytes << " bytes, iteration " << it;
+          if (appliance) {
+            EXPECT_EQ(bad, 0u) << "rank " << r << ", " << bytes << " bytes, iteration " << it;
+          }
           wrong += bad;
         }
       }
