@@ -8,17 +8,18 @@
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
 n=4
-# shellcheck source=rack_lib.sh
-. "$(dirname "$0")/rack_lib.sh"
+# shellcheck source=../lib/rack.sh
+. "$src/tests/lib/rack.sh"
 C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
 start_rack --
 # 2 x window 64 x 16 packets per message x 4 workers = 8192 held buffers; the budget is 4096.
 # Rank 0 starts last, so the others are already waiting when the refusal comes.
 wpids=()
 for r in 3 2 1 0; do
-  ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 --window 64 -b 4 -e 4096 \
+  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 --window 64 -b 4 -e 4096 \
     --timeout 60 --register "$tmp/ctl.sock" >"$tmp/refused.w$r.log" 2>&1 &
   wpids[r]=$!
+  others+=($!)
 done
 wait "${wpids[0]}"
 rc=$?
@@ -41,9 +42,10 @@ grep -q "^id=1 state=refused dtype=fp32 workers=4 .*error=\"job 1: needs up to 8
 # A job that fits replaces the refusal.
 wpids=()
 for r in 0 1 2 3; do
-  ip netns exec "inagg-w$r" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 --window 2 -b 4 -e 65536 -f 16 \
+  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 --window 2 -b 4 -e 65536 -f 16 \
     --iters 1 --warmup 0 --check --timeout 60 --register "$tmp/ctl.sock" >"$tmp/ok.w$r.log" 2>&1 &
   wpids[r]=$!
+  others+=($!)
 done
 for r in 0 1 2 3; do wait "${wpids[$r]}" || fail "rank $r of the job that fits exited with $?: $(tail -n 3 "$tmp/ok.w$r.log")"; done
 grep -q "^id=1 state=active" <<<"$(C list)" || fail "after the job that fits: $(C list)"
