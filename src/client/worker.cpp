@@ -1,5 +1,8 @@
 #include "inagg/client/worker.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 #include <cstring>
 
@@ -210,6 +213,11 @@ bool Worker::fall_over() {
             std::to_string(fallover_.fell_over_at()) + " (" + fallover_.reason() + "); the tier takes over from allreduce " +
             std::to_string(fallover_.resume_point()) + "\n");
   return resume != FallOver::Resume::error || fail(fallover_.error());
+}
+
+void Worker::serve(int wait_ms) {
+  if (transport_ && tier() == Tier::appliance && transport_->error().empty()) transport_->poll(wait_ms);
+  else std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
 }
 
 bool Worker::finish() {

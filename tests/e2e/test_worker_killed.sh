@@ -38,9 +38,10 @@ out=$(C stats 1); grep -q "^memory_bytes 0$" <<<"$out" || fail "memory not freed
 grep -q "^held_packets 0$" <<<"$out" || fail "packets still held: $out"
 C remove 1 >/dev/null || fail "remove the failed job"
 # A new job on the same rack. Its retry budget is the default's (7), not the 3 x 50 ms above that
-# makes the survivors give up quickly: with --check a rank computes the reference of each new size
-# between two allreduces and does not answer its predecessor meanwhile (hundreds of ms for 4 MiB in
-# an ASan build), which 3 retries of 50 ms do not always cover.
+# makes the survivors give up quickly: in ina mode a rank's writes are acknowledged only once every
+# rank has sent its part of the slot, so a rank still computing a new size's --check reference
+# (hundreds of ms for 4 MiB in an ASan build on a loaded machine) holds up the others' ACKs, which
+# 3 retries of 50 ms do not always cover.
 run_workers 2 second 7
 for r in $(seq 0 $((n - 1))); do wait "${wpids[$r]}" || fail "second job: rank $r exited with $?"; done
 awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp"/second.w*.log || fail "second job: wrong elements"

@@ -99,6 +99,12 @@ class Worker {
   Tier last_tier() const { return last_tier_; }  // whose sums the last allreduce holds
   Tier tier() const;                             // the tier the next one starts on
 
+  // Between allreduces: keeps the transport running for up to `wait_ms` (ACKs for the predecessor,
+  // retransmissions to the successor), as a NIC would while the host computes. A caller that works
+  // for long between two allreduces (--check's reference) calls it meanwhile, or its predecessor's
+  // requester runs out of retries.
+  void serve(int wait_ms);
+
   // After the last allreduce: the transport's final barrier, auto's closing agreement. False: error().
   bool finish();
 
