@@ -1,17 +1,18 @@
 // inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf.
 #include <rte_eal.h>
 #include <rte_errno.h>
-#include <rte_telemetry.h>
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
+#include <cinttypes>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +24,10 @@
 #include "inagg/control/refused_jobs.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/eal_args.hpp"
 #include "inagg/dataplane/metrics.hpp"
+#include "inagg/dataplane/telemetry.hpp"
+#include "inagg/util/key_value.hpp"
 #include "inagg/wire/crc32.hpp"
 #include "version.hpp"
 
@@ -39,6 +43,7 @@ struct Options {
   std::string metrics_listen;  // "" = no metrics endpoint
   double stats_interval = 0;
   double idle_exit = 0;
+  double run_for = 0;
   bool check_only = false;
 };
 
@@ -47,8 +52,8 @@ po::options_description make_options(Options& o) {
   d.add_options()
       ("help,h", "show this help and exit")
       ("version", "print the version and exit")
-      ("check-config", "parse the options, the config file and the job files, print the result and exit (no EAL)")
-      ("config,c", po::value<std::string>(), "INI file with any of these options (command line wins); see conf/inagg.conf")
+      ("check-config", "check what start-up would refuse without starting EAL: the options, the config and job files, the mbuf budget against the lcores of the EAL options; print the result and exit")
+      ("config,c", po::value<std::string>(), "file of `key = value` lines, any of these options (command line wins); see conf/inagg.conf")
       ("ports", po::value<std::string>(), "comma-separated DPDK port ids to switch between (default: every port EAL probed)")
       ("job", po::value<std::vector<std::string>>(&o.job_files)->composing(), "job file to register at start (repeatable); see conf/jobs/")
       ("socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path), "control socket (root only, 0600); \"\" disables it")
@@ -69,7 +74,8 @@ po::options_description make_options(Options& o) {
       ("abort-ms", po::value<double>()->default_value(30000), "abort a job that makes no progress for this long (must exceed the NICs' (retry count + 1) x ACK timeout)")
       ("capture", po::value<std::string>(&o.app.capture_path), "write every RoCEv2 packet the engines emit to this pcap (debugging; costs speed)")
       ("wait-link", po::value<double>()->default_value(0), "wait up to this many seconds for every port's link before forwarding (e.g. a net_memif peer)")
-      ("idle-exit", po::value<double>(&o.idle_exit)->default_value(0), "exit after this many seconds without a received packet, once one arrived (for offline pcap runs); 0: never");
+      ("idle-exit", po::value<double>(&o.idle_exit)->default_value(0), "exit after this many seconds without a received packet, once one arrived (for offline pcap runs); 0: never")
+      ("run-for", po::value<double>(&o.run_for)->default_value(0), "exit after the datapath has run this many seconds, as on SIGTERM (smoke tests: start-up time does not count); 0: never");
   return d;
 }
 
@@ -86,6 +92,49 @@ std::vector<uint16_t> parse_ports(const std::string& s) {
   return v;
 }
 
+// Reads a --config file with the key = value parser job files use (control/key_value.hpp): every
+// key an option name, `job` repeatable, flags take true or false. The command line wins over the
+// file (it was stored first). Errors name the file and line.
+bool store_config_file(const std::string& path, const po::options_description& d, po::variables_map& vm, std::string* error) {
+  std::string text;
+  if (!util::read_small_file(path, "config file", 1 << 20, "1 MiB", &text, error)) return false;
+  std::vector<std::string> examples;  // KeySpec holds views
+  std::vector<const po::option_description*> opts;
+  for (const auto& o : d.options()) {
+    const std::string& name = o->long_name();
+    if (name == "help" || name == "version" || name == "config" || name == "check-config") continue;
+    opts.push_back(o.get());
+    examples.push_back(name + (o->semantic()->max_tokens() == 0 ? " = true" : " = ..."));
+  }
+  std::vector<util::KeySpec> keys;
+  for (size_t i = 0; i < opts.size(); ++i)
+    keys.push_back({opts[i]->long_name(), false, opts[i]->semantic()->is_composing(), examples[i]});
+  util::ParseProblem problem;
+  const bool ok = util::parse_key_values(text, keys, [&](size_t k, std::string_view value, std::string* why) {
+    const std::string& name = opts[k]->long_name();
+    po::parsed_options one(&d);
+    if (opts[k]->semantic()->max_tokens() == 0) {  // a flag
+      if (value != "true" && value != "false") {
+        *why = util::quote_for_error(value) + " is not true or false";
+        return false;
+      }
+      if (value == "false") return true;
+      one.options.emplace_back(name, std::vector<std::string>{});
+    } else {
+      one.options.emplace_back(name, std::vector<std::string>{std::string(value)});
+    }
+    try {
+      po::store(one, vm);
+    } catch (const po::error& e) {
+      *why = e.what();
+      return false;
+    }
+    return true;
+  }, &problem);
+  if (!ok) *error = problem.message(path);
+  return ok;
+}
+
 // Parses the options after `--`. Returns 0 to go on, or an exit status.
 int parse_app_options(int argc, char** argv, Options& o) {
   po::options_description d = make_options(o);
@@ -93,13 +142,11 @@ int parse_app_options(int argc, char** argv, Options& o) {
   try {
     po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
     if (vm.count("config")) {
-      const std::string path = vm["config"].as<std::string>();
-      std::ifstream f(path);
-      if (!f) {
-        std::cerr << "inagg: cannot read config file '" << path << "': " << std::strerror(errno) << "\n";
+      std::string err;
+      if (!store_config_file(vm["config"].as<std::string>(), d, vm, &err)) {
+        std::cerr << "inagg: " << err << "\n";
         return 2;
       }
-      po::store(po::parse_config_file(f, d), vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
@@ -147,7 +194,7 @@ int parse_app_options(int argc, char** argv, Options& o) {
   return 0;
 }
 
-dataplane::Appliance* g_app = nullptr;
+dataplane::Appliance* g_app = nullptr;  // the control thread's; telemetry goes through its own gate
 
 void on_signal(int) { dataplane::Appliance::request_stop(); }
 
@@ -164,7 +211,7 @@ std::string handle_request(const control::Request& r) {
       }
       g_refused.forget(r.job.id);
       std::fprintf(stderr, "inagg: job %u added (%u workers, %s)\n", r.job.id, r.job.workers,
-                   std::string(agg::dtype_name(r.job.dtype)).c_str());
+                   std::string(util::dtype_name(r.job.dtype)).c_str());
       return control::format_job_added(r.job.id);
     }
     case control::Request::Verb::remove: {
@@ -175,76 +222,41 @@ std::string handle_request(const control::Request& r) {
       return control::format_job_removed(r.id);
     }
     case control::Request::Verb::list: {
-      std::vector<control::JobStatus> entries;
-      for (const agg::JobInfo& info : g_app->list_jobs()) {
-        agg::JobSpec spec;
-        entries.push_back(agg::job_status(info, g_app->job_spec(info.id, &spec) ? &spec : nullptr));
-      }
-      g_refused.add_to(&entries);
-      return control::format_job_list(entries);
+      std::vector<control::JobStatus> jobs = g_app->describe_jobs();
+      g_refused.add_to(&jobs);
+      return control::format_job_list(jobs);
     }
     case control::Request::Verb::stats: {
       if (!r.has_id) return control::format_counters(agg::counter_list(g_app->engine_totals()));
-      agg::JobInfo info{};
-      if (!g_app->job_info(r.id, &info)) return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
-      return control::format_job_stats(agg::job_status(info));
+      control::JobStatus job;
+      if (!g_app->describe_job(r.id, &job)) return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
+      return control::format_job_stats(job);
     }
   }
   return control::format_error("unsupported request");
 }
 
-// Telemetry (dpdk-telemetry.py): /inagg/engine, /inagg/jobs, /inagg/job,<id>, /inagg/lcores.
-int tel_engine(const char*, const char*, rte_tel_data* d) {
-  rte_tel_data_start_dict(d);
-  agg::for_each_counter(g_app->engine_totals(), [&](std::string_view name, std::string_view, uint64_t v) {
-    rte_tel_data_add_dict_u64(d, std::string(name).c_str(), v);
-  });
-  return 0;
-}
-int tel_jobs(const char*, const char*, rte_tel_data* d) {
-  rte_tel_data_start_array(d, RTE_TEL_INT_VAL);
-  for (const agg::JobInfo& j : g_app->list_jobs()) rte_tel_data_add_array_int(d, static_cast<int>(j.id));
-  return 0;
-}
-int tel_job(const char*, const char* params, rte_tel_data* d) {
-  if (params == nullptr || *params == 0) return -EINVAL;
-  char* end = nullptr;
-  const unsigned long id = std::strtoul(params, &end, 0);
-  if (*end != 0) return -EINVAL;
-  agg::JobInfo info{};
-  if (!g_app->job_info(static_cast<uint32_t>(id), &info)) return -ENOENT;
-  rte_tel_data_start_dict(d);
-  rte_tel_data_add_dict_u64(d, "id", info.id);
-  rte_tel_data_add_dict_string(d, "state", info.state == agg::JobState::active ? "active" : "failed");
-  rte_tel_data_add_dict_u64(d, "released_slots", info.released_slots);
-  rte_tel_data_add_dict_u64(d, "held_packets", info.held_packets);
-  rte_tel_data_add_dict_u64(d, "retained_packets", info.retained_packets);
-  rte_tel_data_add_dict_u64(d, "memory_bytes", info.memory_bytes);
-  agg::for_each_counter(info.counters, [&](std::string_view name, std::string_view, uint64_t v) {
-    rte_tel_data_add_dict_u64(d, std::string(name).c_str(), v);
-  });
-  return 0;
-}
-int tel_lcores(const char*, const char*, rte_tel_data* d) {
-  rte_tel_data_start_dict(d);
-  for (auto& [lc, c] : g_app->lcore_counters()) {
-    const std::string p = "lcore" + std::to_string(lc) + ".";
-#define X(name, text) rte_tel_data_add_dict_u64(d, (p + #name).c_str(), c.name);
-    INAGG_LCORE_COUNTERS(X)
-#undef X
-  }
-  return 0;
-}
-
+// The control thread's work, every few milliseconds: the control socket, the periodic stats,
+// --idle-exit.
 struct ControlLoop {
   control::ControlServer* server;
-  double stats_interval, idle_exit;
-  std::chrono::steady_clock::time_point next_stats, last_rx_change, started = std::chrono::steady_clock::now();
+  double stats_interval, idle_exit, run_for;
+  std::chrono::steady_clock::time_point next_stats, last_rx_change, started;
   uint64_t last_rx = 0;
+  bool first = true;
 
   void tick() {
+    if (first) {  // the loops are running from here on
+      first = false;
+      started = next_stats = last_rx_change = std::chrono::steady_clock::now();
+    }
     if (server && server->is_open()) server->poll(handle_request);
     const auto now = std::chrono::steady_clock::now();
+    if (run_for > 0 && now - started >= std::chrono::milliseconds(static_cast<int64_t>(run_for * 1000)) &&
+        !dataplane::Appliance::stop_requested()) {
+      std::fprintf(stderr, "inagg: ran for %.1f s: exiting (--run-for)\n", run_for);
+      dataplane::Appliance::request_stop();
+    }
     if (stats_interval > 0 && now >= next_stats) {
       std::printf("stats t=%.3f s\n", std::chrono::duration<double>(now - started).count());
       std::fputs(g_app->stats_text().c_str(), stdout);
@@ -262,6 +274,92 @@ struct ControlLoop {
   }
   static void tick_cb(void* self) { static_cast<ControlLoop*>(self)->tick(); }
 };
+
+std::string describe_spec(const agg::JobSpec& j) {
+  return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " + std::to_string(j.message_bytes) +
+         "-byte messages of " + std::to_string(j.payload_bytes) + "-byte packets, window " + std::to_string(j.window) +
+         (j.replay ? ", replay" : "");
+}
+
+// --check-config: what can be checked without EAL, with the checks start-up makes.
+int check_config(const Options& opt, const std::vector<agg::JobSpec>& jobs, std::span<char* const> eal_args) {
+  std::string err;
+  const std::optional<dataplane::EalLcores> lc = dataplane::read_eal_lcores(eal_args, &err);
+  if (!lc) {
+    std::cerr << "inagg: " << err << "\n";
+    return 2;
+  }
+  const unsigned datapath = lc->datapath_lcores();
+  if (!dataplane::check_mbuf_budget(opt.app, datapath, &err)) {
+    std::cerr << "inagg: " << err << " (" << lc->lcores.size() << " EAL lcores: " << datapath
+              << (datapath == 1 && lc->lcores.size() == 1 ? " datapath lcore, the main one" : " datapath lcores and the main one") << ")\n";
+    return 2;
+  }
+  const uint64_t frame = opt.app.mtu + 22ull, room = std::max<uint64_t>(2048, frame) + 128;
+  std::printf("config ok: mtu %u, mbufs %u (about %" PRIu64 " MiB of memory), burst %u, %u datapath lcore(s), mbuf budget %zu per lcore, "
+              "memory budget %zu MiB per lcore, %zu job(s)\n",
+              opt.app.mtu, opt.app.mbufs, (uint64_t{opt.app.mbufs} * (room + 192)) >> 20, opt.app.burst, datapath,
+              opt.app.engine.mbuf_budget, opt.app.engine.memory_budget_bytes >> 20, jobs.size());
+  for (const agg::JobSpec& j : jobs) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
+  return 0;
+}
+
+// From EAL up to the final stats. The appliance is gone when this returns, so EAL can be cleaned up.
+int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
+  dataplane::Appliance app;
+  std::string err;
+  if (!app.init(opt.app, &err)) {
+    std::cerr << "inagg: " << err << "\n";
+    return 2;
+  }
+  g_app = &app;
+  std::fprintf(stderr, "inagg: %zu ports, %s, kernels %s, crc32 %s\n", app.ports().size(),
+               app.single_lcore() ? "one lcore (main) for the datapath, a control thread beside it" : "datapath on the worker lcores",
+               std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
+  int status = 0;
+  for (const agg::JobSpec& spec : jobs) {
+    if (!app.add_job(spec, &err)) {
+      std::cerr << "inagg: " << err << "\n";
+      status = 2;
+      break;
+    }
+    std::fprintf(stderr, "inagg: job %u registered (%s)\n", spec.id, describe_spec(spec).c_str());
+  }
+  control::ControlServer server;
+  if (status == 0 && !opt.socket_path.empty() && !server.open(opt.socket_path, &err)) {
+    std::cerr << "inagg: control socket: " << err << "\n";
+    status = 2;
+  }
+  // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
+  dataplane::PrometheusRenderer renderer(app);
+  std::mutex render_mutex;
+  dataplane::MetricsServer metrics;
+  if (status == 0 && !opt.metrics_listen.empty()) {
+    if (!metrics.start(opt.metrics_listen, [&] { std::lock_guard lock(render_mutex); return renderer.render(); }, &err)) {
+      std::cerr << "inagg: --metrics: " << err << "\n";
+      status = 2;
+    } else {
+      std::fprintf(stderr, "inagg: metrics at http://%s%s%s:%u/metrics\n", metrics.host().find(':') != std::string::npos ? "[" : "",
+                   metrics.host().c_str(), metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
+    }
+  }
+  if (status == 0) {
+    dataplane::attach_telemetry(app);
+    ControlLoop loop{server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0, true};
+    if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {
+      std::cerr << "inagg: " << err << "\n";
+      status = 2;
+    }
+    dataplane::detach_telemetry();
+  }
+  metrics.stop();
+  server.close();
+  std::fputs("inagg: final stats\n", stdout);
+  std::fputs(app.stats_text().c_str(), stdout);
+  std::fflush(stdout);
+  g_app = nullptr;
+  return status;
+}
 
 }  // namespace
 
@@ -292,95 +390,16 @@ int main(int argc, char** argv) {
     jobs.push_back(*spec);
   }
 
-  if (opt.check_only) {
-    std::printf("config ok: mtu %u, mbufs %u, burst %u, mbuf budget %zu, memory budget %zu MiB, %zu job(s)\n", opt.app.mtu,
-                opt.app.mbufs, opt.app.burst, opt.app.engine.mbuf_budget, opt.app.engine.memory_budget_bytes >> 20,
-                jobs.size());
-    for (const agg::JobSpec& j : jobs)
-      std::printf("job %u: %s, %u workers, %u-byte messages, %u-byte packets, window %u%s\n", j.id,
-                  std::string(agg::dtype_name(j.dtype)).c_str(), j.workers, j.message_bytes, j.payload_bytes, j.window,
-                  j.replay ? ", replay" : "");
-    return 0;
-  }
+  if (opt.check_only) return check_config(opt, jobs, std::span<char* const>(argv, static_cast<size_t>(sep)));
+  // Before EAL: a stop asked for during start-up ends the run cleanly (final stats, status 0).
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   if (rte_eal_init(sep, argv) < 0) {
     std::cerr << "inagg: EAL initialisation failed: " << rte_strerror(rte_errno)
               << " (check the EAL options before `--`: hugepages or --no-huge, -l, --vdev, --file-prefix)\n";
     return 2;
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-
-  int status = 0;
-  {
-    dataplane::Appliance app;
-    g_app = &app;
-    std::string err;
-    if (!app.init(opt.app, &err)) {
-      std::cerr << "inagg: " << err << "\n";
-      g_app = nullptr;
-      rte_eal_cleanup();
-      return 2;
-    }
-    std::fprintf(stderr, "inagg: %zu ports, %s, kernels %s, crc32 %s\n", app.ports().size(),
-                 app.single_lcore() ? "one lcore (main) for data and control" : "datapath on the worker lcores",
-                 std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
-    for (const agg::JobSpec& spec : jobs) {
-      if (!app.add_job(spec, &err)) {
-        std::cerr << "inagg: " << err << "\n";
-        status = 2;
-        break;
-      }
-      std::fprintf(stderr, "inagg: job %u registered (%u workers, %s, %u-byte messages of %u-byte packets, window %u%s)\n",
-                   spec.id, spec.workers, std::string(agg::dtype_name(spec.dtype)).c_str(), spec.message_bytes,
-                   spec.payload_bytes, spec.window, spec.replay ? ", replay" : "");
-    }
-    control::ControlServer server;
-    if (status == 0 && !opt.socket_path.empty() && !server.open(opt.socket_path, &err)) {
-      std::cerr << "inagg: control socket: " << err << "\n";
-      status = 2;
-    }
-    // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
-    dataplane::PrometheusRenderer renderer(app);
-    std::mutex render_mutex;
-    dataplane::MetricsServer metrics;
-    if (status == 0 && !opt.metrics_listen.empty()) {
-      if (!metrics.start(opt.metrics_listen, [&] { std::lock_guard lock(render_mutex); return renderer.render(); }, &err)) {
-        std::cerr << "inagg: --metrics: " << err << "\n";
-        status = 2;
-      } else {
-        std::fprintf(stderr, "inagg: metrics at http://%s%s%s:%u/metrics\n", metrics.host().find(':') != std::string::npos ? "[" : "",
-                     metrics.host().c_str(), metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
-      }
-    }
-    if (status == 0) {
-      rte_telemetry_register_cmd("/inagg/engine", tel_engine, "Engine counters summed over lcores. No parameters.");
-      rte_telemetry_register_cmd("/inagg/jobs", tel_jobs, "Ids of the registered jobs. No parameters.");
-      rte_telemetry_register_cmd("/inagg/job", tel_job, "One job's state and counters. Parameter: job id.");
-      rte_telemetry_register_cmd("/inagg/lcores", tel_lcores, "Per-lcore datapath counters. No parameters.");
-      ControlLoop loop{server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, {}, {}, std::chrono::steady_clock::now(), 0};
-      loop.next_stats = loop.last_rx_change = std::chrono::steady_clock::now();
-      app.set_tick(ControlLoop::tick_cb, &loop);
-      if (!app.start(&err)) {
-        std::cerr << "inagg: " << err << "\n";
-        status = 2;
-      } else if (app.single_lcore()) {
-        app.run_main_lcore();
-      } else {
-        while (!dataplane::Appliance::stop_requested()) {
-          loop.tick();
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-      }
-      metrics.stop();
-      app.stop();
-    }
-    metrics.stop();
-    std::fputs("inagg: final stats\n", stdout);
-    std::fputs(app.stats_text().c_str(), stdout);
-    std::fflush(stdout);
-    server.close();
-    g_app = nullptr;
-  }  // ports closed here: a net_pcap output file is complete
+  const int status = run_appliance(opt, jobs);
   rte_eal_cleanup();
   return status;
 }

@@ -6,79 +6,36 @@
 #include <cstdio>
 #include <vector>
 
+#include "inagg/util/key_value.hpp"
 #include "inagg/util/text.hpp"
 
 namespace inagg::control {
 
-using util::for_each_content_line;
 using util::NumberError;
 using util::parse_unsigned;
 using util::quote_for_error;
 using util::read_small_file;
 using util::split_fields;
-using util::trim;
 namespace {
 
 constexpr uint32_t kMax24 = 0xffffff;
 constexpr unsigned kMaxWorkers = 64;  // the engine's rank bitmasks are 64-bit
 
-struct Problem {
-  size_t line = 0;  // 0: not tied to a line (a missing key)
-  std::string text;
-};
-
 enum class Key { id, dtype, workers, message_bytes, payload_bytes, window, replay, conn };
 
-struct KeyInfo {
-  Key key;
-  std::string_view name;
-  bool required;
-  std::string_view example;  // a line to suggest when the key is missing or empty
-};
-
-constexpr std::array<KeyInfo, 8> kKeys{{
-    {Key::id, "id", true, "id = 7"},
-    {Key::dtype, "dtype", true, "dtype = fp32"},
-    {Key::workers, "workers", true, "workers = 4"},
-    {Key::message_bytes, "message_bytes", true, "message_bytes = 65536"},
-    {Key::payload_bytes, "payload_bytes", true, "payload_bytes = 1024"},
-    {Key::window, "window", true, "window = 8"},
-    {Key::replay, "replay", false, "replay = false"},
-    {Key::conn, "conn", true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
+// In Key order.
+constexpr std::array<util::KeySpec, 8> kKeys{{
+    {"id", true, false, "id = 7"},
+    {"dtype", true, false, "dtype = fp32"},
+    {"workers", true, false, "workers = 4"},
+    {"message_bytes", true, false, "message_bytes = 65536"},
+    {"payload_bytes", true, false, "payload_bytes = 1024"},
+    {"window", true, false, "window = 8"},
+    {"replay", false, false, "replay = false"},
+    {"conn", true, true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
 }};
 
 constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN";
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t k = 0; k <= b.size(); ++k) row[k] = k;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t k = 1; k <= b.size(); ++k) {
-      const size_t up = row[k];
-      const char ca = static_cast<char>(std::tolower(static_cast<unsigned char>(a[i - 1])));
-      const char cb = static_cast<char>(std::tolower(static_cast<unsigned char>(b[k - 1])));
-      row[k] = std::min({row[k] + 1, row[k - 1] + 1, diag + (ca == cb ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string unknown_key_text(std::string_view key) {
-  std::string out = "unknown key " + quote_for_error(key);
-  const KeyInfo* best = nullptr;
-  size_t best_d = 3;  // suggest only close misspellings
-  for (const KeyInfo& k : kKeys) {
-    const size_t d = edit_distance(key, k.name);
-    if (d < best_d) best_d = d, best = &k;
-  }
-  if (best) out += " (did you mean '" + std::string(best->name) + "'?)";
-  out += "; valid keys:";
-  for (const KeyInfo& k : kKeys) out += (k.key == Key::id ? " " : ", ") + std::string(k.name);
-  return out;
-}
 
 // "<what>'<text>' is not a number ..." and friends; `range` is what the caller may write.
 std::string number_text(std::string_view what, std::string_view text, NumberError e, std::string_view range) {
@@ -194,70 +151,24 @@ bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* pr
   return false;
 }
 
-std::optional<JobSpec> parse(std::string_view text, Problem* p) {
+std::optional<JobSpec> parse(std::string_view text, util::ParseProblem* p) {
   JobSpec spec;
-  std::array<size_t, kKeys.size()> seen_on{};  // line a key was set on, 0 = not yet
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 BOM some editors add
-  const bool ok = for_each_content_line(text, [&](size_t line_no, std::string_view line) {
-    p->line = line_no;
-    if (line.front() == '[') {
-      p->text = "sections such as " + quote_for_error(line) + " are not used: a job file is one job of `key = value` lines";
-      return false;
-    }
-    const size_t eq = line.find('=');
-    if (eq == std::string_view::npos) {
-      p->text = "expected `key = value`, got " + quote_for_error(line);
-      return false;
-    }
-    const std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    if (key.empty()) {
-      p->text = "no key before '='; write `key = value`";
-      return false;
-    }
-    const auto it = std::find_if(kKeys.begin(), kKeys.end(), [&](const KeyInfo& k) { return k.name == key; });
-    if (it == kKeys.end()) {
-      p->text = unknown_key_text(key);
-      return false;
-    }
-    const size_t index = static_cast<size_t>(it - kKeys.begin());
-    if (it->key != Key::conn && seen_on[index] != 0) {
-      p->text = "duplicate key '" + std::string(key) + "' (first set on line " + std::to_string(seen_on[index]) +
-                "); keep one of the two lines";
-      return false;
-    }
-    if (value.empty()) {
-      p->text = std::string(key) + ": no value; write e.g. `" + std::string(it->example) + "`";
-      return false;
-    }
-    std::string problem;
-    if (!parse_value(it->key, value, &spec, &problem)) {
-      p->text = std::string(key) + ": " + problem;
-      return false;
-    }
-    if (seen_on[index] == 0) seen_on[index] = line_no;
-    return true;
-  });
-  if (!ok) return std::nullopt;
-  p->line = 0;
-  std::vector<std::string_view> missing;
-  for (size_t i = 0; i < kKeys.size(); ++i)
-    if (kKeys[i].required && seen_on[i] == 0) missing.push_back(kKeys[i].example);
-  if (!missing.empty()) {
-    p->text = missing.size() == 1 ? "missing required key; add a line like `" : "missing required keys; add lines like `";
-    for (size_t i = 0; i < missing.size(); ++i) p->text += (i ? "`, `" : "") + std::string(missing[i]);
-    p->text += "`";
-    if (seen_on[static_cast<size_t>(Key::conn)] == 0) p->text += " (conn: one line per worker, " + std::string(kConnFields) + ")";
-    return std::nullopt;
-  }
-  return spec;
+  bool any_conn = false;
+  const bool ok = util::parse_key_values(text, kKeys, [&](size_t key, std::string_view value, std::string* problem) {
+    any_conn |= static_cast<Key>(key) == Key::conn;
+    return parse_value(static_cast<Key>(key), value, &spec, problem);
+  }, p);
+  if (ok) return spec;
+  if (p->line == 0 && !any_conn) p->text += " (conn: one line per worker, " + std::string(kConnFields) + ")";
+  return std::nullopt;
 }
 
 }  // namespace
 
 std::optional<JobSpec> parse_job(std::string_view text, std::string* error) {
-  Problem p;
+  util::ParseProblem p;
   std::optional<JobSpec> spec = parse(text, &p);
-  if (!spec) *error = p.line ? "line " + std::to_string(p.line) + ": " + p.text : p.text;
+  if (!spec) *error = p.message();
   return spec;
 }
 
@@ -265,9 +176,9 @@ std::optional<JobSpec> load_job_file(const std::string& path, std::string* error
   std::string text;
   if (!read_small_file(path, "job file", kMaxJobFileBytes, "1 MiB (a 64-worker job is about 5 KiB)", &text, error))
     return std::nullopt;
-  Problem p;
+  util::ParseProblem p;
   std::optional<JobSpec> spec = parse(text, &p);
-  if (!spec) *error = path + (p.line ? ":" + std::to_string(p.line) : std::string()) + ": " + p.text;
+  if (!spec) *error = p.message(path);
   if (spec && text_out) *text_out = std::move(text);
   return spec;
 }

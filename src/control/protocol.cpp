@@ -167,22 +167,28 @@ std::string_view state_name(JobStatus::State state) {
   return "unknown";
 }
 
+namespace {
+
+// Numbers as they are; strings bare (state, dtype: single words), or quoted and escaped (error).
+std::string value_text(std::string_view name, const JobFieldValue& v, bool quote_error) {
+  if (const uint64_t* n = std::get_if<uint64_t>(&v)) return std::to_string(*n);
+  const std::string& s = std::get<std::string>(v);
+  return quote_error && name == "error" ? "\"" + escape_quoted(s) + "\"" : s;
+}
+
+}  // namespace
+
 std::string format_job_list(const std::vector<JobStatus>& jobs) {
   if (jobs.empty()) return "no jobs\n";
   std::string out;
   for (const JobStatus& j : jobs) {
-    out += "id=" + std::to_string(j.id);
-    out += " state=" + std::string(state_name(j.state));
-    out += " dtype=" + std::string(util::dtype_name(j.dtype));
-    out += " workers=" + std::to_string(j.workers);
-    out += " released=" + std::to_string(j.released_slots);
-    out += " held=" + std::to_string(j.held_packets);
-    if (j.spec_digest) {
-      char hex[16];
-      std::snprintf(hex, sizeof hex, " spec=%08x", *j.spec_digest);
-      out += hex;
-    }
-    out += " error=\"" + escape_quoted(j.error) + "\"\n";
+    std::string line;
+    for_each_job_field(j, [&](std::string_view name, std::string_view, const JobFieldValue& v) {
+      if (name != "error" && std::holds_alternative<std::string>(v) && std::get<std::string>(v).empty()) return;
+      if (!line.empty()) line += ' ';
+      line.append(name).append("=").append(value_text(name, v, true));
+    });
+    out += line + "\n";
   }
   return out;
 }
@@ -198,15 +204,42 @@ std::string format_counters(const std::vector<Counter>& counters) {
   return out;
 }
 
+std::string digest_text(const JobStatus& j) {
+  if (!j.spec_digest) return {};
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", *j.spec_digest);
+  return hex;
+}
+
 std::string format_job_stats(const JobStatus& job) {
-  std::string out = "id " + std::to_string(job.id) + "\n";
-  out += "state " + std::string(state_name(job.state)) + "\n";
-  out += "released_slots " + std::to_string(job.released_slots) + "\n";
-  out += "held_packets " + std::to_string(job.held_packets) + "\n";
-  out += "retained_packets " + std::to_string(job.retained_packets) + "\n";
-  out += "memory_bytes " + std::to_string(job.memory_bytes) + "\n";
-  out += "mbuf_quota " + std::to_string(job.mbuf_quota) + "\n";
+  std::string out;
+  for_each_job_field(job, [&](std::string_view name, std::string_view, const JobFieldValue& v) {
+    if (std::holds_alternative<std::string>(v) && std::get<std::string>(v).empty()) return;
+    std::string text = value_text(name, v, false);
+    for (char& c : text)
+      if (c == '\n' || c == '\r') c = ' ';  // one line per field
+    out.append(name).append(" ").append(text).append("\n");
+  });
   return out + format_counters(job.counters);
+}
+
+std::string format_job_summary(const JobStatus& job) {
+  std::string out = "job " + std::to_string(job.id) + ":", error;
+  for_each_job_field(job, [&](std::string_view name, std::string_view, const JobFieldValue& v) {
+    if (name == "id") return;
+    if (name == "state") {
+      out.append(" ").append(value_text(name, v, false));
+    } else if (name == "error") {
+      if (!std::get<std::string>(v).empty()) error = " error " + value_text(name, v, true);
+    } else if (std::holds_alternative<std::string>(v) && std::get<std::string>(v).empty()) {
+      return;
+    } else {
+      out.append(" ").append(name).append(" ").append(value_text(name, v, false));
+    }
+  });
+  for (const Counter& c : job.counters)
+    if (c.value) out.append(" ").append(c.name).append(" ").append(std::to_string(c.value));
+  return out + error + "\n";
 }
 
 std::optional<JobListLine> parse_job_list_line(std::string_view line) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string_view>
+#include <variant>
 
 #include "inagg/dataplane/appliance.hpp"
 
@@ -113,32 +114,36 @@ std::string PrometheusRenderer::render() {
     Family(o, "inagg_engine_" + std::string(name) + "_total", text, "counter").sample("", v);
   });
 
-  const std::vector<agg::JobInfo> jobs = app_.list_jobs();
+  // Per job, from the job description (INAGG_JOB_FIELDS): its text fields as labels of
+  // inagg_job_up, each numeric field a gauge family, each engine counter a counter family.
+  const std::vector<control::JobStatus> jobs = app_.describe_jobs();
   {
-    Family f(o, "inagg_job_up", "1 for a registered job, with its state (active or failed) and why it failed", "gauge");
-    for (const agg::JobInfo& j : jobs)
-      f.sample(label("job", std::to_string(j.id)) + "," + label("state", j.state == agg::JobState::active ? "active" : "failed") +
-                   "," + label("error", j.error),
-               uint64_t{1});
+    Family f(o, "inagg_job_up", "1 for a registered job, with its state (active or failed), dtype and why it failed", "gauge");
+    for (const control::JobStatus& j : jobs) {
+      std::string labels = label("job", std::to_string(j.id));
+      control::for_each_job_field(j, [&](std::string_view name, std::string_view, const control::JobFieldValue& v) {
+        if (const std::string* text = std::get_if<std::string>(&v)) labels += "," + label(name, *text);
+      });
+      f.sample(labels, uint64_t{1});
+    }
   }
-  auto job_gauge = [&](const char* name, const char* help, auto field) {
-    Family f(o, name, help, "gauge");
-    for (const agg::JobInfo& j : jobs) f.sample(label("job", std::to_string(j.id)), static_cast<uint64_t>(field(j)));
-  };
-  job_gauge("inagg_job_released_slots", "the job's release cursor: slots whose sums went out", [](const agg::JobInfo& j) { return j.released_slots; });
-  job_gauge("inagg_job_held_packets", "packets held in collecting or complete slots (slot occupancy)", [](const agg::JobInfo& j) { return j.held_packets; });
-  job_gauge("inagg_job_retained_packets", "released packets kept for resends", [](const agg::JobInfo& j) { return j.retained_packets; });
-  job_gauge("inagg_job_memory_bytes", "slot memory the job holds", [](const agg::JobInfo& j) { return j.memory_bytes; });
-  job_gauge("inagg_job_mbuf_quota", "packet buffers the job may hold", [](const agg::JobInfo& j) { return j.mbuf_quota; });
+  if (!jobs.empty()) {
+    control::for_each_job_field(jobs[0], [&](std::string_view name, std::string_view help, const control::JobFieldValue& v) {
+      if (name == "id" || !std::holds_alternative<uint64_t>(v)) return;
+      Family f(o, "inagg_job_" + std::string(name), help, "gauge");
+      for (const control::JobStatus& j : jobs)
+        control::for_each_job_field(j, [&](std::string_view n, std::string_view, const control::JobFieldValue& x) {
+          if (n == name) f.sample(label("job", std::to_string(j.id)), std::get<uint64_t>(x));
+        });
+    });
+  }
   // One family per engine counter with a sample per job (a family's samples must not interleave
   // with another's).
-  std::vector<std::vector<uint64_t>> values(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i)
-    agg::for_each_counter(jobs[i].counters, [&](std::string_view, std::string_view, uint64_t v) { values[i].push_back(v); });
   size_t k = 0;
   agg::for_each_counter(agg::EngineCounters{}, [&](std::string_view name, std::string_view text, uint64_t) {
     Family f(o, "inagg_job_" + std::string(name) + "_total", text, "counter");
-    for (size_t i = 0; i < jobs.size(); ++i) f.sample(label("job", std::to_string(jobs[i].id)), values[i][k]);
+    for (const control::JobStatus& j : jobs)
+      if (k < j.counters.size()) f.sample(label("job", std::to_string(j.id)), j.counters[k].value);
     ++k;
   });
   return o.str();

@@ -4,14 +4,13 @@
 #include <cstdio>
 #include <functional>
 
-#include "inagg/util/text.hpp"
+#include "inagg/util/key_value.hpp"
 #include "inagg/xdp/xagg_shared.h"
 
 namespace inagg::xdp {
 namespace {
 
 using util::quote_for_error;
-using util::trim;
 
 bool number(std::string_view v, unsigned min, unsigned max, unsigned* out, std::string* why) {
   const std::optional<uint64_t> n = util::parse_unsigned(v, max);
@@ -41,52 +40,53 @@ bool multicast(std::string_view v, std::optional<wire::IpAddr>* out, std::string
 }
 
 struct Key {
-  std::string_view name;
-  bool required;
+  util::KeySpec spec;  // name, required, repeatable, a line to suggest
   std::function<bool(HeadJob&, std::string_view, std::string*)> set;
-  bool repeatable = false;
 };
 
 const std::array<Key, 12>& keys() {
   static const std::array<Key, 12> k{{
-      {"id", true, [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_JOBS - 1, &j.id, w); }},
-      {"members", true,
+      {{"id", true, false, "id = 1"},
+       [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_JOBS - 1, &j.id, w); }},
+      {{"members", true, false, "members = 4"},
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, XAGG_MAX_MEMBERS, &j.members, w); }},
-      {"values", true,
+      {{"values", true, false, "values = 256"},
        [](HeadJob& j, std::string_view v, std::string* w) {
          if (!number(v, XAGG_VALUE_ALIGN, XAGG_MAX_VALUES, &j.values, w)) return false;
          if (j.values % XAGG_VALUE_ALIGN == 0) return true;
          *w = std::to_string(j.values) + " is not a multiple of " + std::to_string(XAGG_VALUE_ALIGN);
          return false;
        }},
-      {"window", true,
+      {{"window", true, false, "window = 8"},
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, XAGG_MAX_SLOTS / 2, &j.window, w); }},
-      {"total_weight", true,
+      {{"total_weight", true, false, "total_weight = 4"},
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, 1u << 20, &j.total_weight, w); }},
-      {"group", true,
+      {{"group", true, false, "group = 239.77.0.1"},
        [](HeadJob& j, std::string_view v, std::string* w) {
          std::optional<wire::IpAddr> a;
          if (!multicast(v, &a, w)) return false;
          j.group = *a;
          return true;
        }},
-      {"parent", false, [](HeadJob& j, std::string_view v, std::string* w) { return ipv4(v, &j.parent, w); }},
-      {"parent_group", false, [](HeadJob& j, std::string_view v, std::string* w) { return multicast(v, &j.parent_group, w); }},
-      {"parent_rank", false,
+      {{"parent", false, false, "parent = 10.77.0.203"},
+       [](HeadJob& j, std::string_view v, std::string* w) { return ipv4(v, &j.parent, w); }},
+      {{"parent_group", false, false, "parent_group = 239.77.0.100"},
+       [](HeadJob& j, std::string_view v, std::string* w) { return multicast(v, &j.parent_group, w); }},
+      {{"parent_rank", false, false, "parent_rank = 0"},
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_MEMBERS - 1, &j.parent_rank, w); }},
-      {"parent_mac", false,
+      {{"parent_mac", false, false, "parent_mac = 02:77:00:00:00:01"},
        [](HeadJob& j, std::string_view v, std::string* w) {
          j.parent_mac = parse_mac(v);
          if (!j.parent_mac) *w = quote_for_error(v) + " is not an Ethernet address (aa:bb:cc:dd:ee:ff)";
          return j.parent_mac.has_value();
        }},
-      {"fanout", false,
+      {{"fanout", false, false, "fanout = multicast"},
        [](HeadJob& j, std::string_view v, std::string* w) {
          if (v != "multicast" && v != "unicast") *w = quote_for_error(v) + " is not multicast or unicast";
          j.unicast = v == "unicast";
          return v == "multicast" || v == "unicast";
        }},
-      {"member", false,
+      {{"member", false, true, "member = 0, 10.77.0.1"},
        [](HeadJob& j, std::string_view v, std::string* w) {
          const std::vector<std::string_view> f = util::split_fields(v);
          unsigned rank = 0;
@@ -108,8 +108,7 @@ const std::array<Key, 12>& keys() {
          }
          j.member[rank] = m;
          return true;
-       },
-       true},
+       }},
   }};
   return k;
 }
@@ -141,39 +140,20 @@ wire::MacAddr multicast_mac(const wire::IpAddr& g) {
 std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
   HeadJob job;
   std::array<bool, 12> seen{};
-  const bool ok = util::for_each_content_line(text, [&](size_t line_no, std::string_view line) {
-    const std::string where = "line " + std::to_string(line_no) + ": ";
-    const size_t eq = line.find('=');
-    if (eq == std::string_view::npos) {
-      *error = where + "expected 'key = value', got " + quote_for_error(line);
-      return false;
-    }
-    const std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    size_t k = 0;
-    while (k < keys().size() && keys()[k].name != key) ++k;
-    if (k == keys().size()) {
-      *error = where + "unknown key " + quote_for_error(key) + "; valid keys:";
-      for (const Key& x : keys()) error->append(" ").append(x.name);
-      return false;
-    }
-    if (seen[k] && !keys()[k].repeatable) {
-      *error = where + std::string(key) + ": given twice";
-      return false;
-    }
+  static const std::array<util::KeySpec, 12> specs = [] {
+    std::array<util::KeySpec, 12> a;
+    for (size_t k = 0; k < a.size(); ++k) a[k] = keys()[k].spec;
+    return a;
+  }();
+  util::ParseProblem problem;
+  const bool ok = util::parse_key_values(text, specs, [&](size_t k, std::string_view value, std::string* why) {
     seen[k] = true;
-    std::string why;
-    if (!keys()[k].set(job, value, &why)) {
-      *error = where + std::string(key) + ": " + why;
-      return false;
-    }
-    return true;
-  });
-  if (!ok) return std::nullopt;
-  for (size_t k = 0; k < keys().size(); ++k) {
-    if (keys()[k].required && !seen[k]) {
-      *error = "missing key '" + std::string(keys()[k].name) + "' (see conf/xdp/*.job for commented examples)";
-      return std::nullopt;
-    }
+    return keys()[k].set(job, value, why);
+  }, &problem);
+  if (!ok) {
+    *error = problem.message();
+    if (problem.line == 0) *error += " (see conf/xdp/*.job for commented examples)";
+    return std::nullopt;
   }
   if (!job.parent && (job.parent_group || seen[8] || seen[9])) {
     *error = "parent_group, parent_rank and parent_mac need 'parent = IP', the head one level up";

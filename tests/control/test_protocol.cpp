@@ -143,9 +143,12 @@ TEST(Protocol, Replies) {
   c.state = JobStatus::State::refused;
   c.error = "needs 16384 buffers\\x";
   EXPECT_EQ(format_job_list({a, b, c}),
-            "id=1 state=active dtype=bf16 workers=4 released=12 held=3 error=\"\"\n"
-            "id=2 state=failed dtype=int32 workers=4 released=12 held=3 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n"
-            "id=3 state=refused dtype=bf16 workers=4 released=12 held=3 error=\"needs 16384 buffers\\\\x\"\n");
+            "id=1 state=active dtype=bf16 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
+            "mbuf_quota=0 error=\"\"\n"
+            "id=2 state=failed dtype=int32 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
+            "mbuf_quota=0 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n"
+            "id=3 state=refused dtype=bf16 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
+            "mbuf_quota=0 error=\"needs 16384 buffers\\\\x\"\n");
 
   EXPECT_EQ(format_counters({{"rx_packets", 10}, {"tx_full", 2}}), "rx_packets 10\ntx_full 2\n");
   EXPECT_EQ(format_counters({}), "");
@@ -155,9 +158,44 @@ TEST(Protocol, Replies) {
   s.state = JobStatus::State::active;
   s.memory_bytes = 4096;
   s.counters = {{"slots_released", 5}};
+  s.workers = 2;
   EXPECT_EQ(format_job_stats(s),
-            "id 4\nstate active\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\nmbuf_quota 0\n"
-            "slots_released 5\n");
+            "id 4\nstate active\ndtype fp32\nworkers 2\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\n"
+            "mbuf_quota 0\nslots_released 5\n");
+  s.state = JobStatus::State::failed;
+  s.error = "timed out\nafter 30 s";
+  EXPECT_EQ(format_job_stats(s),
+            "id 4\nstate failed\ndtype fp32\nworkers 2\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\n"
+            "mbuf_quota 0\nerror timed out after 30 s\nslots_released 5\n");
+  s.counters.push_back({"naks_sent", 0});
+  EXPECT_EQ(format_job_summary(s),
+            "job 4: failed dtype fp32 workers 2 released_slots 0 held_packets 0 retained_packets 0 memory_bytes 4096 "
+            "mbuf_quota 0 slots_released 5 error \"timed out\\nafter 30 s\"\n");
+}
+
+// The forms come from one field list (INAGG_JOB_FIELDS): each shows every field, in its order.
+TEST(Protocol, JobFormsShowEveryFieldInOrder) {
+  JobStatus j;
+  j.id = 7;
+  j.state = JobStatus::State::failed;
+  j.error = "why";
+  std::vector<std::string> names;
+  for_each_job_field(j, [&](std::string_view name, std::string_view text, const JobFieldValue&) {
+    names.emplace_back(name);
+    EXPECT_FALSE(text.empty()) << name;
+  });
+  ASSERT_GE(names.size(), 10u);
+  const std::string line = format_job_list({j}), stats = format_job_stats(j), summary = format_job_summary(j);
+  size_t at_line = 0, at_stats = 0, at_summary = 0;
+  for (const std::string& n : names) {
+    at_line = line.find(n + "=", at_line);
+    EXPECT_NE(at_line, std::string::npos) << n << " missing or out of order in: " << line;
+    at_stats = stats.find(n + " ", at_stats);
+    EXPECT_NE(at_stats, std::string::npos) << n << " missing or out of order in: " << stats;
+    if (n == "id" || n == "state") continue;  // the summary starts "job <id>: <state>"
+    at_summary = summary.find(" " + n + " ", at_summary);
+    EXPECT_NE(at_summary, std::string::npos) << n << " missing or out of order in: " << summary;
+  }
 }
 
 // What a worker reads back from `list`: the id, the state and the unescaped error, whatever the
@@ -176,7 +214,7 @@ TEST(Protocol, JobListLinesReadBack) {
   EXPECT_FALSE(l->spec_digest);
   j.spec_digest = 0x0badf00d;
   const std::string with_spec = format_job_list({j});
-  EXPECT_NE(with_spec.find(" held=0 spec=0badf00d error=\""), std::string::npos) << with_spec;
+  EXPECT_NE(with_spec.find(" mbuf_quota=0 spec=0badf00d error=\""), std::string::npos) << with_spec;
   const std::optional<JobListLine> ls = parse_job_list_line(with_spec.substr(0, with_spec.size() - 1));
   ASSERT_TRUE(ls);
   EXPECT_EQ(ls->spec_digest, 0x0badf00du);

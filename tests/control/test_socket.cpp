@@ -63,7 +63,7 @@ struct FakeAppliance {
         if (!r.has_id) return format_counters(agg::counter_list(engine.counters()));
         agg::JobInfo info;
         if (!engine.job_info(r.id, &info)) return format_error("no job " + std::to_string(r.id));
-        return format_job_stats(agg::job_status(info));
+        return format_job_stats(agg::job_status(info, &specs[r.id]));
       }
     }
     return format_error("unreachable");
@@ -119,15 +119,17 @@ TEST_F(ControlSocket, AddListStatsRemove) {
   char spec[16];
   std::string perr;
   std::snprintf(spec, sizeof spec, "%08x", job_digest(*parse_job(kJob, &perr)));
-  EXPECT_EQ(exchange(server, h, "list\n"),
-            "id=9 state=active dtype=fp32 workers=1 released=0 held=0 spec=" + std::string(spec) + " error=\"\"\n");
+  const std::string list = exchange(server, h, "list\n");
+  EXPECT_EQ(list.rfind("id=9 state=active dtype=fp32 workers=1 released_slots=0 held_packets=0 retained_packets=0 memory_bytes=", 0), 0u)
+      << list;
+  EXPECT_TRUE(list.ends_with(" spec=" + std::string(spec) + " error=\"\"\n")) << list;
   const std::string totals = exchange(server, h, "stats\n");
   EXPECT_EQ(totals.rfind("rx_packets 0\npassthrough 0\n", 0), 0u) << totals;
   size_t counters = 0;
   agg::for_each_counter(agg::EngineCounters{}, [&](std::string_view, std::string_view, uint64_t) { ++counters; });
   EXPECT_EQ(static_cast<size_t>(std::count(totals.begin(), totals.end(), '\n')), counters) << totals;
   const std::string one = exchange(server, h, "stats 9\n");
-  EXPECT_EQ(one.rfind("id 9\nstate active\nreleased_slots 0\n", 0), 0u) << one;
+  EXPECT_EQ(one.rfind("id 9\nstate active\ndtype fp32\nworkers 1\nreleased_slots 0\n", 0), 0u) << one;
   EXPECT_EQ(exchange(server, h, "remove 9\n"), "ok job 9 removed\n");
   const std::string again = exchange(server, h, "remove 9\n");
   EXPECT_EQ(again.rfind("error: ", 0), 0u) << again;

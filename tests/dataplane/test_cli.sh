@@ -17,11 +17,32 @@ expect() {  # expect STATUS NEEDLE -- ARGS...
 expect 0 "Usage: inagg [EAL options] -- [inagg options]" -- -- --help
 expect 0 "--idle-exit" -- -- --help
 expect 2 "unrecognised option '--bogus'" -- -- --bogus
-expect 2 "cannot read config file" -- -- --config "$tmp/missing.conf"
+expect 2 "cannot open config file" -- -- --config "$tmp/missing.conf"
 printf 'mtu = abc\n' >"$tmp/bad.conf"
 expect 2 "for option 'mtu' is invalid" -- -- --config "$tmp/bad.conf"
 printf 'no_such_key = 1\n' >"$tmp/bad2.conf"
 expect 2 "no_such_key" -- -- --config "$tmp/bad2.conf"
+# Config files share the job files' key = value parser: errors name the file and line.
+printf '# c\nmtu = 1500\nmbfus = 10\n' >"$tmp/bad3.conf"
+expect 2 "bad3.conf:3: unknown key 'mbfus' (did you mean 'mbufs'?)" -- -- --config "$tmp/bad3.conf"
+printf 'mtu = 1500\nburst = 16\nmtu = 9000\n' >"$tmp/bad4.conf"
+expect 2 "bad4.conf:3: duplicate key 'mtu' (first set on line 1)" -- -- --config "$tmp/bad4.conf"
+printf 'no-flow = yes\n' >"$tmp/bad5.conf"
+expect 2 "bad5.conf:1: no-flow: 'yes' is not true or false" -- -- --config "$tmp/bad5.conf"
+printf '[inagg]\nmtu = 1500\n' >"$tmp/bad6.conf"
+expect 2 "bad6.conf:1: sections such as '[inagg]' are not used" -- -- --config "$tmp/bad6.conf"
+printf 'mtu = 2000  # jumbo off\nno-flow = true\njob = %s\njob = %s\n' "$src/conf/jobs/example-fp32-4workers.job" \
+  "$src/conf/jobs/example-int32-2workers-ipv6.job" >"$tmp/good.conf"
+expect 0 "config ok: mtu 2000" -- -- --config "$tmp/good.conf" --check-config
+grep -c "^job " <<<"$out" | grep -qx 2 || fail "two job lines from a repeated job key: $out"
+expect 0 "config ok: mtu 1500" -- -- --config "$tmp/good.conf" --mtu 1500 --check-config  # the command line wins
+# --check-config checks the mbuf budget against the lcores EAL is given, as start-up does.
+expect 0 "1 datapath lcore(s)" -- -l 0 -- --mbufs 8192 --mbuf-budget 4096 --check-config
+expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 4000 --check-config
+expect 2 "the engines' mbuf budget (4096 x 2 lcores) must leave buffers" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 4096 --check-config
+expect 2 "the engines' mbuf budget (2048 x 5 lcores)" -- --lcores='(0,5)@0,1@1,2-4' -- --mbufs 8192 --mbuf-budget 2048 --check-config
+expect 2 "the engines' mbuf budget (2048 x 4 lcores)" -- -c 0x1f -- --mbufs 8192 --mbuf-budget 2048 --check-config
+expect 2 "cannot read the lcores in '0-x'" -- -l 0-x -- --check-config
 expect 2 "--burst must be between 1 and 64" -- -- --burst 0
 expect 2 "--ports" -- -- --ports 0,x
 printf 'id = 1\ndtype = fp64\n' >"$tmp/bad.job"

@@ -76,17 +76,17 @@ struct Bad {
 TEST(HeadJob, EachMistakeSaysWhatToWrite) {
   const std::string base = "id = 1\nmembers = 4\nvalues = 256\nwindow = 8\ntotal_weight = 4\n";
   const Bad cases[] = {
-      {base, "missing key 'group'"},
+      {base, "missing required key; add a line like `group = 239.77.0.1`"},
       {base + "group = 10.0.0.1\n", "is not a multicast address"},
       {base + "group = fd00::1\n", "is not an IPv4 address"},
       {"id = 256\n", "line 1: id: '256' is not a number in 0..255"},
-      {"id = 1\nid = 2\n", "line 2: id: given twice"},
+      {"id = 1\nid = 2\n", "line 2: duplicate key 'id' (first set on line 1)"},
       {"id = 1\nvalues = 6\n", "line 2: values: 6 is not a multiple of 4"},
       {"id = 1\nvalues = 2048\n", "not a number in 4..1024"},
       {"id = 1\nwindow = 33\n", "not a number in 1..32"},
       {"id = 1\nmembers = 65\n", "not a number in 1..64"},
-      {"groop = 1\n", "line 1: unknown key 'groop'; valid keys: id members"},
-      {"just words\n", "line 1: expected 'key = value'"},
+      {"groop = 1\n", "line 1: unknown key 'groop' (did you mean 'group'?); valid keys: id, members"},
+      {"just words\n", "line 1: expected `key = value`"},
       {base + "group = 239.0.0.1\nparent_rank = 1\n", "parent_group, parent_rank and parent_mac need 'parent = IP'"},
       {base + "group = 239.0.0.1\nparent = 10.0.0.1\n", "a head with a parent needs 'parent_group = IP'"},
       {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 10.0.0.2\n", "parent_group: '10.0.0.2' is not a multicast address"},

@@ -4,13 +4,13 @@
 //   request                       reply
 //   add\n<job file text>          ok job <id> added
 //   remove <id>                   ok job <id> removed
-//   list                          id=<id> state=<active|failed|refused> dtype=<..> workers=<n>
-//                                   released=<slots> held=<packets> spec=<job_digest, 8 hex>
-//                                   error="<why it failed or was refused>"   (one line per job;
-//                                   "no jobs" when there are none; spec= only when known)
+//   list                          id=<id> state=<active|failed|refused> dtype=<..> workers=<n> ...
+//                                   spec=<job_digest, 8 hex> error="<why it failed or was refused>"
+//                                   (one line per job, every field of INAGG_JOB_FIELDS, spec= only
+//                                   when known; "no jobs" when there are none)
 //   stats                         <counter> <value>     (engine totals, one line per counter)
-//   stats <id>                    id, state, released_slots, held_packets, retained_packets,
-//                                   memory_bytes, mbuf_quota, then the job's counters
+//   stats <id>                    <field> <value> per INAGG_JOB_FIELDS field (error only when
+//                                   there is one), then the job's counters
 //
 // Every reply ends with "\n"; one that starts with "error: " is a refusal and says why. Ids are
 // decimal (0x-hex is accepted too).
@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "inagg/control/job.hpp"
@@ -81,12 +82,46 @@ struct JobStatus {
 };
 std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused"
 
-// `list`: one line per job, "no jobs" when there are none.
+// A job's fields, in the order every form shows them under these names: `list` (name=value),
+// `stats <id>` (name value), the appliance's stats print (format_job_summary), DPDK telemetry's
+// /inagg/job,<id> (a JSON dict) and the Prometheus job families; each form is generated from this
+// list, so a field added here shows everywhere. X(name, text, value): `value` is an expression of
+// `j` (a JobStatus), a number or a string.
+#define INAGG_JOB_FIELDS(X)                                                                                    \
+  X(id, "the job id", uint64_t{j.id})                                                                          \
+  X(state, "active, failed (error says why) or refused (error is the refusal)", std::string(state_name(j.state))) \
+  X(dtype, "element type of the gradients", std::string(util::dtype_name(j.dtype)))                            \
+  X(workers, "ranks in the ring", uint64_t{j.workers})                                                         \
+  X(released_slots, "slots whose sums went out (the release cursor of this generation)", j.released_slots)     \
+  X(held_packets, "packets held in collecting or complete slots", j.held_packets)                              \
+  X(retained_packets, "released packets kept for resends", j.retained_packets)                                 \
+  X(memory_bytes, "slot memory the job holds", j.memory_bytes)                                                 \
+  X(mbuf_quota, "packet buffers the job may hold", j.mbuf_quota)                                               \
+  X(spec, "job_digest() of the spec it was added or refused with, 8 hex digits (empty: not known)", digest_text(j)) \
+  X(error, "why the job failed or was refused (empty while it is active)", j.error)
+
+using JobFieldValue = std::variant<uint64_t, std::string>;
+std::string digest_text(const JobStatus& j);  // "%08x" of spec_digest, "" when there is none
+
+// Calls f(name, text, value) for every field of `j`, in INAGG_JOB_FIELDS order.
+template <class F>
+void for_each_job_field(const JobStatus& j, F&& f) {
+#define X(name, text, value) f(std::string_view(#name), std::string_view(text), JobFieldValue(value));
+  INAGG_JOB_FIELDS(X)
+#undef X
+}
+
+// Every form leaves out a text field that is empty, but for `list`'s error (its lines end with it).
+// `list`: one line per job (every field, `name=value`, error quoted and escaped, last), "no jobs"
+// when there are none.
 std::string format_job_list(const std::vector<JobStatus>& jobs);
 // `stats`: "name value\n" per counter, in the order given.
 std::string format_counters(const std::vector<Counter>& counters);
-// `stats <id>`: the job's state figures, then its counters.
+// `stats <id>`: "name value\n" per field (error only when there is one), then its counters.
 std::string format_job_stats(const JobStatus& job);
+// The appliance's stats print: "job <id>: <state> name value ..." with the counters that are not
+// zero, and error "..." last when there is one.
+std::string format_job_summary(const JobStatus& job);
 
 // One line of a `list` reply, read back (what a worker waiting for its job needs); nullopt for a
 // line that is not a job ("no jobs"). `error` is unescaped.

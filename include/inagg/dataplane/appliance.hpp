@@ -1,15 +1,17 @@
 // The appliance's data plane: EAL ports, one run-to-completion loop per worker lcore (l3fwd
 // style), the RC engine per lcore for the jobs it owns, the L2 bridge for everything else, and the
 // request rings through which the control thread reaches the lcores (ip_pipeline style).
+// Sources: src/dataplane/ports.cpp (pool, ports), lcore_loop.cpp (the loop), lcore_requests.cpp
+// (requests to the lcores), job_ownership.cpp (which lcore owns which job), appliance.cpp.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "inagg/agg/engine.hpp"
+#include "inagg/control/protocol.hpp"
 
 namespace inagg::dataplane {
 
@@ -61,31 +63,41 @@ struct PortInfo {
   uint32_t mtu;
 };
 
+// The engines' mbuf budget must leave the pool buffers for forwarding: the check inagg makes at
+// start-up and inagg --check-config makes without EAL (so both say the same). On failure *error
+// says which option to change.
+bool check_mbuf_budget(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error);
+
 class Appliance {
  public:
   Appliance();
-  ~Appliance();
+  ~Appliance();  // stops; closes the ports (a net_pcap output file is complete after it). Before rte_eal_cleanup().
+  Appliance(const Appliance&) = delete;
+  Appliance& operator=(const Appliance&) = delete;
 
   // After rte_eal_init(). Sets up the pool, the ports, the lcores' state. Clear error on failure.
   bool init(const ApplianceConfig& cfg, std::string* error);
-  // Launches the loop on every worker lcore (or runs it on the main lcore when there is none, in
-  // which case `tick` is called from the loop every ~10 ms for the control plane).
-  bool start(std::string* error);
-  void stop();  // asks the loops to finish, flushes TX, waits for them
-  bool single_lcore() const;
-  void set_tick(void (*tick)(void*), void* arg);
-  void run_main_lcore();  // single-lcore mode: runs the loop here until stop_requested()
+  // Runs until stop is requested: the datapath loop on every worker lcore, or on this (the main)
+  // lcore when there is none; `control_tick` every `tick_ms` on this lcore, or, when this lcore
+  // runs the datapath, on a control thread of its own (rte_ctrl_thread_create: off the datapath's
+  // cores where EAL left any). The datapath never waits for the control tick: control requests
+  // reach it as messages on its lcores' rings. Returns false with *error if it could not start.
+  bool run(void (*control_tick)(void*), void* arg, unsigned tick_ms, std::string* error);
+  bool single_lcore() const;  // the main lcore runs the datapath
 
   static void request_stop();    // async-signal-safe
   static bool stop_requested();
 
-  // Control plane; thread-safe (serialised), applied by the owning lcores between bursts.
+  // Control side; any thread, serialised among themselves, applied by the owning lcores between
+  // bursts (or here while no loop runs).
   bool add_job(const agg::JobSpec& spec, std::string* error);
   bool remove_job(uint32_t id, std::string* error);
-  std::vector<agg::JobInfo> list_jobs();
-  bool job_info(uint32_t id, agg::JobInfo* out);
-  bool job_spec(uint32_t id, agg::JobSpec* out);
+  // Jobs as the control protocol describes them (control::JobStatus: the engine's figures and
+  // counters, the spec's dtype and workers), by id.
+  std::vector<control::JobStatus> describe_jobs();
+  bool describe_job(uint32_t id, control::JobStatus* out);
   agg::EngineCounters engine_totals();
+  // Lock-free reads of the lcores' counters and the ports.
   std::vector<std::pair<unsigned, LcoreCounters>> lcore_counters() const;
   const std::vector<PortInfo>& ports() const;
   uint64_t total_rx() const;

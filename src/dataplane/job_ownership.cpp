@@ -1,0 +1,123 @@
+#include "job_ownership.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "inagg/agg/job_status.hpp"
+
+namespace inagg::dataplane {
+
+bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const {
+  // Each engine checks its own jobs' connections; jobs on other lcores are checked here.
+  for (const auto& [id, other] : specs_) {
+    if (id == spec.id) continue;
+    for (const agg::ConnectionSpec& c : spec.conns)
+      for (const agg::ConnectionSpec& o : other.conns)
+        for (const OwnerKey& k : {key_of(c.dst_ip, c.dst_qpn), key_of(c.src_ip, c.src_qpn)})
+          if (k == key_of(o.dst_ip, o.dst_qpn) || k == key_of(o.src_ip, o.src_qpn)) {
+            char qpn[16];
+            std::snprintf(qpn, sizeof qpn, "%x", k.qpn);
+            *error = "job " + std::to_string(spec.id) + ": rank " + std::to_string(c.rank) + " uses QPN 0x" + qpn +
+                     " on an address that already belongs to job " + std::to_string(id);
+            return true;
+          }
+  }
+  return false;
+}
+
+// With one datapath lcore there is nobody to hand packets to: no owner tables.
+void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner) {
+  if (lcores_.size() < 2) return;
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{kind};
+    r.spec = &spec;
+    r.owner = owner;
+    call_lcore(*l, r);
+  }
+}
+
+bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (conflicts(spec, error)) return false;
+  uint16_t owner = 0;
+  if (auto it = owner_.find(spec.id); it != owner_.end()) {
+    owner = it->second;
+  } else {
+    std::vector<size_t> load(lcores_.size(), 0);
+    for (const auto& [id, o] : owner_) ++load[o];
+    owner = static_cast<uint16_t>(std::min_element(load.begin(), load.end()) - load.begin());
+  }
+  LcoreRequest r{LcoreRequest::Kind::add_job};
+  r.spec = &spec;
+  call_lcore(*lcores_[owner], r);
+  if (!r.ok) {
+    *error = r.error;
+    return false;
+  }
+  owner_[spec.id] = owner;
+  specs_[spec.id] = spec;
+  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner);
+  return true;
+}
+
+bool JobOwnership::remove(uint32_t id, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = owner_.find(id);
+  if (it == owner_.end()) {
+    *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
+    return false;
+  }
+  LcoreRequest r{LcoreRequest::Kind::remove_job};
+  r.id = id;
+  call_lcore(*lcores_[it->second], r);
+  if (!r.ok) {
+    *error = r.error;
+    return false;
+  }
+  broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0);
+  owner_.erase(it);
+  specs_.erase(id);
+  return true;
+}
+
+control::JobStatus JobOwnership::description(const agg::JobInfo& info) const {
+  const auto it = specs_.find(info.id);
+  return agg::job_status(info, it != specs_.end() ? &it->second : nullptr);
+}
+
+std::vector<control::JobStatus> JobOwnership::describe_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<control::JobStatus> all;
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{LcoreRequest::Kind::list_jobs};
+    call_lcore(*l, r);
+    for (const agg::JobInfo& info : r.infos) all.push_back(description(info));
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return all;
+}
+
+bool JobOwnership::describe(uint32_t id, control::JobStatus* out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = owner_.find(id);
+  if (it == owner_.end()) return false;
+  LcoreRequest r{LcoreRequest::Kind::job_info};
+  r.id = id;
+  call_lcore(*lcores_[it->second], r);
+  if (!r.ok || r.infos.empty()) return false;
+  *out = description(r.infos[0]);
+  return true;
+}
+
+agg::EngineCounters JobOwnership::totals() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  agg::EngineCounters sum;
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{LcoreRequest::Kind::totals};
+    call_lcore(*l, r);
+    if (r.ok) sum.add(r.counters);
+  }
+  return sum;
+}
+
+}  // namespace inagg::dataplane

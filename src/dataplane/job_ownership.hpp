@@ -1,0 +1,41 @@
+// Which datapath lcore owns which job, as the control side sees it, and the requests that keep
+// the lcores' engines and owner tables in line with it. Internal to src/dataplane.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "inagg/control/protocol.hpp"
+#include "lcore.hpp"
+
+namespace inagg::dataplane {
+
+class JobOwnership {
+ public:
+  void set_lcores(std::vector<LcoreState*> lcores) { lcores_ = std::move(lcores); }
+
+  // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
+  // whose engine decides. Refused when one of its connections belongs to another job.
+  bool add(const agg::JobSpec& spec, std::string* error);
+  bool remove(uint32_t id, std::string* error);
+  std::vector<control::JobStatus> describe_all();
+  bool describe(uint32_t id, control::JobStatus* out);
+  agg::EngineCounters totals();
+
+ private:
+  bool conflicts(const agg::JobSpec& spec, std::string* error) const;
+  control::JobStatus description(const agg::JobInfo& info) const;
+  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner);
+
+  std::vector<LcoreState*> lcores_;
+  // Taken by control-side threads only (the control thread, DPDK's telemetry thread): it keeps the
+  // maps below consistent and lets one request at a time use an lcore's rings. The lcores never
+  // take it.
+  std::mutex mutex_;
+  std::unordered_map<uint32_t, uint16_t> owner_;  // job id -> lcore index
+  std::unordered_map<uint32_t, agg::JobSpec> specs_;
+};
+
+}  // namespace inagg::dataplane

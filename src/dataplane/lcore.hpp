@@ -1,0 +1,127 @@
+// The appliance's datapath lcores: their state, the loop they run, and the request messages through
+// which the control side reaches them (ip_pipeline style). Internal to src/dataplane.
+//
+// Who touches what: an LcoreState is written only by its lcore while the loops run (its counters
+// are read by the control side for display: see LcoreCounters). The control side talks to an lcore
+// only by messages on its request ring; the lcore applies them between bursts and answers on its
+// reply ring. The datapath never takes a lock.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "inagg/agg/engine.hpp"
+#include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/bridge.hpp"
+#include "inagg/util/pcap.hpp"
+
+namespace inagg::dataplane {
+
+inline constexpr uint16_t kMaxBurst = 64;
+
+// Set by Appliance::request_stop() (from a signal handler too); every loop polls it.
+inline std::atomic<bool> g_force_quit{false};
+
+// (address, QPN) of one direction of a job's connection: the key by which an lcore finds the lcore
+// that owns a RoCEv2 packet's job.
+struct OwnerKey {
+  std::array<uint8_t, 16> addr{};
+  uint32_t qpn = 0;
+  bool operator==(const OwnerKey&) const = default;
+};
+struct OwnerKeyHash {
+  size_t operator()(const OwnerKey& k) const {
+    uint64_t a, b;
+    std::memcpy(&a, k.addr.data(), 8);
+    std::memcpy(&b, k.addr.data() + 8, 8);
+    uint64_t h = (a * 0x9e3779b97f4a7c15ull) ^ (b + 0x632be59bd9b4e019ull) ^ (uint64_t{k.qpn} << 7);
+    return static_cast<size_t>(h ^ (h >> 31));
+  }
+};
+inline OwnerKey key_of(const wire::IpAddr& ip, uint32_t qpn) {
+  OwnerKey k;
+  std::memcpy(k.addr.data(), ip.bytes.data(), ip.version == wire::IpVersion::v4 ? 4 : 16);
+  k.qpn = qpn;
+  return k;
+}
+
+struct TxBuffer {
+  uint16_t n = 0;
+  rte_mbuf* pkts[kMaxBurst];
+};
+
+// One per datapath lcore, cache-aligned, touched only by that lcore (but the counters: see
+// appliance.hpp, and `serving`: see below).
+struct alignas(64) LcoreState {
+  unsigned lcore_id = 0;
+  uint16_t index = 0;  // among datapath lcores; also its RX/TX queue id on every port
+  uint16_t queue = 0;
+  std::unique_ptr<agg::Engine> engine;
+  std::unique_ptr<MacTable> macs;
+  // One-entry caches in front of the MAC table (valid for 1 ms; invalidated by any learning).
+  uint64_t learn_cache_mac = ~0ull, learn_cache_ns = 0;
+  uint16_t learn_cache_port = 0xffff;
+  uint64_t lookup_cache_mac = ~0ull, lookup_cache_ns = 0;
+  uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
+  // Each lcore's own copy of which lcore owns which connection, kept by requests: nothing shared.
+  std::unordered_map<OwnerKey, uint16_t, OwnerKeyHash> owners;
+  rte_ring* requests = nullptr;  // SP/SC: the control side (one caller at a time) -> this lcore
+  rte_ring* replies = nullptr;   // SP/SC: this lcore -> the control side
+  rte_ring* handover = nullptr;  // MP/SC: other lcores -> this lcore
+  std::vector<TxBuffer> tx;      // per port index
+  agg::TxList engine_tx{4096};
+  util::PcapWriter capture;
+  LcoreCounters c;
+  // True from start() until this lcore's loop has returned and answered its last request; then
+  // the control side applies requests itself (nothing else touches the engine any more).
+  alignas(64) std::atomic<bool> serving{false};
+};
+
+// What every loop reads and nobody writes while the loops run.
+struct Datapath {
+  uint16_t burst = 32;
+  uint64_t tsc_hz = 0;
+  uint32_t drain_us = 100;
+  std::vector<uint16_t> port_ids;    // port index -> DPDK port id
+  std::vector<int> index_of_port;    // DPDK port id -> port index (-1)
+  std::vector<LcoreState*> lcores;   // by index, for handovers
+};
+
+// lcore_loop.cpp: the run-to-completion loop, until Appliance::stop_requested().
+void run_lcore_loop(const Datapath& dp, LcoreState& l);
+
+// A control request to one lcore, answered in place. The caller owns it and keeps it (and what
+// `spec` points to) alive until the answer came back.
+struct LcoreRequest {
+  enum class Kind : uint8_t { add_job, remove_job, set_owner, clear_owner, job_info, list_jobs, totals };
+  explicit LcoreRequest(Kind k) : kind(k) {}
+  Kind kind;
+  const agg::JobSpec* spec = nullptr;  // add_job, set_owner, clear_owner
+  uint32_t id = 0;                     // remove_job, job_info
+  uint16_t owner = 0;                  // set_owner
+  // The answer.
+  bool ok = false;
+  std::string error;
+  std::vector<agg::JobInfo> infos;     // job_info, list_jobs
+  agg::EngineCounters counters;        // totals
+};
+
+// lcore_requests.cpp. The lcore side: applies whatever requests wait on its ring (between bursts).
+void serve_requests(LcoreState& l);
+// The control side: sends `r` to `l` and waits for the answer; when `l` is not serving (before
+// start, after its loop returned) applies it here. Callers are serialised by JobOwnership's mutex.
+void call_lcore(LcoreState& l, LcoreRequest& r);
+// Creates (and frees) the lcore's request and reply rings.
+bool create_request_rings(LcoreState& l, std::string* error);
+void free_request_rings(LcoreState& l);
+
+}  // namespace inagg::dataplane

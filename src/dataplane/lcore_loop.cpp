@@ -1,0 +1,245 @@
+// The datapath lcore's run-to-completion loop (l3fwd style): requests, handovers and RX between
+// bursts, the L2 bridge for frames no job claims, the owning lcore's engine for RoCEv2, TX buffered
+// per port and drained on a TSC timer.
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_prefetch.h>
+
+#include "inagg/wire/headers.hpp"
+#include "lcore.hpp"
+
+namespace inagg::dataplane {
+namespace {
+
+// A cheap pre-filter so plain frames go straight to the bridge: Ethernet [+ one VLAN tag] +
+// IPv4/IPv6 + UDP to 4791. The engine parses fully.
+bool looks_like_roce(const uint8_t* f, uint32_t len) {
+  if (len < 14 + 20 + 8 + 12) return false;
+  size_t off = 12;
+  uint16_t type = wire::load_be16(f + off);
+  if (type == wire::kEtherTypeVlan || type == wire::kEtherTypeQinQ) {
+    off += 4;
+    type = wire::load_be16(f + off);
+  }
+  off += 2;
+  if (type == wire::kEtherTypeIpv4) {
+    if (len < off + 28) return false;
+    const size_t ihl = static_cast<size_t>(f[off] & 0x0f) * 4;
+    return f[off + 9] == wire::kIpProtoUdp && len >= off + ihl + 8 && wire::load_be16(f + off + ihl + 2) == wire::kRoceV2Port;
+  }
+  if (type == wire::kEtherTypeIpv6) {
+    return len >= off + 48 && f[off + 6] == wire::kIpProtoUdp && wire::load_be16(f + off + 42) == wire::kRoceV2Port;
+  }
+  return false;
+}
+
+// The owner key of a RoCEv2 packet: its destination address and QPN.
+bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k) {
+  wire::Layout l;
+  if (wire::parse_frame({f, len}, l) != wire::ParseStatus::roce) return false;
+  const uint8_t* ip = f + l.l3;
+  if (l.ip == wire::IpVersion::v4)
+    std::memcpy(k->addr.data(), ip + 16, 4);
+  else
+    std::memcpy(k->addr.data(), ip + 24, 16);
+  k->qpn = wire::bth_of(f, l).dest_qp();
+  return true;
+}
+
+// One lcore's loop; a class only so the per-packet steps share dp and l without passing them.
+class LcoreLoop {
+ public:
+  LcoreLoop(const Datapath& dp, LcoreState& l) : dp_(dp), l_(l) {}
+  void run();
+
+ private:
+  void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
+  void route_engine_output(uint64_t now_ns);
+  void send(rte_mbuf* m, uint64_t now_ns);
+  void enqueue_tx(unsigned port_index, rte_mbuf* m);
+  void send_burst(unsigned port_index);
+  void flush_tx();
+
+  const Datapath& dp_;
+  LcoreState& l_;
+};
+
+void LcoreLoop::run() {
+  LcoreState& l = l_;
+  const uint64_t drain_tsc = dp_.tsc_hz * dp_.drain_us / 1'000'000;
+  const uint64_t poll_tsc = dp_.tsc_hz / 100'000;  // engine timers every 10 us
+  uint64_t last_drain = rte_rdtsc(), last_poll = last_drain;
+  rte_mbuf* pkts[kMaxBurst];
+  const double ns_per_tsc = 1e9 / static_cast<double>(dp_.tsc_hz);
+
+  while (!g_force_quit.load(std::memory_order_relaxed)) {
+    const uint64_t t0 = rte_rdtsc();
+    const uint64_t now_ns = static_cast<uint64_t>(static_cast<double>(t0) * ns_per_tsc);
+    bool work = false;
+
+    serve_requests(l);  // control requests, between bursts
+
+    // Packets other lcores handed over (their job is ours).
+    unsigned n = rte_ring_dequeue_burst(l.handover, reinterpret_cast<void**>(pkts), dp_.burst, nullptr);
+    if (n) {
+      work = true;
+      l.c.handover_in += n;
+      for (unsigned i = 0; i < n; ++i) handle_packet(pkts[i], now_ns, true);
+    }
+
+    for (uint16_t pi = 0; pi < dp_.port_ids.size(); ++pi) {
+      n = rte_eth_rx_burst(dp_.port_ids[pi], l.queue, pkts, dp_.burst);
+      if (n == 0) continue;
+      work = true;
+      l.c.rx += n;
+      // As l3fwd does: start the headers' cache misses for the burst before touching any of them.
+      for (unsigned i = 0; i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
+      for (unsigned i = 0; i < n; ++i) handle_packet(pkts[i], now_ns, false);
+    }
+
+    if (t0 - last_poll > poll_tsc) {
+      l.engine->poll(now_ns, l.engine_tx);
+      route_engine_output(now_ns);
+      last_poll = t0;
+    }
+    if (t0 - last_drain > drain_tsc) {
+      flush_tx();
+      last_drain = t0;
+    }
+    const uint64_t t1 = rte_rdtsc();
+    (work ? l.c.busy_cycles : l.c.idle_cycles) += t1 - t0;
+  }
+  flush_tx();
+  // Answer what is waiting, then hand the engine to the control side (lcore_requests.cpp).
+  serve_requests(l);
+  l.serving.store(false, std::memory_order_release);
+}
+
+void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) {
+  LcoreState& l = l_;
+  if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
+    ++l.c.multiseg_linearize_failed;  // cannot look inside it: bridge it as it is
+    if (!from_handover) send(m, now_ns);
+    else rte_pktmbuf_free(m);
+    return;
+  }
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  const uint32_t len = m->data_len;
+  if (!from_handover && len >= 14) {
+    // Bursts come from few stations: re-learning the same source on the same port within 1 ms
+    // changes nothing, so skip it (halves the bridge's per-frame cost on a burst of one flow).
+    const uint64_t src = MacTable::key(data + 6);
+    if (src != l.learn_cache_mac || m->port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
+      l.macs->learn(data + 6, m->port, now_ns);
+      l.learn_cache_mac = src;
+      l.learn_cache_port = m->port;
+      l.learn_cache_ns = now_ns;
+      l.lookup_cache_ns = 0;  // a move may change the cached lookup
+    }
+  }
+  if (!looks_like_roce(data, len)) {
+    send(m, now_ns);
+    return;
+  }
+  if (!from_handover && dp_.lcores.size() > 1) {
+    OwnerKey k;
+    if (owner_key_of(data, len, &k)) {
+      auto it = l.owners.find(k);
+      if (it != l.owners.end() && it->second != l.index) {
+        if (rte_ring_enqueue(dp_.lcores[it->second]->handover, m) == 0) {
+          ++l.c.handover_out;
+        } else {
+          ++l.c.handover_full;
+          rte_pktmbuf_free(m);
+        }
+        return;
+      }
+    }
+  }
+  ++l.c.roce;
+  l.engine->process({m, data, static_cast<uint16_t>(len)}, now_ns, l.engine_tx);
+  route_engine_output(now_ns);
+}
+
+void LcoreLoop::route_engine_output(uint64_t now_ns) {
+  LcoreState& l = l_;
+  for (size_t i = 0; i < l.engine_tx.size(); ++i) {
+    rte_mbuf* m = static_cast<rte_mbuf*>(l.engine_tx[i].handle);
+    if (l.capture.is_open()) l.capture.write(rte_pktmbuf_mtod(m, uint8_t*), m->data_len, now_ns);
+    send(m, now_ns);
+  }
+  l.engine_tx.clear();
+}
+
+// Bridges one frame: to the learned port, flooded, or dropped when it would go back where it
+// came from. Consumes one reference of m.
+void LcoreLoop::send(rte_mbuf* m, uint64_t now_ns) {
+  LcoreState& l = l_;
+  const uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  const int in = m->port < dp_.index_of_port.size() ? dp_.index_of_port[m->port] : -1;
+  const uint16_t in_port = in >= 0 ? static_cast<uint16_t>(in) : kNoPort;
+  uint16_t out = kFlood;
+  if (m->data_len >= 6) {
+    const uint64_t dst = MacTable::key(data);
+    if (dst == l.lookup_cache_mac && m->port == l.lookup_cache_port && now_ns - l.lookup_cache_ns < 1'000'000) {
+      out = l.lookup_cache_out;
+    } else {
+      out = l.macs->lookup(data, m->port, now_ns);
+      l.lookup_cache_mac = dst;
+      l.lookup_cache_port = m->port;
+      l.lookup_cache_out = out;
+      l.lookup_cache_ns = now_ns;
+    }
+  }
+  if (out == kDrop) {
+    ++l.c.same_port_drops;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (out != kFlood) {
+    const int oi = out < dp_.index_of_port.size() ? dp_.index_of_port[out] : -1;
+    if (oi >= 0) {
+      ++l.c.bridged;
+      enqueue_tx(static_cast<unsigned>(oi), m);
+      return;
+    }
+  }
+  ++l.c.flooded;
+  const unsigned nports = static_cast<unsigned>(dp_.port_ids.size());
+  const unsigned copies = nports - (in_port != kNoPort ? 1 : 0);
+  if (copies == 0) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (copies > 1) rte_mbuf_refcnt_update(m, static_cast<int16_t>(copies - 1));
+  for (unsigned p = 0; p < nports; ++p)
+    if (p != in_port) enqueue_tx(p, m);
+}
+
+void LcoreLoop::enqueue_tx(unsigned pi, rte_mbuf* m) {
+  TxBuffer& b = l_.tx[pi];
+  b.pkts[b.n++] = m;
+  if (b.n == dp_.burst) send_burst(pi);
+}
+
+// Hands a port's TX buffer to the PMD; whatever it does not take is freed and counted.
+void LcoreLoop::send_burst(unsigned pi) {
+  TxBuffer& b = l_.tx[pi];
+  const uint16_t sent = rte_eth_tx_burst(dp_.port_ids[pi], l_.queue, b.pkts, b.n);
+  l_.c.tx += sent;
+  for (uint16_t i = sent; i < b.n; ++i) rte_pktmbuf_free(b.pkts[i]);
+  l_.c.tx_dropped += b.n - sent;
+  b.n = 0;
+}
+
+void LcoreLoop::flush_tx() {
+  for (unsigned pi = 0; pi < l_.tx.size(); ++pi) {
+    if (l_.tx[pi].n) send_burst(pi);
+  }
+}
+
+}  // namespace
+
+void run_lcore_loop(const Datapath& dp, LcoreState& l) { LcoreLoop(dp, l).run(); }
+
+}  // namespace inagg::dataplane

@@ -1,0 +1,110 @@
+// Control requests to the datapath lcores, as DPDK's ip_pipeline passes them: a message on the
+// lcore's request ring, applied by the lcore between bursts, the same message back on its reply
+// ring. The lcore never waits for the control side and never takes a lock; the control side
+// waits for the answer (microseconds while the loop runs).
+#include <rte_errno.h>
+#include <rte_lcore.h>
+
+#include <chrono>
+#include <thread>
+
+#include "lcore.hpp"
+
+namespace inagg::dataplane {
+namespace {
+
+constexpr unsigned kRingSize = 64;  // one request in flight per lcore; room to spare
+
+void apply(LcoreState& l, LcoreRequest& r) {
+  switch (r.kind) {
+    case LcoreRequest::Kind::add_job:
+      r.ok = l.engine->add_job(*r.spec, &r.error);
+      break;
+    case LcoreRequest::Kind::remove_job:
+      r.ok = l.engine->remove_job(r.id, &r.error);
+      break;
+    case LcoreRequest::Kind::set_owner:
+    case LcoreRequest::Kind::clear_owner:
+      for (const agg::ConnectionSpec& c : r.spec->conns) {
+        for (const OwnerKey& k : {key_of(c.dst_ip, c.dst_qpn), key_of(c.src_ip, c.src_qpn)}) {
+          if (r.kind == LcoreRequest::Kind::set_owner)
+            l.owners[k] = r.owner;
+          else
+            l.owners.erase(k);
+        }
+      }
+      r.ok = true;
+      break;
+    case LcoreRequest::Kind::job_info: {
+      agg::JobInfo info{};
+      r.ok = l.engine->job_info(r.id, &info);
+      if (r.ok) r.infos.push_back(info);
+      break;
+    }
+    case LcoreRequest::Kind::list_jobs:
+      for (uint32_t id : l.engine->job_ids()) {
+        agg::JobInfo info{};
+        if (l.engine->job_info(id, &info)) r.infos.push_back(info);
+      }
+      r.ok = true;
+      break;
+    case LcoreRequest::Kind::totals:
+      r.counters = l.engine->counters();
+      r.ok = true;
+      break;
+  }
+}
+
+}  // namespace
+
+bool create_request_rings(LcoreState& l, std::string* error) {
+  const std::string suffix = std::to_string(l.index);
+  const int socket = static_cast<int>(rte_socket_id());
+  const unsigned flags = RING_F_SP_ENQ | RING_F_SC_DEQ;
+  l.requests = rte_ring_create(("inagg_req_" + suffix).c_str(), kRingSize, socket, flags);
+  l.replies = rte_ring_create(("inagg_rsp_" + suffix).c_str(), kRingSize, socket, flags);
+  if (l.requests && l.replies) return true;
+  *error = std::string("cannot create the lcore request rings: ") + rte_strerror(rte_errno);
+  return false;
+}
+
+void free_request_rings(LcoreState& l) {
+  rte_ring_free(l.requests);
+  rte_ring_free(l.replies);
+  l.requests = l.replies = nullptr;
+}
+
+void serve_requests(LcoreState& l) {
+  void* msg;
+  while (rte_ring_dequeue(l.requests, &msg) == 0) {
+    apply(l, *static_cast<LcoreRequest*>(msg));
+    // Room is certain: one request in flight per lcore, and the caller takes its answer off.
+    rte_ring_enqueue(l.replies, msg);
+  }
+}
+
+void call_lcore(LcoreState& l, LcoreRequest& r) {
+  if (!l.serving.load(std::memory_order_acquire)) {  // no loop runs on l: nothing else touches its engine
+    apply(l, r);
+    return;
+  }
+  void* msg = &r;
+  if (rte_ring_enqueue(l.requests, msg) != 0) {  // cannot happen with one caller at a time
+    r.ok = false;
+    r.error = "lcore " + std::to_string(l.lcore_id) + " is not taking requests (its ring is full)";
+    return;
+  }
+  for (;;) {
+    if (rte_ring_dequeue(l.replies, &msg) == 0) return;  // ours: one request in flight
+    if (!l.serving.load(std::memory_order_acquire)) {
+      // The loop returned (stop requested). Whatever it answered is on the reply ring; what it did
+      // not see is still on the request ring, which is ours to take now that it is gone.
+      if (rte_ring_dequeue(l.replies, &msg) == 0) return;
+      if (rte_ring_dequeue(l.requests, &msg) == 0) apply(l, r);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace inagg::dataplane

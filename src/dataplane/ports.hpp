@@ -1,0 +1,47 @@
+// The appliance's ports: the packet buffer pool, each port's configuration (one RX and one TX
+// queue per datapath lcore), rte_flow steering, and their teardown. Internal to src/dataplane.
+#pragma once
+
+#include <rte_mempool.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/flow.hpp"
+
+namespace inagg::dataplane {
+
+class PortSet {
+ public:
+  PortSet() = default;
+  ~PortSet();  // stops and closes every port it configured, frees the pool
+  PortSet(const PortSet&) = delete;
+  PortSet& operator=(const PortSet&) = delete;
+
+  // Checks cfg.ports against what EAL probed (empty: all of them). Before open().
+  bool select(const ApplianceConfig& cfg, std::string* error);
+  // Creates the pool and configures and starts every selected port with `queues` queue pairs. On
+  // failure *error says what failed and what to change.
+  bool open(const ApplianceConfig& cfg, uint16_t queues, std::string* error);
+  // Waits up to `ms` for every link to be up (a net_memif port is down until its peer connects).
+  void wait_for_links(uint32_t ms) const;
+
+  rte_mempool* pool() const { return pool_; }
+  const std::vector<uint16_t>& ids() const { return ids_; }  // port index -> DPDK port id
+  std::vector<int> index_of_port() const;                    // DPDK port id -> port index (-1)
+  const std::vector<PortInfo>& info() const { return info_; }
+  std::string stats_text() const;  // one line per port: PMD counters
+
+ private:
+  bool open_port(const ApplianceConfig& cfg, uint16_t port, uint16_t queues, std::string* error);
+
+  rte_mempool* pool_ = nullptr;
+  std::vector<uint16_t> ids_;
+  std::vector<uint16_t> configured_;  // ports rte_eth_dev_configure accepted: to stop and close
+  std::vector<SteeringResult> steering_;
+  std::vector<PortInfo> info_;
+};
+
+}  // namespace inagg::dataplane
