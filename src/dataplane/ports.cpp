@@ -8,6 +8,11 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -136,6 +141,14 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
     conf.rx_adv_conf.rss_conf.rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
   }
   if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  uint32_t kernel_mtu = 0;  // net_af_packet: the interface's own MTU is the one that counts
+  if (is_af_packet(info)) {
+    ifreq ifr{};
+    const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s >= 0 && info.if_index && if_indextoname(info.if_index, ifr.ifr_name) && ::ioctl(s, SIOCGIFMTU, &ifr) == 0)
+      kernel_mtu = static_cast<uint32_t>(ifr.ifr_mtu);
+    if (s >= 0) ::close(s);
+  }
   if (int rc = rte_eth_dev_configure(p, nq, nq, &conf); rc != 0) {
     // Some virtual devices refuse an MTU: retry with the default and say so.
     conf.rxmode.mtu = 0;
@@ -144,7 +157,11 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
                rte_strerror(-rc2) + "); check the device's EAL arguments";
       return false;
     }
-    std::fprintf(stderr, "inagg: %s: MTU %u refused (%s); using the device default\n", name.c_str(), mtu, rte_strerror(-rc));
+    if (kernel_mtu)  // ethdev checks the MTU against the 1518-byte frames this driver claims, which it does not enforce
+      std::fprintf(stderr, "inagg: %s: DPDK keeps its default MTU here; the interface's MTU (%u) and framesz decide which frames pass\n",
+                   name.c_str(), kernel_mtu);
+    else
+      std::fprintf(stderr, "inagg: %s: MTU %u refused (%s); using the device default\n", name.c_str(), mtu, rte_strerror(-rc));
   }
   configured_.push_back(p);
   uint16_t rxd = cfg.rx_desc, txd = cfg.tx_desc;
@@ -170,7 +187,7 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   rte_eth_promiscuous_enable(p);  // a switch port sees every frame
   uint16_t actual_mtu = 0;
   rte_eth_dev_get_mtu(p, &actual_mtu);
-  PortInfo pi{p, info.driver_name ? info.driver_name : "?", false, "", actual_mtu};
+  PortInfo pi{p, info.driver_name ? info.driver_name : "?", false, "", kernel_mtu ? kernel_mtu : actual_mtu};
   SteeringResult sr;
   if (cfg.flow_steering) {
     sr = install_roce_steering(p, 0);

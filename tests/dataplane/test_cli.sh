@@ -58,7 +58,13 @@ sed -i 's/^message_bytes = .*/message_bytes = 1000/' "$tmp/g/job.job"
 expect 2 "multiple of payload_bytes" -- --no-huge --no-pci -m 256 --file-prefix="inagg-cli-$$" --log-level=lib.eal:error \
   --vdev="net_pcap0,rx_pcap=$tmp/g/port0.pcap,tx_pcap=$tmp/o0.pcap" --vdev="net_pcap1,rx_pcap=$tmp/g/port1.pcap,tx_pcap=$tmp/o1.pcap" \
   -- --job "$tmp/g/job.job" --socket "" --mtu 4200 --mbufs 4096 --mbuf-budget 1024
+# A port set-up failure after the pool exists: a clear error and a clean exit (it used to segfault
+# tearing the appliance down after EAL cleanup).
+expect 2 "has 1 RX / 1 TX queues but 2 datapath lcores need one each" -- --lcores='(0,2)@0,1@0' --no-huge --no-pci -m 256 \
+  --file-prefix="inagg-cli3-$$" --log-level=lib.eal:error --vdev="net_pcap0,rx_pcap=$tmp/g/port0.pcap,tx_pcap=$tmp/o0.pcap" \
+  -- --socket "" --mbufs 4096 --mbuf-budget 1024
+grep -qi "sanitizer\|segmentation" <<<"$out" && fail "port set-up failure: $out"
 # No ports at all.
 expect 2 "no DPDK ports" -- --no-huge --no-pci -m 256 --file-prefix="inagg-cli2-$$" --log-level=lib.eal:error -- --socket ""
-rm -rf "/var/run/dpdk/inagg-cli-$$" "/var/run/dpdk/inagg-cli2-$$"
+rm -rf "/var/run/dpdk/inagg-cli-$$" "/var/run/dpdk/inagg-cli2-$$" "/var/run/dpdk/inagg-cli3-$$"
 echo "inagg CLI behaves"
