@@ -125,7 +125,9 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const uint32_t len = m->data_len;
-  if (!from_handover && len >= 14) {
+  if (len >= 14) {
+    // Every lcore learns from every frame it handles, handed over or received: the lcore that owns
+    // a job sends its sums, so it must know where the ranks are whichever lcore received them.
     // Bursts come from few stations: re-learning the same source on the same port within 1 ms
     // changes nothing, so skip it (halves the bridge's per-frame cost on a burst of one flow).
     const uint64_t src = MacTable::key(data + 6);

@@ -5,7 +5,10 @@
 - each connection's PSNs come out in order, every expected packet comes out at least once;
 - every background frame comes out byte-identical on every other port, and never on its own.
 
-  check_output.py GEN_DIR OUT0.pcap OUT1.pcap ...   (out pcap i is port i's TX)
+- with --station-ports P0,P1,...: every aggregated packet leaves only on the port of the station
+  it is addressed to (rank r's station is behind port Pr), never flooded to another.
+
+  check_output.py [--station-ports P0,P1,...] GEN_DIR OUT0.pcap OUT1.pcap ...   (out pcap i is port i's TX)
 """
 import collections
 import logging
@@ -38,7 +41,12 @@ def icrc_ok(raw: bytes) -> bool:
 
 
 def main() -> int:
-    gen, outs = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    station_port = None
+    if args and args[0] == "--station-ports":
+        station_port = [int(p) for p in args[1].split(",")]
+        args = args[2:]
+    gen, outs = args[0], args[1:]
     expected = {}
     for line in open(f"{gen}/expected.txt"):
         ip, qpn, psn, s = line.split()
@@ -63,6 +71,11 @@ def main() -> int:
             if key not in expected:
                 errors.append(f"port {port}: unexpected PSN {key}")
                 continue
+            if station_port is not None:
+                dst_rank = int.from_bytes(bytes.fromhex(pkt[Ether].dst.replace(":", ""))[4:], "big")  # gen-pcap's mac()
+                if station_port[dst_rank] != port:
+                    errors.append(f"port {port}: {key} for rank {dst_rank}'s station, which is behind port {station_port[dst_rank]}")
+                    continue
             if not icrc_ok(raw):
                 errors.append(f"port {port}: bad ICRC on {key}")
             hdr = len(raw) - 4 - len(expected[key])
