@@ -32,6 +32,16 @@ TEST(MacTable, GroupSourcesAreNotLearned) {
   EXPECT_EQ(t.size(1), 0u);
 }
 
+TEST(MacTable, TheZeroAddressIsNotLearnedSoFramesToItFlood) {
+  // net_null's frames are all zeros: source and destination 00:00:00:00:00:00.
+  const uint8_t ZERO[6] = {};
+  MacTable t(64, 1'000'000'000);
+  t.learn(ZERO, 0, 1);
+  EXPECT_EQ(t.size(1), 0u);
+  EXPECT_EQ(t.lookup(ZERO, 0, 2), kFlood);  // not kDrop: the frame goes out of the other ports
+  EXPECT_EQ(MacTable::key(ZERO), MacTable::kZeroKey);
+}
+
 TEST(MacTable, StationsMoveAndAgeOut) {
   MacTable t(64, 100);
   t.learn(A, 0, 0);

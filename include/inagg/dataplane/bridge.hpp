@@ -21,7 +21,8 @@ class MacTable {
   // and reused.
   MacTable(size_t capacity, uint64_t ageing_ns);
 
-  // Learns the source address of a frame that came in on `port` (unicast sources only).
+  // Learns the source address of a frame that came in on `port` (unicast sources only, not the
+  // all-zero address).
   void learn(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
 
   // Where a frame to `dst_mac` arriving on `in_port` goes: a port, kFlood or kDrop.
@@ -34,6 +35,7 @@ class MacTable {
   uint64_t full() const { return full_; }     // could not learn: table full of live entries
 
  static uint64_t key(const uint8_t* mac);  // the table's key of an address (the lcore caches use it too)
+ static constexpr uint64_t kZeroKey = 1ull << 63;  // key(00:00:00:00:00:00)
 
  private:
   struct Entry {
@@ -70,6 +72,10 @@ inline size_t MacTable::slot_of(uint64_t k) const {
 inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
   if (src_mac[0] & 1) return;  // a group address is never a source
   const uint64_t k = key(src_mac);
+  // 00:00:00:00:00:00 is no station's address (Linux's bridge drops such frames); a virtual device
+  // that sends zeroed frames (net_null) would otherwise have every frame dropped as going back
+  // out of its ingress port. Not learned: frames to it flood.
+  if (k == kZeroKey) return;
   size_t free_slot = SIZE_MAX;
   for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
     Entry& e = entries_[s];
