@@ -1,6 +1,7 @@
 // inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf.
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_pdump.h>
 
 #include <boost/program_options.hpp>
 
@@ -399,7 +400,11 @@ int main(int argc, char** argv) {
               << " (check the EAL options before `--`: hugepages or --no-huge, -l, --vdev, --file-prefix)\n";
     return 2;
   }
+  // dpdk-dumpcap and dpdk-pdump attach as secondary processes and capture from any port.
+  const bool pdump = rte_pdump_init() == 0;
+  if (!pdump) std::fprintf(stderr, "inagg: packet capture (rte_pdump) unavailable: %s\n", rte_strerror(rte_errno));
   const int status = run_appliance(opt, jobs);
+  if (pdump) rte_pdump_uninit();
   rte_eal_cleanup();
   return status;
 }
