@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "inagg/agg/kernels.hpp"
+#include "inagg/util/log.hpp"
 #include "inagg/wire/icrc.hpp"
 
 namespace inagg::agg {
@@ -366,7 +367,7 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
     ++job.c.job_errors;
     ++totals_.job_errors;
   }
-  std::fprintf(stderr, "inagg: job %u aborted: %s\n", job.spec.id, why.c_str());
+  util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, why.c_str());
   free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
 }
 

@@ -26,9 +26,11 @@
 #include "inagg/control/socket.hpp"
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/eal_args.hpp"
+#include "inagg/dataplane/events.hpp"
 #include "inagg/dataplane/metrics.hpp"
 #include "inagg/dataplane/telemetry.hpp"
 #include "inagg/util/key_value.hpp"
+#include "inagg/util/log.hpp"
 #include "inagg/wire/crc32.hpp"
 #include "version.hpp"
 
@@ -208,18 +210,19 @@ std::string handle_request(const control::Request& r) {
       std::string err;
       if (!g_app->add_job(r.job, &err)) {
         g_refused.record(r.job, err);
+        util::log(util::LogModule::control, util::LogLevel::warning, "job %u refused: %s", r.job.id, err.c_str());
         return control::format_error(err);
       }
       g_refused.forget(r.job.id);
-      std::fprintf(stderr, "inagg: job %u added (%u workers, %s)\n", r.job.id, r.job.workers,
-                   std::string(util::dtype_name(r.job.dtype)).c_str());
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id, r.job.workers,
+                std::string(util::dtype_name(r.job.dtype)).c_str());
       return control::format_job_added(r.job.id);
     }
     case control::Request::Verb::remove: {
       std::string err;
       if (!g_app->remove_job(r.id, &err)) return g_refused.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
       g_refused.forget(r.id);
-      std::fprintf(stderr, "inagg: job %u removed\n", r.id);
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u removed", r.id);
       return control::format_job_removed(r.id);
     }
     case control::Request::Verb::list: {
@@ -240,6 +243,7 @@ std::string handle_request(const control::Request& r) {
 // The control thread's work, every few milliseconds: the control socket, the periodic stats,
 // --idle-exit.
 struct ControlLoop {
+  dataplane::EventWatcher* events;
   control::ControlServer* server;
   double stats_interval, idle_exit, run_for;
   std::chrono::steady_clock::time_point next_stats, last_rx_change, started;
@@ -252,10 +256,11 @@ struct ControlLoop {
       started = next_stats = last_rx_change = std::chrono::steady_clock::now();
     }
     if (server && server->is_open()) server->poll(handle_request);
+    events->poll();
     const auto now = std::chrono::steady_clock::now();
     if (run_for > 0 && now - started >= std::chrono::milliseconds(static_cast<int64_t>(run_for * 1000)) &&
         !dataplane::Appliance::stop_requested()) {
-      std::fprintf(stderr, "inagg: ran for %.1f s: exiting (--run-for)\n", run_for);
+      util::log(util::LogModule::control, util::LogLevel::info, "ran for %.1f s: exiting (--run-for)", run_for);
       dataplane::Appliance::request_stop();
     }
     if (stats_interval > 0 && now >= next_stats) {
@@ -269,7 +274,7 @@ struct ControlLoop {
       last_rx = rx;
       last_rx_change = now;
     } else if (idle_exit > 0 && rx > 0 && now - last_rx_change > std::chrono::milliseconds(static_cast<int64_t>(idle_exit * 1000))) {
-      std::fprintf(stderr, "inagg: no packet for %.1f s: exiting (--idle-exit)\n", idle_exit);
+      util::log(util::LogModule::control, util::LogLevel::info, "no packet for %.1f s: exiting (--idle-exit)", idle_exit);
       dataplane::Appliance::request_stop();
     }
   }
@@ -310,25 +315,25 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
   dataplane::Appliance app;
   std::string err;
   if (!app.init(opt.app, &err)) {
-    std::cerr << "inagg: " << err << "\n";
+    util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
     return 2;
   }
   g_app = &app;
-  std::fprintf(stderr, "inagg: %zu ports, %s, kernels %s, crc32 %s\n", app.ports().size(),
+  util::log(util::LogModule::dataplane, util::LogLevel::info, "%zu ports, %s, kernels %s, crc32 %s", app.ports().size(),
                app.single_lcore() ? "one lcore (main) for the datapath, a control thread beside it" : "datapath on the worker lcores",
                std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
   int status = 0;
   for (const agg::JobSpec& spec : jobs) {
     if (!app.add_job(spec, &err)) {
-      std::cerr << "inagg: " << err << "\n";
+      util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
       break;
     }
-    std::fprintf(stderr, "inagg: job %u registered (%s)\n", spec.id, describe_spec(spec).c_str());
+    util::log(util::LogModule::control, util::LogLevel::info, "job %u registered (%s)", spec.id, describe_spec(spec).c_str());
   }
   control::ControlServer server;
   if (status == 0 && !opt.socket_path.empty() && !server.open(opt.socket_path, &err)) {
-    std::cerr << "inagg: control socket: " << err << "\n";
+    util::log(util::LogModule::control, util::LogLevel::error, "control socket: %s", err.c_str());
     status = 2;
   }
   // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
@@ -337,18 +342,19 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
   dataplane::MetricsServer metrics;
   if (status == 0 && !opt.metrics_listen.empty()) {
     if (!metrics.start(opt.metrics_listen, [&] { std::lock_guard lock(render_mutex); return renderer.render(); }, &err)) {
-      std::cerr << "inagg: --metrics: " << err << "\n";
+      util::log(util::LogModule::control, util::LogLevel::error, "--metrics: %s", err.c_str());
       status = 2;
     } else {
-      std::fprintf(stderr, "inagg: metrics at http://%s%s%s:%u/metrics\n", metrics.host().find(':') != std::string::npos ? "[" : "",
+      util::log(util::LogModule::control, util::LogLevel::info, "metrics at http://%s%s%s:%u/metrics", metrics.host().find(':') != std::string::npos ? "[" : "",
                    metrics.host().c_str(), metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
     }
   }
   if (status == 0) {
     dataplane::attach_telemetry(app);
-    ControlLoop loop{server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0, true};
+    dataplane::EventWatcher events(app);
+    ControlLoop loop{&events, server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0, true};
     if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {
-      std::cerr << "inagg: " << err << "\n";
+      util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
     }
     dataplane::detach_telemetry();
@@ -400,9 +406,10 @@ int main(int argc, char** argv) {
               << " (check the EAL options before `--`: hugepages or --no-huge, -l, --vdev, --file-prefix)\n";
     return 2;
   }
+  dataplane::route_logs_to_rte_log();
   // dpdk-dumpcap and dpdk-pdump attach as secondary processes and capture from any port.
   const bool pdump = rte_pdump_init() == 0;
-  if (!pdump) std::fprintf(stderr, "inagg: packet capture (rte_pdump) unavailable: %s\n", rte_strerror(rte_errno));
+  if (!pdump) util::log(util::LogModule::dataplane, util::LogLevel::warning, "packet capture (rte_pdump) unavailable: %s", rte_strerror(rte_errno));
   const int status = run_appliance(opt, jobs);
   if (pdump) rte_pdump_uninit();
   rte_eal_cleanup();

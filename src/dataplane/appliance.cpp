@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "inagg/util/log.hpp"
 #include "job_ownership.hpp"
 #include "lcore.hpp"
 #include "ports.hpp"
@@ -159,7 +160,8 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   if (I.cfg.wait_link_ms) I.ports.wait_for_links(I.cfg.wait_link_ms);
   for (auto& l : I.lcores) l->serving.store(true, std::memory_order_release);
   const ControlTick tick{control_tick, arg, tick_ms};
-  std::fprintf(stderr, "inagg: forwarding on %zu ports with %zu datapath lcore(s)\n", I.ports.ids().size(), I.lcores.size());
+  util::log(util::LogModule::dataplane, util::LogLevel::info, "forwarding on %zu ports with %zu datapath lcore(s)",
+            I.ports.ids().size(), I.lcores.size());
   if (I.single) {
     pthread_t ctl;
     if (int rc = rte_ctrl_thread_create(&ctl, "inagg-ctl", nullptr, control_thread_main, const_cast<ControlTick*>(&tick));

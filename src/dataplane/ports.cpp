@@ -20,6 +20,8 @@
 #include <cstring>
 #include <thread>
 
+#include "inagg/util/log.hpp"
+
 namespace inagg::dataplane {
 namespace {
 
@@ -94,9 +96,9 @@ bool PortSet::open(const ApplianceConfig& cfg, uint16_t queues, std::string* err
     const uint32_t framesz = devarg_u32(info, "framesz", kAfPacketDefaultFramesz);
     need = std::max(need, framesz - std::min(framesz, kAfPacketSlotOverhead));
     if (framesz < frame - RTE_ETHER_CRC_LEN + kAfPacketFrameOverhead)
-      std::fprintf(stderr,
-                   "inagg: %s: framesz=%u carries frames of at most %u bytes, less than --mtu %u needs (%u); longer "
-                   "frames are cut short: give framesz=%u or more\n",
+      util::log(util::LogModule::dataplane, util::LogLevel::warning,
+                   "%s: framesz=%u carries frames of at most %u bytes, less than --mtu %u needs (%u); longer "
+                   "frames are cut short: give framesz=%u or more",
                    port_name(p, info).c_str(), framesz, framesz - std::min(framesz, kAfPacketFrameOverhead), cfg.mtu,
                    frame - RTE_ETHER_CRC_LEN, frame - RTE_ETHER_CRC_LEN + kAfPacketFrameOverhead);
   }
@@ -158,10 +160,12 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
       return false;
     }
     if (kernel_mtu)  // ethdev checks the MTU against the 1518-byte frames this driver claims, which it does not enforce
-      std::fprintf(stderr, "inagg: %s: DPDK keeps its default MTU here; the interface's MTU (%u) and framesz decide which frames pass\n",
-                   name.c_str(), kernel_mtu);
+      util::log(util::LogModule::dataplane, util::LogLevel::info,
+                "%s: DPDK keeps its default MTU here; the interface's MTU (%u) and framesz decide which frames pass", name.c_str(),
+                kernel_mtu);
     else
-      std::fprintf(stderr, "inagg: %s: MTU %u refused (%s); using the device default\n", name.c_str(), mtu, rte_strerror(-rc));
+      util::log(util::LogModule::dataplane, util::LogLevel::warning, "%s: MTU %u refused (%s); using the device default",
+                name.c_str(), mtu, rte_strerror(-rc));
   }
   configured_.push_back(p);
   uint16_t rxd = cfg.rx_desc, txd = cfg.tx_desc;
@@ -192,8 +196,9 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   if (cfg.flow_steering) {
     sr = install_roce_steering(p, 0);
     if (sr.mode == SteeringMode::software)
-      std::fprintf(stderr, "inagg: port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software\n", p,
-                   pi.name.c_str(), sr.reason.c_str());
+      util::log(util::LogModule::dataplane, util::LogLevel::notice,
+                "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software", p, pi.name.c_str(),
+                sr.reason.c_str());
   } else {
     sr.reason = "disabled by --no-flow";
   }
@@ -214,7 +219,8 @@ void PortSet::wait_for_links(uint32_t ms) const {
     }
     if (down.empty()) return;
     if (std::chrono::steady_clock::now() > deadline || Appliance::stop_requested()) {
-      std::fprintf(stderr, "inagg: port %u still has no link after %u ms; starting anyway\n", down[0], ms);
+      util::log(util::LogModule::dataplane, util::LogLevel::warning, "port %u still has no link after %u ms; starting anyway",
+                down[0], ms);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -73,6 +73,19 @@ expect 0 "ran for 0.5 s: exiting (--run-for)" -- -l "$cpu" --no-huge --no-pci -m
 for p in 0 1; do
   grep -Eq "^port $p \(net_null.*\): rx [1-9][0-9]* tx [1-9]" <<<"$out" || fail "net_null port $p did not receive and send: $out"
 done
+# Logging: rte_log types inagg.dataplane/engine/control, chosen by EAL's --log-level; one line per
+# event (the port's link, forwarding, a job that fails and why - once, by the engine).
+grep -q "^inagg: port 0 (net_null): link up" <<<"$out" || fail "no link line: $out"
+grep -q "^inagg: forwarding on 2 ports" <<<"$out" || fail "no forwarding line: $out"
+expect 0 "inagg: final stats" -- -l "$cpu" --no-huge --no-pci -m 512 --file-prefix="inagg-cli4-$$" --log-level=lib.eal:error \
+  --log-level='inagg.*:warning' --vdev=net_null0 --vdev=net_null1 -- --socket "" --mtu 1500 --mbufs 8192 --mbuf-budget 1024 --run-for 0.3
+grep -E "^inagg: (forwarding|port|ran for)" <<<"$out" && fail "--log-level=inagg.*:warning printed info lines: $out"
+# Rank 1 never sends (port 1 is net_null): the job makes no progress and fails after --abort-ms.
+/usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp/f" --workers 2 --messages 2 --background 0 >/dev/null || fail gen-pcap
+expect 0 "inagg: job 1 aborted: no progress" -- -l "$cpu" --no-huge --no-pci -m 512 --file-prefix="inagg-cli4-$$" --log-level=lib.eal:error \
+  --vdev="net_pcap0,rx_pcap=$tmp/f/port0.pcap,tx_pcap=$tmp/o0.pcap" --vdev=net_null1 -- --job "$tmp/f/job.job" --socket "" \
+  --mtu 4200 --mbufs 4096 --mbuf-budget 1024 --abort-ms 300 --run-for 2
+[ "$(grep -c "^inagg: job 1 aborted: " <<<"$out")" = 1 ] || fail "the job's failure is not logged exactly once: $out"
 # No ports at all.
 expect 2 "no DPDK ports" -- --no-huge --no-pci -m 256 --file-prefix="inagg-cli2-$$" --log-level=lib.eal:error -- --socket ""
 rm -rf "/var/run/dpdk/inagg-cli-$$" "/var/run/dpdk/inagg-cli2-$$" "/var/run/dpdk/inagg-cli3-$$" "/var/run/dpdk/inagg-cli4-$$"
