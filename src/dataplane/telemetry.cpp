@@ -61,7 +61,7 @@ int tel_job(const char*, const char* params, rte_tel_data* d) {
       const std::string key(name);
       if (const uint64_t* n = std::get_if<uint64_t>(&v))
         rte_tel_data_add_dict_u64(d, key.c_str(), *n);
-      else
+      else if (!std::get<std::string>(v).empty())  // as every form: an empty text field is left out
         rte_tel_data_add_dict_string(d, key.c_str(), std::get<std::string>(v).c_str());
     });
     for (const control::Counter& c : job.counters) rte_tel_data_add_dict_u64(d, std::string(c.name).c_str(), c.value);
