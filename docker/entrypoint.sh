@@ -19,10 +19,11 @@ case "${1:-}" in
     inagg-decode /usr/local/share/inagg/cnp_connectx4lx.pcap
     # inagg runs until its datapath has received packets (a state, read from its periodic stats),
     # not for a fixed time: on a cold machine EAL and mempool set-up alone can take seconds, and a
-    # stop requested before the datapath started would show rx 0.
+    # stop requested before the datapath started would show rx 0. Two lcores (-l 0,1), whatever the
+    # machine has: the mbuf budget below is per datapath lcore.
     echo "self-check: inagg on two net_null ports until its datapath receives packets (at most 60 s)"
     log=$(mktemp)
-    inagg --no-huge -m 512 --no-pci --log-level=lib.eal:error --file-prefix=selfcheck \
+    inagg -l 0,1 --no-huge -m 512 --no-pci --log-level=lib.eal:error --file-prefix=selfcheck \
       --vdev=net_null0 --vdev=net_null1 -- --socket "" --mtu 1500 --mbufs 8192 --mbuf-budget 1024 --stats-interval 1 \
       >"$log" 2>&1 &
     pid=$!
