@@ -14,7 +14,8 @@ allreduce_hook (--comm inagg: fp32 through the appliance) or inagg's bf16_compre
 run the same initial weights, the same train/test split and the same data order (each global batch
 is split into world-size slices, one per rank). Rank 0 writes RUN.json: the global mean loss of
 every step, its time and the time its buckets spent in communication (from the hook handing a
-bucket over to its mean being ready; it overlaps the backward pass), the sizes of the buckets, and
+bucket over to its mean being ready, the union over the step's buckets; it overlaps the backward
+pass), the sizes of the buckets, and
 per epoch the training loss and the test accuracy.
 
 `report` prints the runs side by side and checks them: every run's last test accuracy at least
@@ -28,6 +29,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 
 def parse_args(argv):
@@ -44,8 +46,9 @@ def parse_args(argv):
     t.add_argument("--message", type=int, default=65536, help="RDMA WRITE message bytes")
     t.add_argument("--payload", type=int, default=1024, help="path MTU payload bytes")
     t.add_argument("--window", type=int, default=2)
-    t.add_argument("--ack-timeout-ms", type=float, default=100.0)
-    t.add_argument("--retry", type=int, default=7)
+    # (retry + 1) x ack timeout is the skew the ranks may have (inagg.Communicator's docstring).
+    t.add_argument("--ack-timeout-ms", type=float, default=250.0)
+    t.add_argument("--retry", type=int, default=15)
     t.add_argument("--hidden", type=int, default=2048)
     t.add_argument("--depth", type=int, default=2, help="hidden layers")
     t.add_argument("--epochs", type=int, default=10)
@@ -85,11 +88,13 @@ def build_model(torch, hidden, depth):
 
 
 class CommTimer:
-    """Wraps a DDP hook: records each bucket's size and the time from the hook's call to its
-    future's completion, per step. `hook` is what DDP is given (DDP looks at its __name__)."""
+    """Wraps a DDP hook: records each bucket's size and when it was in communication, from the
+    hook's call to its future's completion. `seconds()` is the wall time during which at least
+    one bucket of the step was (buckets may overlap one another and the backward pass). `hook`
+    is what DDP is given (DDP looks at its __name__)."""
 
     def __init__(self, inner):
-        self.seconds = 0.0
+        self.intervals = []
         self.buckets = []
 
         def timed_hook(state, bucket):
@@ -97,7 +102,7 @@ class CommTimer:
             self.buckets.append(bucket.buffer().numel())
 
             def done(f):
-                self.seconds += time.perf_counter() - start
+                self.intervals.append((start, time.perf_counter()))
                 return f.value()
 
             return inner(state, bucket).then(done)
@@ -105,7 +110,15 @@ class CommTimer:
         self.hook = timed_hook
 
     def reset(self):
-        self.seconds, self.buckets = 0.0, []
+        self.intervals, self.buckets = [], []
+
+    def seconds(self):
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self.intervals):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
 
 
 def train(a):
@@ -166,7 +179,7 @@ def train(a):
             loss = loss_fn(ddp(x_train[idx]), y_train[idx])
             loss.backward()
             opt.step()
-            steps.append({"loss": loss.item(), "step_s": time.perf_counter() - t0, "comm_s": timer.seconds,
+            steps.append({"loss": loss.item(), "step_s": time.perf_counter() - t0, "comm_s": timer.seconds(),
                           "buckets": list(timer.buckets)})
         # Evaluation: each rank a slice of the test set, the counts summed over Gloo (which also
         # keeps the ranks together, so the next epoch's first allreduce starts without skew).
@@ -184,11 +197,14 @@ def train(a):
                   f"{1e3 * sum(st['step_s'] for st in recent) / len(recent):>8.1f} "
                   f"{1e3 * sum(st['comm_s'] for st in recent) / len(recent):>8.1f}", flush=True)
 
+    transport = None
     if state is not None:
         state.close()
-    # Every rank's per-step losses, for the global mean loss of each step.
-    losses = [None] * world
-    dist.all_gather_object(losses, [st["loss"] for st in steps])
+        transport = state.comm.counters()
+    # Every rank's per-step losses, for the global mean loss of each step, and its transport's counters.
+    gathered = [None] * world
+    dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport))
+    losses = [g[0] for g in gathered]
     job_stats = None
     if state is not None and rank == 0 and a.control:
         job_stats = state.comm.job_stats()
@@ -200,7 +216,7 @@ def train(a):
         run = {"comm": a.comm, "world_size": world, "parameters": params, "hidden": a.hidden, "depth": a.depth,
                "batch": a.batch, "seed": a.seed, "message": a.message, "payload": a.payload,
                "steps": steps, "epochs": epochs, "job_id": a.job_id if state is not None else None,
-               "job_stats": job_stats,
+               "job_stats": job_stats, "transport": [g[1] for g in gathered],
                "mean_step_s": sum(st["step_s"] for st in measured) / len(measured),
                "mean_comm_s": sum(st["comm_s"] for st in measured) / len(measured)}
         print(f"# {a.comm}: mean step {1e3 * run['mean_step_s']:.1f} ms, communication {1e3 * run['mean_comm_s']:.1f} ms "
@@ -234,10 +250,20 @@ def report(a):
             ep = r["epochs"][e] if e < len(r["epochs"]) else None
             cells.append(f"{ep['train_loss']:>11.5f} / {ep['test_accuracy']:.4f}" if ep else " " * 20)
         print(f"{e + 1:>5} " + " ".join(cells))
+    for r in runs:
+        if r.get("transport") and all(r["transport"]):
+            tot = {k: sum(t[k] for t in r["transport"]) for k in r["transport"][0]}
+            print(f"{r['comm']}: the ranks' transports: {tot['packets_sent']} packets sent, {tot['retransmitted']} again, "
+                  f"{tot['timeouts']} ACK timeouts, {tot['naks_received']} NAKs, {tot['duplicates']} duplicates received")
+        if r.get("job_stats"):
+            js = r["job_stats"]
+            print(f"{r['comm']}: the appliance: " + ", ".join(f"{k} {js[k]}" for k in (
+                "slots_released", "aggregated_packets", "naks_sent", "resends", "retransmits_answered") if k in js))
     for r in runs[1:]:
         speed = ref["mean_step_s"] / r["mean_step_s"]
-        print(f"{r['comm']} vs {ref['comm']}: step time x{1 / speed:.2f} ({'faster' if speed > 1 else 'slower'}), "
-              f"communication x{r['mean_comm_s'] / ref['mean_comm_s']:.2f}")
+        print(f"{r['comm']} vs {ref['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "
+              f"{'faster' if speed >= 1 else 'slower'} ({1e3 * r['mean_step_s']:.0f} vs {1e3 * ref['mean_step_s']:.0f} ms), "
+              f"communication {1e3 * r['mean_comm_s']:.0f} vs {1e3 * ref['mean_comm_s']:.0f} ms per step")
     for r in runs:
         acc = r["epochs"][-1]["test_accuracy"]
         if acc < a.min_accuracy:
@@ -265,13 +291,15 @@ def report(a):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
-        for r in runs:
+        for i, r in enumerate(runs):
             x = range(1, len(r["steps"]) + 1)
-            ax1.plot(x, [s["loss"] for s in r["steps"]], label=r["comm"], linewidth=1)
-            ax2.plot(x, [1e3 * s["step_s"] for s in r["steps"]],
-                     label=f"{r['comm']} (mean {1e3 * r['mean_step_s']:.0f} ms)", linewidth=1)
-            ax2.plot(x, [1e3 * s["comm_s"] for s in r["steps"]], linestyle=":", linewidth=1,
-                     label=f"{r['comm']} communication (mean {1e3 * r['mean_comm_s']:.0f} ms)")
+            color = f"C{i}"
+            ax1.plot(x, [s["loss"] for s in r["steps"]], label=r["comm"], color=color, linewidth=1,
+                     linestyle=["-", "--", ":"][i % 3])
+            ax2.plot(x, [1e3 * s["step_s"] for s in r["steps"]], color=color, linewidth=1,
+                     label=f"{r['comm']}: step (mean {1e3 * r['mean_step_s']:.0f} ms)")
+            ax2.plot(x, [1e3 * s["comm_s"] for s in r["steps"]], color=color, linestyle=":", linewidth=1,
+                     label=f"{r['comm']}: communication (mean {1e3 * r['mean_comm_s']:.0f} ms)")
         ax1.set_ylabel("training loss (mean over ranks)")
         ax1.set_yscale("log")
         ax1.legend()
@@ -288,7 +316,17 @@ def report(a):
 
 def main(argv):
     a = parse_args(argv)
-    return train(a) if a.command == "train" else report(a)
+    if a.command == "report":
+        return report(a)
+    try:
+        return train(a)
+    except Exception:  # noqa: BLE001
+        # A failed rank leaves at once: its peers fail on their own timeouts, and torch's
+        # destructors (DDP's reducer, Gloo's threads) are not run half-way through a step.
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 if __name__ == "__main__":

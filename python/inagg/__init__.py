@@ -45,7 +45,12 @@ class Communicator:
     dtype              "fp32", "fp16", "bf16" or "int32": the one dtype the appliance sums
     message, payload   RDMA WRITE message size M and path-MTU payload P (M a multiple of P)
     window             messages in flight per connection
-    ack_timeout_ms     the RC requester's ACK timeout; retry: timeouts in a row before it gives up
+    ack_timeout_ms     the RC requester's ACK timeout; retry: timeouts in a row before it gives up.
+                       The appliance holds a slot until every rank's packet is in, so a rank that
+                       starts an allreduce late makes the others time out: (retry + 1) x
+                       ack_timeout_ms is the skew the ranks may have (default 4 s; the design
+                       advises ~1 s x 7 retries for real NICs). Losses are recovered sooner, by
+                       the appliance's NAKs and resends.
     ip_base            rank r's address is ip_base + r + 1 (the virtual rack: 10.77.0.1..)
     chunk_bytes        size of the transport's registered regions; a larger buffer is reduced in
                        pieces of this size (rounded up to whole messages)
@@ -54,7 +59,7 @@ class Communicator:
     """
 
     def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=1024,
-                 window=2, ack_timeout_ms=50.0, retry=7, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0):
+                 window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0):
         self._c = _Communicator(rank=rank, world_size=world_size, control=control or "", job_id=job_id,
                                 dtype=dtype, message=message, payload=payload, window=window,
                                 ack_timeout_ms=ack_timeout_ms, retry=retry, ip_base=ip_base,

@@ -41,8 +41,8 @@ struct CommunicatorOptions {
   std::string dtype = "fp32";
   uint32_t message = 65536, payload = 1024;
   unsigned window = 2;
-  double ack_timeout_ms = 50;
-  unsigned retry = 7;
+  double ack_timeout_ms = 250;
+  unsigned retry = 15;
   std::string ip_base = "10.77.0.0";
   uint64_t chunk_bytes = 8u << 20;
   double timeout_s = 60;
@@ -122,8 +122,12 @@ class Communicator {
     for (uint64_t off = 0; off < bytes; off += chunk_) {
       const uint64_t n = std::min(chunk_, bytes - off);
       if (client::Outcome r = client::ina_allreduce(*exchange_, geometry_, data + off, n); !r.ok()) {
+        const client::TransportCounters t = transport_.counters();
         error_ = "inagg: rank " + std::to_string(o_.rank) + ", allreduce " + std::to_string(allreduces_ + 1) + " (" +
-                 std::to_string(bytes) + " bytes of " + dtype() + "): " + r.error;
+                 std::to_string(bytes) + " bytes of " + dtype() + "): " + r.error + " [this rank so far: " +
+                 std::to_string(t.packets_sent) + " packets sent, " + std::to_string(t.retransmitted) + " again, " +
+                 std::to_string(t.timeouts) + " ACK timeouts, " + std::to_string(t.naks_received) + " NAKs; " +
+                 std::to_string(t.accepted) + " received, " + std::to_string(t.duplicates) + " duplicates]";
         throw InaggError(error_);
       }
       messages_ += geometry_.padded(n) / o_.message;

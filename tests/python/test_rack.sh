@@ -17,7 +17,7 @@ set -uo pipefail
 inagg=$1 ctl=$2 src=$3 pypath=$4
 n=4
 python=/usr/bin/python3
-LOSS_TOLERANCE=1e-3
+LOSS_TOLERANCE=1e-4
 # shellcheck source=../lib/rack.sh
 . "$src/tests/lib/rack.sh"
 for m in torch sklearn numpy; do
