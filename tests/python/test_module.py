@@ -1,17 +1,18 @@
 #!/usr/bin/python3
 """The Python module without an appliance: 4 ranks as 4 threads of this process on loopback
-addresses (127.77.D.1-4, no root needed), each a Communicator bound to its own address. With no
-appliance on the path a rank's allreduce_ leaves in its buffer exactly what its predecessor sent
-(design.md §1: the successor "would simply receive r's gradient"), so every result is checked
-bit for bit against the predecessor's input, built here with numpy. The 4 ranks wait for one
-another inside allreduce_, so the test also shows the GIL is released while it works (it would
-deadlock otherwise; a deadline turns that into a failure). Without an appliance nothing holds a
-rank's next write back until its successor has copied out the previous result (the appliance
-does: it releases no slot before every rank's packet is in), so the ranks meet at a barrier
-between allreduces here, and every buffer fits one chunk (the rack test, test_sums.py, covers
-allreduces of several chunks, with the appliance summing them). Checked: every dtype through the
-buffer protocol (numpy) and through torch tensors (bf16 via data_ptr), sizes from one element to
-several chunks with a ragged tail, zero elements, in place (same object, same memory), the
+addresses (127.S.D.1-4, S from the process id so that two runs at once do not meet; no root
+needed), each a Communicator bound to its own address. With no appliance on the path a rank's
+allreduce_ leaves in its buffer exactly what its predecessor sent (design.md §1: the successor
+"would simply receive r's gradient"), so every result is checked bit for bit against the
+predecessor's input, built here with numpy. The 4 ranks wait for one another inside allreduce_,
+so the test also shows the GIL is released while it works (it would deadlock otherwise; a
+deadline turns that into a failure). Without an appliance nothing holds a rank's next write back
+until its successor has copied out the previous result (the appliance does: it releases no slot
+before every rank's packet is in), so the ranks meet at a barrier between allreduces here, and
+every buffer fits one chunk (the rack test, test_sums.py, covers allreduces of several chunks,
+with the appliance summing them). Checked: every dtype through the buffer protocol (numpy) and
+through torch tensors (bf16 via data_ptr), sizes from one element to many messages with ragged
+tails, zero elements, in place (same object, same memory), the
 counters, argument errors (ValueError/TypeError with what to change), an unreachable control
 socket, a successor that never answers (InaggError with the RC requester's reason), use after
 close, and the DDP hooks (inagg.torch) on buckets: the future's value, the division by the world
@@ -19,6 +20,7 @@ size, bf16 compression, and a failure reaching the future.
 
     PYTHONPATH=build/python test_module.py
 """
+import os
 import sys
 import threading
 import time
@@ -77,6 +79,7 @@ def ranks(n, body, deadline_s=60):
 
 
 N = 4
+S = 100 + os.getpid() % 150  # the loopback /16 of this run
 SIZES = [1, 3, 255, 16384 + 7, 70000]  # elements: one, a few, under a message, ragged tails, many messages
 
 
@@ -132,7 +135,7 @@ def torch_tensors(torch, base):
         return torch.randn(count, generator=g).to(dt)
 
     for i, (name, dt) in enumerate(dtypes.items()):
-        b = f"127.77.{10 + i}.0"
+        b = base.replace(".10.", f".{10 + i}.")
 
         def body(r, barrier):
             comm = inagg.Communicator(r, N, dtype=name, ip_base=b, message=4096, payload=1024, chunk_bytes=1 << 20,
@@ -206,6 +209,15 @@ def hooks(torch, base):
                 check(torch.equal(buf, want), f"hook {name}: rank {r}'s bucket is not rank {pred}'s / {N}")
         print(f"ok: inagg.torch hook {hook.__name__}: futures, mean, in place", flush=True)
 
+    # A failure reaches the hook's future (DDP raises it from backward), and every later bucket's.
+    comm = inagg.Communicator(0, 2, ip_base=base.replace(".20.", ".23."), ack_timeout_ms=5, retry=2, timeout_s=10)
+    st = it.InaggState(comm)
+    futs = [it.allreduce_hook(st, Bucket(torch.ones(100))) for _ in range(2)]
+    for i, f in enumerate(futs):
+        expect_raises(Exception, "retry count (2) exceeded", f.wait, f"hook on a rank with no successor, bucket {i}")
+    st.close()
+    print("ok: a failed allreduce fails the hook's future and the next bucket's", flush=True)
+
     # A hook on a communicator of the wrong dtype says what to do.
     def wrong(r, barrier):
         comm = inagg.Communicator(r, N, dtype="fp32", ip_base=base.replace(".20.", ".22."), timeout_s=5)
@@ -255,13 +267,13 @@ def main():
     except ImportError:
         torch = None
         print("note: torch is not installed (python3-torch): the tensor and hook cases are skipped", flush=True)
-    errors("127.77.1.0", torch)
+    errors(f"127.{S}.1.0", torch)
     for i, (dtype, dtype_np) in enumerate((("fp32", np.float32), ("fp16", np.float16), ("int32", np.int32),
                                            ("bf16", np.uint16), ("fp16", np.uint16))):
-        buffer_protocol(dtype, dtype_np, f"127.77.{2 + i}.0")
+        buffer_protocol(dtype, dtype_np, f"127.{S}.{2 + i}.0")
     if torch is not None:
-        torch_tensors(torch, "127.77.10.0")
-        hooks(torch, "127.77.20.0")
+        torch_tensors(torch, f"127.{S}.10.0")
+        hooks(torch, f"127.{S}.20.0")
     if failures:
         print(f"FAILED: {len(failures)} checks")
         return 1
