@@ -15,7 +15,8 @@ writable C-contiguous buffer-protocol object (numpy arrays, ``array.array``, ``b
 through ``memoryview(...).cast(...)``) of the job's dtype: format ``f`` for fp32, ``e`` for fp16,
 ``i`` for int32, and ``H`` (raw 16-bit words) for fp16 or bf16. Nothing is copied between Python
 and C++: the library reads and writes the caller's memory, with the GIL released while it works.
-Every failure is an :class:`InaggError` carrying the client library's reason.
+Every failure is an :class:`InaggError` carrying the client library's reason. Between
+allreduces a thread keeps the transport running (acknowledging, retransmitting), as a NIC would.
 
 DDP communication hooks for PyTorch are in :mod:`inagg.torch`.
 """

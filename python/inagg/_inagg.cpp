@@ -7,6 +7,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -16,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "inagg/client/algorithms.hpp"
 #include "inagg/client/clock.hpp"
@@ -106,6 +109,16 @@ class Communicator {
     // No deadline for the whole job (a communicator lives as long as training does); an allreduce
     // fails when nothing at all arrives for timeout_s, or when the RC requester gives up.
     exchange_ = std::make_unique<client::RingExchange>(transport_, o.message, std::numeric_limits<uint64_t>::max(), timeout_ns);
+    server_ = std::thread([this] { serve(); });
+  }
+
+  ~Communicator() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    server_.join();
   }
 
   const CommunicatorOptions& options() const { return o_; }
@@ -116,7 +129,10 @@ class Communicator {
   // Sums `bytes` (whole elements) at `data` over every rank, in place, chunk by chunk. Runs
   // without the GIL; one allreduce at a time.
   void allreduce(uint8_t* data, uint64_t bytes) {
-    std::lock_guard lock(mutex_);
+    ++waiting_;  // the server thread steps aside after its current poll (at most 1 ms)
+    const WakeServer wake{cv_};
+    std::unique_lock lock(mutex_);
+    --waiting_;
     if (closed_) throw InaggError("inagg.Communicator: closed");
     if (!error_.empty()) throw InaggError(error_);
     for (uint64_t off = 0; off < bytes; off += chunk_) {
@@ -137,14 +153,20 @@ class Communicator {
   }
 
   void close() {
-    std::lock_guard lock(mutex_);
+    ++waiting_;
+    const WakeServer wake{cv_};
+    std::unique_lock lock(mutex_);
+    --waiting_;
     if (closed_) return;
     closed_ = true;
     transport_.finish(client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
   }
 
   std::map<std::string, uint64_t> counters() const {
-    std::lock_guard lock(mutex_);
+    ++waiting_;
+    const WakeServer wake{cv_};
+    std::unique_lock lock(mutex_);
+    --waiting_;
     const client::TransportCounters t = transport_.counters();
     return {{"allreduces", allreduces_},        {"bytes", bytes_},
             {"messages", messages_},            {"packets_sent", t.packets_sent},
@@ -163,13 +185,39 @@ class Communicator {
   }
 
  private:
+  // Wakes the server thread when an allreduce (or close, counters) is done with the transport:
+  // declared before the lock, so it runs after the unlock.
+  struct WakeServer {
+    std::condition_variable& cv;
+    ~WakeServer() { cv.notify_all(); }
+  };
+
+  // Between allreduces the transport keeps running, as a NIC does while its host computes and as
+  // inagg-worker does (Worker::serve): the predecessor's retransmissions and the appliance's
+  // resends are acknowledged, our own retransmissions go out. One caller drives a transport, so
+  // the thread polls it under the mutex, 1 ms at a time, and steps aside while anyone waits.
+  void serve() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      if (waiting_ > 0 || closed_) {
+        cv_.wait(lock, [&] { return stop_ || (waiting_ == 0 && !closed_); });
+        continue;
+      }
+      transport_.poll(1);
+    }
+  }
+
   CommunicatorOptions o_;
   client::RackPlan plan_;
   client::Geometry geometry_;
   uint64_t chunk_ = 0;
   client::UdpRcTransport transport_;
   std::unique_ptr<client::RingExchange> exchange_;
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;               // the transport, the counters, closed_, error_, stop_
+  mutable std::condition_variable cv_;
+  mutable std::atomic<int> waiting_{0};     // callers waiting for the mutex
+  std::thread server_;
+  bool stop_ = false;
   bool closed_ = false;
   std::string error_;
   uint64_t allreduces_ = 0, bytes_ = 0, messages_ = 0;

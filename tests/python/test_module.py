@@ -12,11 +12,11 @@ before every rank's packet is in), so the ranks meet at a barrier between allred
 every buffer fits one chunk (the rack test, test_sums.py, covers allreduces of several chunks,
 with the appliance summing them). Checked: every dtype through the buffer protocol (numpy) and
 through torch tensors (bf16 via data_ptr), sizes from one element to many messages with ragged
-tails, zero elements, in place (same object, same memory), the
-counters, argument errors (ValueError/TypeError with what to change), an unreachable control
-socket, a successor that never answers (InaggError with the RC requester's reason), use after
-close, and the DDP hooks (inagg.torch) on buckets: the future's value, the division by the world
-size, bf16 compression, and a failure reaching the future.
+tails, zero elements, in place (same object, same memory), the counters, argument errors
+(ValueError/TypeError with what to change), an unreachable control socket, a successor that never
+answers (InaggError with the RC requester's reason), use after close, a rank that starts late (its
+transport served meanwhile), and the DDP hooks (inagg.torch) on buckets: the future's value, the
+division by the world size, bf16 compression, and a failure reaching the future.
 
     PYTHONPATH=build/python test_module.py
 """
@@ -230,6 +230,27 @@ def hooks(torch, base):
     ranks(N, wrong)
 
 
+def served(base):
+    """A rank that starts its allreduce long after its predecessor's writes arrived (10 times the
+    predecessor's retry budget): its transport is kept running between allreduces, as a NIC's
+    would be, so it acknowledges them and the predecessor does not give up."""
+    def body(r, barrier):
+        comm = inagg.Communicator(r, 2, ip_base=base, ack_timeout_ms=10, retry=3, timeout_s=20)
+        barrier.wait()
+        if r == 1:
+            time.sleep(0.4)
+        a = np.full(1000, r + 1, dtype=np.float32)
+        comm.allreduce_(a)
+        c = comm.counters()
+        comm.close()
+        return a, c
+
+    results = ranks(2, body)
+    for r, (a, c) in enumerate(results):
+        check(bool(np.all(a == 2 - r)), f"served: rank {r} holds {a[:3]}..., want its predecessor's {2 - r}")
+    print(f"ok: a rank 0.4 s late is served meanwhile (rank 0's ACK timeouts: {results[0][1]['timeouts']})", flush=True)
+
+
 def errors(base, torch):
     expect_raises(ValueError, "world_size must be between 2 and 64", lambda: inagg.Communicator(0, 1), "world_size 1")
     expect_raises(ValueError, "rank must be below world_size", lambda: inagg.Communicator(4, 4), "rank 4 of 4")
@@ -268,6 +289,7 @@ def main():
         torch = None
         print("note: torch is not installed (python3-torch): the tensor and hook cases are skipped", flush=True)
     errors(f"127.{S}.1.0", torch)
+    served(f"127.{S}.30.0")
     for i, (dtype, dtype_np) in enumerate((("fp32", np.float32), ("fp16", np.float16), ("int32", np.int32),
                                            ("bf16", np.uint16), ("fp16", np.uint16))):
         buffer_protocol(dtype, dtype_np, f"127.{S}.{2 + i}.0")
