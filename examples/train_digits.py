@@ -1,0 +1,333 @@
+#!/usr/bin/python3
+"""Data-parallel training of a classifier on scikit-learn's bundled digits (8x8 images, 10
+classes; no download), with the gradients summed by Gloo or by inagg.
+
+    train_digits.py train --rank R --world-size N --master ADDR:PORT --comm gloo|inagg|inagg-bf16 \
+        [--control SOCKET --job-id ID] [--hidden 2048 --depth 2 --epochs 10 ...] --out RUN.json
+    train_digits.py report RUN.json... [--plot FILE.png] [--loss-tolerance 1e-3] [--min-accuracy 0.9]
+
+`train` is one rank: a Gloo process group for everything but the gradients (DDP's broadcast of
+the initial weights, evaluation, the final gathering of results), and the gradient buckets summed
+by a DDP communication hook: PyTorch's own allreduce_hook on Gloo (--comm gloo), inagg's
+allreduce_hook (--comm inagg: fp32 through the appliance) or inagg's bf16_compress_hook
+(--comm inagg-bf16). The model is an MLP 64 -> hidden (x depth) -> 10; the same seed gives every
+run the same initial weights, the same train/test split and the same data order (each global batch
+is split into world-size slices, one per rank). Rank 0 writes RUN.json: the global mean loss of
+every step, its time and the time its buckets spent in communication (from the hook handing a
+bucket over to its mean being ready, the union over the step's buckets; it overlaps the backward
+pass), the sizes of the buckets, and
+per epoch the training loss and the test accuracy.
+
+`report` prints the runs side by side and checks them: every run's last test accuracy at least
+--min-accuracy, and the loss curve of every fp32 run within --loss-tolerance of the first run's
+(relative, per step: |a - b| <= tol * max(|a|, |b|)); the runs differ only in the order the sums
+are taken. bf16 runs are checked for accuracy only. With --plot it draws loss and step time
+against the step for every run (matplotlib).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="run one rank")
+    t.add_argument("--rank", type=int, required=True)
+    t.add_argument("--world-size", type=int, required=True)
+    t.add_argument("--master", required=True, help="rank 0's ADDRESS:PORT for the Gloo rendezvous (TCP)")
+    t.add_argument("--comm", choices=["gloo", "inagg", "inagg-bf16"], required=True)
+    t.add_argument("--control", help="the appliance's control socket (inagg runs: rank 0 registers the job there)")
+    t.add_argument("--job-id", type=int, default=1)
+    t.add_argument("--ip-base", default="10.77.0.0", help="rank r's address is this + r + 1 (the virtual rack's)")
+    t.add_argument("--message", type=int, default=65536, help="RDMA WRITE message bytes")
+    t.add_argument("--payload", type=int, default=1024, help="path MTU payload bytes")
+    t.add_argument("--window", type=int, default=2)
+    # (retry + 1) x ack timeout is the skew the ranks may have (inagg.Communicator's docstring).
+    t.add_argument("--ack-timeout-ms", type=float, default=250.0)
+    t.add_argument("--retry", type=int, default=15)
+    t.add_argument("--hidden", type=int, default=2048)
+    t.add_argument("--depth", type=int, default=2, help="hidden layers")
+    t.add_argument("--epochs", type=int, default=10)
+    t.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    t.add_argument("--lr", type=float, default=0.05)
+    t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    t.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    t.add_argument("--out", help="rank 0 writes the run here (JSON)")
+    r = sub.add_parser("report", help="compare runs, check them, plot them")
+    r.add_argument("runs", nargs="+", help="RUN.json files; the first is the reference for the loss curves")
+    r.add_argument("--plot", help="write a PNG of loss and step time against the step")
+    r.add_argument("--loss-tolerance", type=float, default=1e-3)
+    r.add_argument("--min-accuracy", type=float, default=0.9)
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------- train
+
+def load_data(seed):
+    """The digits, scaled to [0, 1], split 80/20 (stratified, by the seed)."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    return train_test_split(x, d.target.astype(np.int64), test_size=0.2, random_state=seed, stratify=d.target)
+
+
+def build_model(torch, hidden, depth):
+    layers, width = [], 64
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, hidden), torch.nn.ReLU()]
+        width = hidden
+    layers.append(torch.nn.Linear(width, 10))
+    return torch.nn.Sequential(*layers)
+
+
+class CommTimer:
+    """Wraps a DDP hook: records each bucket's size and when it was in communication, from the
+    hook's call to its future's completion. `seconds()` is the wall time during which at least
+    one bucket of the step was (buckets may overlap one another and the backward pass). `hook`
+    is what DDP is given (DDP looks at its __name__)."""
+
+    def __init__(self, inner):
+        self.intervals = []
+        self.buckets = []
+
+        def timed_hook(state, bucket):
+            start = time.perf_counter()
+            self.buckets.append(bucket.buffer().numel())
+
+            def done(f):
+                self.intervals.append((start, time.perf_counter()))
+                return f.value()
+
+            return inner(state, bucket).then(done)
+
+        self.hook = timed_hook
+
+    def reset(self):
+        self.intervals, self.buckets = [], []
+
+    def seconds(self):
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self.intervals):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
+
+
+def train(a):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(a.threads)
+    addr, port = a.master.rsplit(":", 1)
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=a.rank, world_size=a.world_size)
+    world, rank = a.world_size, a.rank
+
+    x_train, x_test, y_train, y_test = load_data(a.seed)
+    x_train, y_train = torch.from_numpy(x_train), torch.from_numpy(y_train)
+    x_test, y_test = torch.from_numpy(x_test), torch.from_numpy(y_test)
+
+    torch.manual_seed(a.seed)
+    model = build_model(torch, a.hidden, a.depth)
+    params = sum(p.numel() for p in model.parameters())
+
+    state = None
+    if a.comm == "gloo":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook, hook_state = default_hooks.allreduce_hook, None
+    else:
+        import inagg
+        import inagg.torch
+        comm = inagg.Communicator(rank, world, control=a.control, job_id=a.job_id,
+                                  dtype="bf16" if a.comm == "inagg-bf16" else "fp32", message=a.message,
+                                  payload=a.payload, window=a.window, ack_timeout_ms=a.ack_timeout_ms, retry=a.retry,
+                                  ip_base=a.ip_base)
+        state = hook_state = inagg.torch.InaggState(comm)
+        hook = inagg.torch.bf16_compress_hook if a.comm == "inagg-bf16" else inagg.torch.allreduce_hook
+
+    ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
+    timer = CommTimer(hook)
+    ddp.register_comm_hook(hook_state, timer.hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    global_batch = a.batch * world
+    steps_per_epoch = len(x_train) // global_batch
+    steps, epochs = [], []
+    if rank == 0:
+        print(f"# {a.comm}: {world} ranks, MLP 64-{'-'.join([str(a.hidden)] * a.depth)}-10 ({params} parameters, "
+              f"{params * 4 / 2**20:.1f} MiB of fp32 gradients per step), {len(x_train)} train / {len(x_test)} test "
+              f"samples, {steps_per_epoch} steps of {a.batch} x {world} per epoch", flush=True)
+        print(f"{'epoch':>5} {'train loss':>10} {'test acc':>8} {'step ms':>8} {'comm ms':>8}", flush=True)
+    for epoch in range(a.epochs):
+        order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(a.seed * 1000 + epoch))
+        ddp.train()
+        first = len(steps)
+        for s in range(steps_per_epoch):
+            idx = order[s * global_batch + rank * a.batch: s * global_batch + (rank + 1) * a.batch]
+            timer.reset()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(x_train[idx]), y_train[idx])
+            loss.backward()
+            opt.step()
+            steps.append({"loss": loss.item(), "step_s": time.perf_counter() - t0, "comm_s": timer.seconds(),
+                          "buckets": list(timer.buckets)})
+        # Evaluation: each rank a slice of the test set, the counts summed over Gloo (which also
+        # keeps the ranks together, so the next epoch's first allreduce starts without skew).
+        ddp.eval()
+        with torch.no_grad():
+            mine = slice(rank, None, world)
+            correct = (model(x_test[mine]).argmax(1) == y_test[mine]).sum()
+        tally = torch.tensor([float(correct), sum(st["loss"] for st in steps[first:])], dtype=torch.float64)
+        dist.all_reduce(tally)
+        epochs.append({"epoch": epoch + 1, "train_loss": tally[1].item() / (world * steps_per_epoch),
+                       "test_accuracy": tally[0].item() / len(x_test)})
+        if rank == 0:
+            recent = steps[first:]
+            print(f"{epoch + 1:>5} {epochs[-1]['train_loss']:>10.5f} {epochs[-1]['test_accuracy']:>8.4f} "
+                  f"{1e3 * sum(st['step_s'] for st in recent) / len(recent):>8.1f} "
+                  f"{1e3 * sum(st['comm_s'] for st in recent) / len(recent):>8.1f}", flush=True)
+
+    transport = None
+    if state is not None:
+        state.close()
+        transport = state.comm.counters()
+    # Every rank's per-step losses, for the global mean loss of each step, and its transport's counters.
+    gathered = [None] * world
+    dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport))
+    losses = [g[0] for g in gathered]
+    job_stats = None
+    if state is not None and rank == 0 and a.control:
+        job_stats = state.comm.job_stats()
+    dist.barrier()
+    if rank == 0:
+        for i, st in enumerate(steps):
+            st["loss"] = sum(l[i] for l in losses) / world
+        measured = steps[2:] if len(steps) > 4 else steps  # the first steps build DDP's buckets
+        run = {"comm": a.comm, "world_size": world, "parameters": params, "hidden": a.hidden, "depth": a.depth,
+               "batch": a.batch, "seed": a.seed, "message": a.message, "payload": a.payload,
+               "steps": steps, "epochs": epochs, "job_id": a.job_id if state is not None else None,
+               "job_stats": job_stats, "transport": [g[1] for g in gathered],
+               "mean_step_s": sum(st["step_s"] for st in measured) / len(measured),
+               "mean_comm_s": sum(st["comm_s"] for st in measured) / len(measured)}
+        print(f"# {a.comm}: mean step {1e3 * run['mean_step_s']:.1f} ms, communication {1e3 * run['mean_comm_s']:.1f} ms "
+              f"per step (steps 3..{len(steps)}); last test accuracy {epochs[-1]['test_accuracy']:.4f}", flush=True)
+        if a.out:
+            with open(a.out + ".tmp", "w") as f:
+                json.dump(run, f)
+            os.replace(a.out + ".tmp", a.out)
+    dist.destroy_process_group()
+    return 0
+
+
+# ---------------------------------------------------------------- report
+
+def report(a):
+    runs = []
+    for path in a.runs:
+        with open(path) as f:
+            runs.append(json.load(f))
+    ref = runs[0]
+    ok = True
+    print(f"{'run':<11} {'params':>9} {'steps':>5} {'step ms':>8} {'comm ms':>8} {'last loss':>10} {'test acc':>8}")
+    for r in runs:
+        print(f"{r['comm']:<11} {r['parameters']:>9} {len(r['steps']):>5} {1e3 * r['mean_step_s']:>8.1f} "
+              f"{1e3 * r['mean_comm_s']:>8.1f} {r['epochs'][-1]['train_loss']:>10.5f} {r['epochs'][-1]['test_accuracy']:>8.4f}")
+    print("per epoch (train loss / test accuracy):")
+    print("epoch " + " ".join(f"{r['comm']:>20}" for r in runs))
+    for e in range(max(len(r["epochs"]) for r in runs)):
+        cells = []
+        for r in runs:
+            ep = r["epochs"][e] if e < len(r["epochs"]) else None
+            cells.append(f"{ep['train_loss']:>11.5f} / {ep['test_accuracy']:.4f}" if ep else " " * 20)
+        print(f"{e + 1:>5} " + " ".join(cells))
+    for r in runs:
+        if r.get("transport") and all(r["transport"]):
+            tot = {k: sum(t[k] for t in r["transport"]) for k in r["transport"][0]}
+            print(f"{r['comm']}: the ranks' transports: {tot['packets_sent']} packets sent, {tot['retransmitted']} again, "
+                  f"{tot['timeouts']} ACK timeouts, {tot['naks_received']} NAKs, {tot['duplicates']} duplicates received")
+        if r.get("job_stats"):
+            js = r["job_stats"]
+            print(f"{r['comm']}: the appliance: " + ", ".join(f"{k} {js[k]}" for k in (
+                "slots_released", "aggregated_packets", "naks_sent", "resends", "retransmits_answered") if k in js))
+    for r in runs[1:]:
+        speed = ref["mean_step_s"] / r["mean_step_s"]
+        print(f"{r['comm']} vs {ref['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "
+              f"{'faster' if speed >= 1 else 'slower'} ({1e3 * r['mean_step_s']:.0f} vs {1e3 * ref['mean_step_s']:.0f} ms), "
+              f"communication {1e3 * r['mean_comm_s']:.0f} vs {1e3 * ref['mean_comm_s']:.0f} ms per step")
+    for r in runs:
+        acc = r["epochs"][-1]["test_accuracy"]
+        if acc < a.min_accuracy:
+            print(f"FAIL: {r['comm']}: test accuracy {acc:.4f} < {a.min_accuracy}")
+            ok = False
+    for r in runs[1:]:
+        if len(r["steps"]) != len(ref["steps"]):
+            print(f"FAIL: {r['comm']} ran {len(r['steps'])} steps, {ref['comm']} {len(ref['steps'])}: not the same run")
+            ok = False
+            continue
+        worst, at = 0.0, 0
+        for i, (x, y) in enumerate(zip(ref["steps"], r["steps"])):
+            rel = abs(x["loss"] - y["loss"]) / max(abs(x["loss"]), abs(y["loss"]), 1e-12)
+            if rel > worst:
+                worst, at = rel, i
+        checked = r["comm"] != "inagg-bf16"
+        verdict = "" if not checked else (" (within)" if worst <= a.loss_tolerance else " (OUTSIDE)")
+        print(f"loss curves {r['comm']} vs {ref['comm']}: largest relative difference {worst:.2e} at step {at + 1}"
+              f"{verdict}{'' if checked else ' (bf16 on the wire: not compared)'}; tolerance {a.loss_tolerance:g}")
+        if checked and worst > a.loss_tolerance:
+            print(f"FAIL: {r['comm']}'s loss curve leaves {ref['comm']}'s: {worst:.2e} > {a.loss_tolerance:g}")
+            ok = False
+    if a.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+        for i, r in enumerate(runs):
+            x = range(1, len(r["steps"]) + 1)
+            color = f"C{i}"
+            ax1.plot(x, [s["loss"] for s in r["steps"]], label=r["comm"], color=color, linewidth=1,
+                     linestyle=["-", "--", ":"][i % 3])
+            ax2.plot(x, [1e3 * s["step_s"] for s in r["steps"]], color=color, linewidth=1,
+                     label=f"{r['comm']}: step (mean {1e3 * r['mean_step_s']:.0f} ms)")
+            ax2.plot(x, [1e3 * s["comm_s"] for s in r["steps"]], color=color, linestyle=":", linewidth=1,
+                     label=f"{r['comm']}: communication (mean {1e3 * r['mean_comm_s']:.0f} ms)")
+        ax1.set_ylabel("training loss (mean over ranks)")
+        ax1.set_yscale("log")
+        ax1.legend()
+        ax1.set_title(f"digits, {ref['world_size']} ranks, MLP with {ref['parameters']} parameters")
+        ax2.set_ylabel("ms per step")
+        ax2.set_xlabel("step")
+        ax2.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=100)
+        print(f"plot: {a.plot}")
+    print("ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def main(argv):
+    a = parse_args(argv)
+    if a.command == "report":
+        return report(a)
+    try:
+        return train(a)
+    except Exception:  # noqa: BLE001
+        # A failed rank leaves at once: its peers fail on their own timeouts, and torch's
+        # destructors (DDP's reducer, Gloo's threads) are not run half-way through a step.
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
