@@ -830,9 +830,11 @@ bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint
 
 // The appliance's own congestion: an ECN-capable sum going out towards a port whose TX queue is
 // past the threshold is CE-marked, as a DCQCN switch marks its queues, so the senders slow down
-// before that queue drops. The receiver's port is where its ACKs come from. The ICRC masks TOS.
+// before that queue drops. The receiver of rank r is rank r+1's host (a job is a ring), so its
+// port is where rank r+1's WRITEs come from, or else where its ACKs do. The ICRC masks TOS.
 bool Engine::mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const Layout& l) {
-  const uint16_t port = job.conns[rank].ack_port;
+  const uint16_t succ_port = job.conns[(rank + 1) % job.spec.workers].data_port;
+  const uint16_t port = succ_port != kUnknownPort ? succ_port : job.conns[rank].ack_port;
   if (cfg_.ecn_threshold_packets == 0 || ops_.tx_queue_above == nullptr || port == kUnknownPort) return false;
   const uint8_t ecn = ecn_of(f, l);
   if (ecn == wire::kEcnNotEct || ecn == wire::kEcnCe) return false;

@@ -34,7 +34,7 @@ constexpr unsigned kHandoverRingSize = 4096;
 
 // A control request to one lcore. The control thread enqueues it and waits for `done`.
 struct Command {
-  enum class Kind : uint8_t { add_job, remove_job, set_owner, clear_owner, job_info, list_jobs, totals };
+  enum class Kind : uint8_t { add_job, remove_job, hold_closed, release_closed, set_owner, clear_owner, job_info, list_jobs, totals };
   explicit Command(Kind k) : kind(k) {}
   Kind kind;
   agg::JobSpec spec;
@@ -97,6 +97,9 @@ struct alignas(64) LcoreState {
   agg::TxList engine_tx{4096};
   util::PcapWriter capture;
   LcoreCounters c;
+  // For the engine's ECN threshold (tx_queue_above): DPDK port id -> port index, TX ring sizes.
+  const std::vector<int>* index_of_port = nullptr;
+  std::vector<uint16_t> tx_ring_size;  // per port index
 };
 
 struct Appliance::Impl {
@@ -106,6 +109,7 @@ struct Appliance::Impl {
   std::vector<uint16_t> port_ids;             // port index -> DPDK port id
   std::vector<int> index_of_port;             // DPDK port id -> port index (-1)
   std::vector<SteeringResult> steering;
+  std::vector<uint16_t> tx_ring_size;          // port index -> TX descriptors per queue
   std::vector<std::unique_ptr<LcoreState>> lcores;
   std::mutex control_mutex;
   std::unordered_map<uint32_t, uint16_t> job_owner;  // control thread's view: job -> lcore index
@@ -142,38 +146,32 @@ agg::PacketRef mbuf_alloc(void* ctx, uint16_t len) {
   return {m, reinterpret_cast<uint8_t*>(p), len};
 }
 
-// A cheap pre-filter so plain frames go straight to the bridge: Ethernet [+ one VLAN tag] +
-// IPv4/IPv6 + UDP to 4791. The engine parses fully.
-bool looks_like_roce(const uint8_t* f, uint32_t len) {
-  if (len < 14 + 20 + 8 + 12) return false;
-  size_t off = 12;
-  uint16_t type = wire::load_be16(f + off);
-  if (type == wire::kEtherTypeVlan || type == wire::kEtherTypeQinQ) {
-    off += 4;
-    type = wire::load_be16(f + off);
-  }
-  off += 2;
-  if (type == wire::kEtherTypeIpv4) {
-    if (len < off + 28) return false;
-    const size_t ihl = static_cast<size_t>(f[off] & 0x0f) * 4;
-    return f[off + 9] == wire::kIpProtoUdp && len >= off + ihl + 8 && wire::load_be16(f + off + ihl + 2) == wire::kRoceV2Port;
-  }
-  if (type == wire::kEtherTypeIpv6) {
-    return len >= off + 48 && f[off + 6] == wire::kIpProtoUdp && wire::load_be16(f + off + 42) == wire::kRoceV2Port;
-  }
-  return false;
-}
+// Whether this lcore's TX queue towards DPDK port `port` holds at least `threshold` packets: those
+// waiting in its TX buffer, plus, where the PMD reports descriptor status, those still in the NIC's
+// TX ring (the descriptor `threshold` places before the ring's tail is not done yet). Virtual
+// devices report no descriptor status: there only the TX buffer counts.
+bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold);
 
-// The owner key of a RoCEv2 packet: its destination address and QPN.
+// A cheap pre-filter so plain frames go straight to the bridge (wire::is_roce_candidate: UDP to
+// 4791 after any VLAN tags, or IPv6 with extension headers). The engine parses fully.
+bool looks_like_roce(const uint8_t* f, uint32_t len) { return wire::is_roce_candidate({f, len}); }
+
+// The owner key of a RoCEv2 packet: its destination address and QPN, also for one the engine will
+// not place (IPv6 extension headers, malformed past the BTH, an IPv4-mapped IPv6 destination): the
+// owning lcore's engine must see it to drop and count it.
 bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k) {
   wire::Layout l;
-  if (wire::parse_frame({f, len}, l) != wire::ParseStatus::roce) return false;
-  const uint8_t* ip = f + l.l3;
-  if (l.ip == wire::IpVersion::v4)
-    std::memcpy(k->addr.data(), ip + 16, 4);
+  wire::parse_frame({f, len}, l);
+  wire::RoceDestination d;
+  if (!wire::roce_destination(f, l, &d)) return false;
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (d.ip == wire::IpVersion::v4)
+    std::memcpy(k->addr.data(), d.addr, 4);
+  else if (std::memcmp(d.addr, kMapped, 12) == 0)
+    std::memcpy(k->addr.data(), d.addr + 12, 4);  // the IPv4 key an IPv4-mapped address names
   else
-    std::memcpy(k->addr.data(), ip + 24, 16);
-  k->qpn = wire::bth_of(f, l).dest_qp();
+    std::memcpy(k->addr.data(), d.addr, 16);
+  k->qpn = d.qpn;
   return true;
 }
 
@@ -307,6 +305,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     }
     uint16_t rxd = cfg.rx_desc, txd = cfg.tx_desc;
     rte_eth_dev_adjust_nb_rx_tx_desc(p, &rxd, &txd);
+    I.tx_ring_size.push_back(txd);
     for (uint16_t q = 0; q < nq; ++q) {
       if (int rc = rte_eth_rx_queue_setup(p, q, rxd, rte_eth_dev_socket_id(p), nullptr, I.pool); rc != 0) {
         *error = "port " + std::to_string(p) + ": RX queue " + std::to_string(q) + " setup failed: " + rte_strerror(-rc);
@@ -345,7 +344,9 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     auto l = std::make_unique<LcoreState>();
     l->lcore_id = lcore_ids[i];
     l->index = l->queue = i;
-    agg::BufferOps ops{I.pool, mbuf_free, mbuf_ref, mbuf_alloc};
+    agg::BufferOps ops{I.pool, mbuf_free, mbuf_ref, mbuf_alloc, l.get(), tx_queue_above};
+    l->index_of_port = &I.index_of_port;
+    l->tx_ring_size = I.tx_ring_size;
     l->engine = std::make_unique<agg::Engine>(cfg.engine, ops);
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns);
     const std::string cname = "inagg_cmd_" + std::to_string(i), hname = "inagg_ho_" + std::to_string(i);
@@ -481,8 +482,10 @@ void Appliance::Impl::loop(LcoreState& l) {
 
 void Appliance::Impl::handle_packet(LcoreState& l, rte_mbuf* m, uint64_t now_ns, bool from_handover) {
   if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
-    ++l.c.multiseg_linearize_failed;  // cannot look inside it: bridge it as it is
-    if (!from_handover) send(l, m, now_ns);
+    // The engine cannot look inside it. A RoCEv2 candidate may belong to a registered connection:
+    // dropped, never bridged raw (its sender retransmits); anything else is bridged as it is.
+    ++l.c.multiseg_linearize_failed;
+    if (!from_handover && !looks_like_roce(rte_pktmbuf_mtod(m, uint8_t*), m->data_len)) send(l, m, now_ns);
     else rte_pktmbuf_free(m);
     return;
   }
@@ -520,7 +523,7 @@ void Appliance::Impl::handle_packet(LcoreState& l, rte_mbuf* m, uint64_t now_ns,
     }
   }
   ++l.c.roce;
-  l.engine->process({m, data, static_cast<uint16_t>(len)}, now_ns, l.engine_tx);
+  l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx);
   route_engine_output(l, now_ns);
 }
 
@@ -593,6 +596,20 @@ void Appliance::Impl::send_burst(LcoreState& l, unsigned pi) {
   b.n = 0;
 }
 
+namespace {
+bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold) {
+  const LcoreState& l = *static_cast<const LcoreState*>(ctx);
+  const int pi = port < l.index_of_port->size() ? (*l.index_of_port)[port] : -1;
+  if (pi < 0) return false;
+  const uint32_t buffered = l.tx[pi].n;
+  if (buffered >= threshold) return true;
+  const uint32_t in_ring = threshold - buffered;
+  const uint16_t ring = l.tx_ring_size[pi];
+  if (in_ring >= ring) return false;
+  return rte_eth_tx_descriptor_status(port, l.queue, static_cast<uint16_t>(ring - in_ring)) == RTE_ETH_TX_DESC_FULL;
+}
+}  // namespace
+
 void Appliance::Impl::flush_tx(LcoreState& l) {
   for (unsigned pi = 0; pi < l.tx.size(); ++pi) {
     if (l.tx[pi].n) send_burst(l, pi);
@@ -610,6 +627,14 @@ void Appliance::Impl::apply_command(LcoreState& l, Command& cmd) {
     case Command::Kind::remove_job:
       cmd.ok = l.engine->remove_job(cmd.id, &cmd.error);
       break;
+    case Command::Kind::hold_closed:  // before the job is added: nothing of it forwarded raw meanwhile
+      l.engine->hold_closed(cmd.spec);
+      cmd.ok = true;
+      break;
+    case Command::Kind::release_closed:  // the add was refused: its QPs are ordinary traffic again
+      l.engine->release_closed(cmd.spec.id, 0);
+      cmd.ok = true;
+      break;
     case Command::Kind::set_owner:
     case Command::Kind::clear_owner:
       for (const agg::ConnectionSpec& c : cmd.spec.conns) {
@@ -620,6 +645,13 @@ void Appliance::Impl::apply_command(LcoreState& l, Command& cmd) {
             l.owners.erase(k);
         }
       }
+      // A lcore that does not own the job keeps its connections closed while it lives (a packet of
+      // it that reached this engine anyway is dropped, not forwarded raw), and for closed_hold
+      // after it is removed (tombstones; the owner's engine keeps its own).
+      if (cmd.kind == Command::Kind::set_owner)
+        l.engine->hold_closed(cmd.spec);
+      else
+        l.engine->release_closed(cmd.spec.id, cfg.engine.closed_hold_ns);
       cmd.ok = true;
       break;
     case Command::Kind::job_info: {
@@ -699,9 +731,28 @@ bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
     for (auto& [id, o] : I.job_owner) ++load[o];
     owner = static_cast<uint16_t>(std::min_element(load.begin(), load.end()) - load.begin());
   }
+  const bool existed = I.job_owner.count(spec.id) > 0;
+  if (I.lcores.size() > 1 && !existed) {
+    // Every lcore holds the job's connections closed before any of them learns its owner: until
+    // the owner has it, a packet of the job is dropped wherever it arrives, never forwarded raw.
+    for (auto& l : I.lcores) {
+      Command hold{Command::Kind::hold_closed};
+      hold.spec = spec;
+      I.run_command(*l, hold, nullptr);
+    }
+  }
   Command cmd{Command::Kind::add_job};
   cmd.spec = spec;
-  if (!I.run_command(*I.lcores[owner], cmd, error)) return false;
+  if (!I.run_command(*I.lcores[owner], cmd, error)) {
+    if (I.lcores.size() > 1 && !existed) {
+      for (auto& l : I.lcores) {
+        Command release{Command::Kind::release_closed};
+        release.spec = spec;
+        I.run_command(*l, release, nullptr);
+      }
+    }
+    return false;
+  }
   I.job_owner[spec.id] = owner;
   I.job_specs[spec.id] = spec;
   if (I.lcores.size() > 1) {
