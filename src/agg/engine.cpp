@@ -286,6 +286,9 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
   for (unsigned r = 0; r < s.workers; ++r) {
     const ConnectionSpec& c = s.conns[r];
     const ConnectionSpec& succ = s.conns[(r + 1) % s.workers];
+    if (!(c.dst_ip == succ.src_ip) && s.workers == 1)
+      return fail("not a ring: its one rank writes to " + wire::ip_text(c.dst_ip) + " but sends from " +
+                  wire::ip_text(c.src_ip) + " (a job of one rank writes to itself: give the same address twice)");
     if (!(c.dst_ip == succ.src_ip))
       return fail("not a ring: rank " + std::to_string(r) + " writes to " + wire::ip_text(c.dst_ip) + " but rank " +
                   std::to_string(succ.rank) + ", its successor, sends from " + wire::ip_text(succ.src_ip) +

@@ -64,7 +64,7 @@ po::options_description make_options(Options& o) {
       ("memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")
       ("max-jobs", po::value<size_t>(&o.app.engine.max_jobs)->default_value(o.app.engine.max_jobs), "jobs per lcore")
       ("resend-us", po::value<double>()->default_value(200), "resend released packets not acknowledged within this many microseconds")
-      ("resend-max-us", po::value<double>()->default_value(50000), "resends (and NAKs sent again) back off, doubling from --resend-us up to this many microseconds")
+      ("resend-max-us", po::value<double>()->default_value(50000), "resends (and NAKs sent again) back off, doubling from --resend-us up to this many microseconds (at least --resend-us)")
       ("resend-budget", po::value<unsigned>(&o.app.engine.resend_budget)->default_value(o.app.engine.resend_budget), "resend (and NAK) rounds per connection until its peer makes progress")
       ("abort-ms", po::value<double>()->default_value(30000), "abort a job that makes no progress for this long (must exceed the NICs' (retry count + 1) x ACK timeout)")
       ("closed-hold-ms", po::value<double>()->default_value(10000), "a removed job's connections stay closed this long (late packets dropped, never forwarded raw)")
@@ -139,10 +139,7 @@ int parse_app_options(int argc, char** argv, Options& o) {
   o.app.engine.abort_timeout_ns = static_cast<uint64_t>(vm["abort-ms"].as<double>() * 1e6);
   o.app.engine.resend_max_ns = static_cast<uint64_t>(vm["resend-max-us"].as<double>() * 1e3);
   o.app.engine.closed_hold_ns = static_cast<uint64_t>(vm["closed-hold-ms"].as<double>() * 1e6);
-  if (o.app.engine.resend_max_ns < o.app.engine.resend_timeout_ns) {
-    std::cerr << "inagg: --resend-max-us must be at least --resend-us\n";
-    return 2;
-  }
+  o.app.engine.resend_max_ns = std::max(o.app.engine.resend_max_ns, o.app.engine.resend_timeout_ns);  // never below the first wait
   o.app.engine.max_connections = o.app.engine.max_jobs * 128;
   if (o.app.burst < 1 || o.app.burst > 64) {
     std::cerr << "inagg: --burst must be between 1 and 64 (got " << o.app.burst << ")\n";

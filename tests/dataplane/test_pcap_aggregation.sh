@@ -25,7 +25,7 @@ for f in "$tmp"/port*.pcap; do
 done
 timeout 120 "$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="inagg-test-$name-$$" --log-level=lib.eal:error \
   "${vdevs[@]}" -- --job "$tmp/job.job" --socket "" --idle-exit 1 --mtu 4200 --mbufs 8192 --mbuf-budget 2048 \
-  --resend-us 100000000 --resend-max-us 100000000 --capture "$tmp/capture.pcap" ${INAGG_ARGS:-} >"$tmp/log" 2>&1
+  --resend-us 100000000 --capture "$tmp/capture.pcap" ${INAGG_ARGS:-} >"$tmp/log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || fail "inagg exited with $rc"
 grep -q "classifying in software" "$tmp/log" || fail "the rte_flow fallback was not reported"
