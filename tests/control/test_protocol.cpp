@@ -69,8 +69,8 @@ TEST(Protocol, ARegistrationWithIpv4MappedGidsRegistersIpv4Addresses) {
                          &err);
   ASSERT_TRUE(r) << err;
   ASSERT_EQ(r->job.conns.size(), 1u);
-  EXPECT_EQ(r->job.conns[0].src_ip.version, wire::IpVersion::v4);
-  EXPECT_EQ(r->job.conns[0].dst_ip, *wire::parse_ip("10.0.0.1"));
+  EXPECT_EQ(r->job.conns[0].src_ip.version, util::IpVersion::v4);
+  EXPECT_EQ(r->job.conns[0].dst_ip, *util::parse_ip("10.0.0.1"));
 }
 
 TEST(Protocol, FormatRequestRoundTrips) {
