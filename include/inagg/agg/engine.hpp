@@ -208,7 +208,7 @@ class Engine {
   size_t mbufs_reserved() const { return mbufs_reserved_; }
   size_t held_packets() const;
 
-  struct Job;  // defined in engine.cpp
+  struct Job;  // defined in src/agg/engine_internal.hpp
 
  private:
   struct ConnTable;
@@ -222,14 +222,16 @@ class Engine {
   };
   enum class NakReason : uint8_t { gap, tail, again };
 
-  // Fast path (engine.cpp).
+  // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
   const ConnEntry* lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
   void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
   void log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
                 const wire::Layout& l, uint64_t now_ns);
-  void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
   void emit(const PacketRef& p, TxList& tx, Job* job);
+  void rebuild_conn_table();
+  // A job's slots: hold, sum, release, ACKs (engine_job.cpp).
+  void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void note_arrival(Job& job, unsigned rank);
@@ -237,14 +239,13 @@ class Engine {
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
   void release_ready(Job& job, uint64_t now_ns, TxList& tx);
-  // Recovery.
+  // NAKs, resends, timers (engine_recovery.cpp).
   bool send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why);
   void recover(Job& job, uint64_t now_ns, TxList& tx);
-  // Job state and admission.
+  // Adding, removing and ending jobs (engine_admission.cpp).
   void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
   std::string timeout_reason(const Job& job) const;
   void free_job_memory(Job& job);
-  void rebuild_conn_table();
   Job* find_job(uint32_t id);
 
   EngineConfig cfg_;
