@@ -16,11 +16,11 @@ using namespace engine_detail;
 
 void Engine::hold_closed(const JobSpec& spec) {
   for (const ConnectionSpec& c : spec.conns) {
-    for (const auto& [ip, qpn] : {std::pair{wire::gid_address(c.dst_ip), c.dst_qpn}, std::pair{wire::gid_address(c.src_ip), c.src_qpn}}) {
-      const ConnEntry* e = conns_->find(ip.version, ip.bytes.data(), qpn);
+    for (const auto& key : {std::pair{wire::gid_address(c.dst_ip), c.dst_qpn}, std::pair{wire::gid_address(c.src_ip), c.src_qpn}}) {
+      const ConnEntry* e = conns_->find(key.first.version, key.first.bytes.data(), key.second);
       if (e && e->job) continue;  // this engine's own job: it handles them
-      std::erase_if(closed_, [&](const ClosedKey& k) { return k.addr == ip && k.qpn == qpn; });
-      closed_.push_back({ip, qpn, spec.id, UINT64_MAX});
+      std::erase_if(closed_, [&](const ClosedKey& k) { return k.addr == key.first && k.qpn == key.second; });
+      closed_.push_back({key.first, key.second, spec.id, UINT64_MAX});
     }
   }
   rebuild_conn_table();
