@@ -74,7 +74,11 @@ po::options_description make_options(Options& o) {
       ("memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")
       ("max-jobs", po::value<size_t>(&o.app.engine.max_jobs)->default_value(o.app.engine.max_jobs), "jobs per lcore")
       ("resend-us", po::value<double>()->default_value(200), "resend released packets not acknowledged within this many microseconds")
+      ("resend-max-us", po::value<double>()->default_value(50000), "resends (and NAKs sent again) back off, doubling from --resend-us up to this many microseconds (at least --resend-us)")
+      ("resend-budget", po::value<unsigned>(&o.app.engine.resend_budget)->default_value(o.app.engine.resend_budget), "resend (and NAK) rounds per connection until its peer makes progress")
       ("abort-ms", po::value<double>()->default_value(30000), "abort a job that makes no progress for this long (must exceed the NICs' (retry count + 1) x ACK timeout)")
+      ("closed-hold-ms", po::value<double>()->default_value(10000), "a removed job's connections stay closed this long (late packets dropped, never forwarded raw)")
+      ("ecn-threshold", po::value<uint32_t>(&o.app.engine.ecn_threshold_packets)->default_value(0), "CE-mark released sums towards a port with at least this many packets waiting in its TX queue (0: off)")
       ("capture", po::value<std::string>(&o.app.capture_path), "write every RoCEv2 packet the engines emit to this pcap (debugging; costs speed)")
       ("wait-link", po::value<double>()->default_value(0), "wait up to this many seconds for every port's link before forwarding (e.g. a net_memif peer)")
       ("idle-exit", po::value<double>(&o.idle_exit)->default_value(0), "exit after this many seconds without a received packet, once one arrived (for offline pcap runs); 0: never")
@@ -189,6 +193,9 @@ int parse_app_options(int argc, char** argv, Options& o) {
   o.app.engine.memory_budget_bytes = vm["memory-budget-mb"].as<size_t>() << 20;
   o.app.engine.resend_timeout_ns = static_cast<uint64_t>(vm["resend-us"].as<double>() * 1e3);
   o.app.engine.abort_timeout_ns = static_cast<uint64_t>(vm["abort-ms"].as<double>() * 1e6);
+  o.app.engine.resend_max_ns = static_cast<uint64_t>(vm["resend-max-us"].as<double>() * 1e3);
+  o.app.engine.closed_hold_ns = static_cast<uint64_t>(vm["closed-hold-ms"].as<double>() * 1e6);
+  o.app.engine.resend_max_ns = std::max(o.app.engine.resend_max_ns, o.app.engine.resend_timeout_ns);  // never below the first wait
   o.app.engine.max_connections = o.app.engine.max_jobs * 128;
   if (o.app.burst < 1 || o.app.burst > 64) {
     std::cerr << "inagg: --burst must be between 1 and 64 (got " << o.app.burst << ")\n";

@@ -75,7 +75,9 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
   }
   uint64_t rank = 0, src_qpn = 0, dst_qpn = 0, psn = 0;
   if (!parse_number_field("rank ", f[0], 0, kMaxWorkers - 1, "0..63", &rank, problem)) return false;
-  const std::optional<util::IpAddr> src = util::parse_ip(f[1]), dst = util::parse_ip(f[3]);
+  // A GID written as an IPv4-mapped IPv6 address (::ffff:10.0.0.1, as rdma-core and Soft-RoCE show
+  // RoCEv2 GIDs) is the IPv4 address: the packets of such a QP are IPv4.
+  const std::optional<util::IpAddr> src = util::parse_gid(f[1]), dst = util::parse_gid(f[3]);
   for (const auto& [ip, text] : {std::pair{src, f[1]}, std::pair{dst, f[3]}}) {
     if (!ip) {
       *problem = quote_for_error(text) + " is not an IPv4 or IPv6 address (e.g. 10.0.0.1 or fd00::1)";

@@ -127,7 +127,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     auto l = std::make_unique<LcoreState>();
     l->lcore_id = lcore_ids[i];
     l->index = l->queue = i;
-    agg::BufferOps ops{I.ports.pool(), mbuf_free, mbuf_ref, mbuf_alloc};
+    agg::BufferOps ops{I.ports.pool(), mbuf_free, mbuf_ref, mbuf_alloc, l.get(), tx_queue_above};
     l->engine = std::make_unique<agg::Engine>(cfg.engine, ops);
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
@@ -150,8 +150,13 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.dp.drain_us = cfg.drain_us;
   I.dp.port_ids = I.ports.ids();
   I.dp.index_of_port = I.ports.index_of_port();
-  for (auto& l : I.lcores) I.dp.lcores.push_back(l.get());
+  for (auto& l : I.lcores) {
+    l->index_of_port = &I.dp.index_of_port;
+    l->tx_ring_size = I.ports.tx_ring_sizes();
+    I.dp.lcores.push_back(l.get());
+  }
   I.jobs.set_lcores(I.dp.lcores);
+  I.jobs.set_closed_hold(cfg.engine.closed_hold_ns);
   return true;
 }
 

@@ -26,12 +26,13 @@ bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const
 }
 
 // With one datapath lcore there is nobody to hand packets to: no owner tables.
-void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner) {
+void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{kind};
     r.spec = &spec;
     r.owner = owner;
+    r.linger_ns = linger_ns;
     call_lcore(*l, r);
   }
 }
@@ -47,10 +48,15 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
     for (const auto& [id, o] : owner_) ++load[o];
     owner = static_cast<uint16_t>(std::min_element(load.begin(), load.end()) - load.begin());
   }
+  // Every lcore holds the job's connections closed before any of them learns its owner: until the
+  // owner has it, a packet of the job is dropped wherever it arrives, never forwarded raw.
+  const bool existed = owner_.count(spec.id) > 0;
+  if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
   LcoreRequest r{LcoreRequest::Kind::add_job};
   r.spec = &spec;
   call_lcore(*lcores_[owner], r);
   if (!r.ok) {
+    if (!existed) broadcast(LcoreRequest::Kind::release_closed, spec, 0, 0);
     *error = r.error;
     return false;
   }
@@ -74,7 +80,7 @@ bool JobOwnership::remove(uint32_t id, std::string* error) {
     *error = r.error;
     return false;
   }
-  broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0);
+  broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0, closed_hold_ns_);
   owner_.erase(it);
   specs_.erase(id);
   return true;

@@ -15,6 +15,8 @@ namespace inagg::dataplane {
 class JobOwnership {
  public:
   void set_lcores(std::vector<LcoreState*> lcores) { lcores_ = std::move(lcores); }
+  // How long a removed job's connections stay closed on the lcores that did not own it.
+  void set_closed_hold(uint64_t ns) { closed_hold_ns_ = ns; }
 
   // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
   // whose engine decides. Refused when one of its connections belongs to another job.
@@ -27,9 +29,10 @@ class JobOwnership {
  private:
   bool conflicts(const agg::JobSpec& spec, std::string* error) const;
   control::JobStatus description(const agg::JobInfo& info) const;
-  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner);
+  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0);
 
   std::vector<LcoreState*> lcores_;
+  uint64_t closed_hold_ns_ = 0;
   // Taken by control-side threads only (the control thread, DPDK's telemetry thread): it keeps the
   // maps below consistent and lets one request at a time use an lcore's rings. The lcores never
   // take it.

@@ -81,6 +81,9 @@ struct alignas(64) LcoreState {
   agg::TxList engine_tx{4096};
   util::PcapWriter capture;
   LcoreCounters c;
+  // For the engine's ECN threshold (tx_queue_above): DPDK port id -> port index, TX ring sizes.
+  const std::vector<int>* index_of_port = nullptr;
+  std::vector<uint16_t> tx_ring_size;  // per port index
   // True from start() until this lcore's loop has returned and answered its last request; then
   // the control side applies requests itself (nothing else touches the engine any more).
   alignas(64) std::atomic<bool> serving{false};
@@ -98,16 +101,21 @@ struct Datapath {
 
 // lcore_loop.cpp: the run-to-completion loop, until Appliance::stop_requested().
 void run_lcore_loop(const Datapath& dp, LcoreState& l);
+// lcore_loop.cpp: the engine's BufferOps::tx_queue_above for lcore `ctx` (a LcoreState): whether
+// its TX queue towards DPDK port `port` holds at least `threshold` packets (its TX buffer, plus the
+// NIC's TX ring where the PMD reports descriptor status).
+bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold);
 
 // A control request to one lcore, answered in place. The caller owns it and keeps it (and what
 // `spec` points to) alive until the answer came back.
 struct LcoreRequest {
-  enum class Kind : uint8_t { add_job, remove_job, set_owner, clear_owner, job_info, list_jobs, totals };
+  enum class Kind : uint8_t { add_job, remove_job, hold_closed, release_closed, set_owner, clear_owner, job_info, list_jobs, totals };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;
-  const agg::JobSpec* spec = nullptr;  // add_job, set_owner, clear_owner
+  const agg::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
   uint32_t id = 0;                     // remove_job, job_info
   uint16_t owner = 0;                  // set_owner
+  uint64_t linger_ns = 0;              // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;
   std::string error;

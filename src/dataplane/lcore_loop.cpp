@@ -5,44 +5,35 @@
 #include <rte_ethdev.h>
 #include <rte_prefetch.h>
 
+#include <cstring>
+
 #include "inagg/wire/headers.hpp"
+#include "inagg/wire/parse.hpp"
 #include "lcore.hpp"
 
 namespace inagg::dataplane {
 namespace {
 
-// A cheap pre-filter so plain frames go straight to the bridge: Ethernet [+ one VLAN tag] +
-// IPv4/IPv6 + UDP to 4791. The engine parses fully.
-bool looks_like_roce(const uint8_t* f, uint32_t len) {
-  if (len < 14 + 20 + 8 + 12) return false;
-  size_t off = 12;
-  uint16_t type = wire::load_be16(f + off);
-  if (type == wire::kEtherTypeVlan || type == wire::kEtherTypeQinQ) {
-    off += 4;
-    type = wire::load_be16(f + off);
-  }
-  off += 2;
-  if (type == wire::kEtherTypeIpv4) {
-    if (len < off + 28) return false;
-    const size_t ihl = static_cast<size_t>(f[off] & 0x0f) * 4;
-    return f[off + 9] == wire::kIpProtoUdp && len >= off + ihl + 8 && wire::load_be16(f + off + ihl + 2) == wire::kRoceV2Port;
-  }
-  if (type == wire::kEtherTypeIpv6) {
-    return len >= off + 48 && f[off + 6] == wire::kIpProtoUdp && wire::load_be16(f + off + 42) == wire::kRoceV2Port;
-  }
-  return false;
-}
+// A cheap pre-filter so plain frames go straight to the bridge (wire::is_roce_candidate: UDP to
+// 4791 after any VLAN tags, or IPv6 with extension headers). The engine parses fully.
+bool looks_like_roce(const uint8_t* f, uint32_t len) { return wire::is_roce_candidate({f, len}); }
 
-// The owner key of a RoCEv2 packet: its destination address and QPN.
+// The owner key of a RoCEv2 packet: its destination address and QPN, also for one the engine will
+// not place (IPv6 extension headers, malformed past the BTH, an IPv4-mapped IPv6 destination): the
+// owning lcore's engine must see it to drop and count it.
 bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k) {
   wire::Layout l;
-  if (wire::parse_frame({f, len}, l) != wire::ParseStatus::roce) return false;
-  const uint8_t* ip = f + l.l3;
-  if (l.ip == wire::IpVersion::v4)
-    std::memcpy(k->addr.data(), ip + 16, 4);
+  wire::parse_frame({f, len}, l);
+  wire::RoceDestination d;
+  if (!wire::roce_destination(f, l, &d)) return false;
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (d.ip == wire::IpVersion::v4)
+    std::memcpy(k->addr.data(), d.addr, 4);
+  else if (std::memcmp(d.addr, kMapped, 12) == 0)
+    std::memcpy(k->addr.data(), d.addr + 12, 4);  // the IPv4 key an IPv4-mapped address names
   else
-    std::memcpy(k->addr.data(), ip + 24, 16);
-  k->qpn = wire::bth_of(f, l).dest_qp();
+    std::memcpy(k->addr.data(), d.addr, 16);
+  k->qpn = d.qpn;
   return true;
 }
 
@@ -118,8 +109,10 @@ void LcoreLoop::run() {
 void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) {
   LcoreState& l = l_;
   if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
-    ++l.c.multiseg_linearize_failed;  // cannot look inside it: bridge it as it is
-    if (!from_handover) send(m, now_ns);
+    // The engine cannot look inside it. A RoCEv2 candidate may belong to a registered connection:
+    // dropped, never bridged raw (its sender retransmits); anything else is bridged as it is.
+    ++l.c.multiseg_linearize_failed;
+    if (!from_handover && !looks_like_roce(rte_pktmbuf_mtod(m, uint8_t*), m->data_len)) send(m, now_ns);
     else rte_pktmbuf_free(m);
     return;
   }
@@ -159,7 +152,7 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     }
   }
   ++l.c.roce;
-  l.engine->process({m, data, static_cast<uint16_t>(len)}, now_ns, l.engine_tx);
+  l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx);
   route_engine_output(now_ns);
 }
 
@@ -243,5 +236,21 @@ void LcoreLoop::flush_tx() {
 }  // namespace
 
 void run_lcore_loop(const Datapath& dp, LcoreState& l) { LcoreLoop(dp, l).run(); }
+
+// Whether this lcore's TX queue towards DPDK port `port` holds at least `threshold` packets: those
+// waiting in its TX buffer, plus, where the PMD reports descriptor status, those still in the NIC's
+// TX ring (the descriptor `threshold` places before the ring's tail is not done yet). Virtual
+// devices report no descriptor status: there only the TX buffer counts.
+bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold) {
+  const LcoreState& l = *static_cast<const LcoreState*>(ctx);
+  const int pi = port < l.index_of_port->size() ? (*l.index_of_port)[port] : -1;
+  if (pi < 0) return false;
+  const uint32_t buffered = l.tx[pi].n;
+  if (buffered >= threshold) return true;
+  const uint32_t in_ring = threshold - buffered;
+  const uint16_t ring = l.tx_ring_size[pi];
+  if (in_ring >= ring) return false;
+  return rte_eth_tx_descriptor_status(port, l.queue, static_cast<uint16_t>(ring - in_ring)) == RTE_ETH_TX_DESC_FULL;
+}
 
 }  // namespace inagg::dataplane

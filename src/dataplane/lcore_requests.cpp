@@ -23,6 +23,14 @@ void apply(LcoreState& l, LcoreRequest& r) {
     case LcoreRequest::Kind::remove_job:
       r.ok = l.engine->remove_job(r.id, &r.error);
       break;
+    case LcoreRequest::Kind::hold_closed:  // before the job is added: nothing of it forwarded raw meanwhile
+      l.engine->hold_closed(*r.spec);
+      r.ok = true;
+      break;
+    case LcoreRequest::Kind::release_closed:  // the add was refused: its QPs are ordinary traffic again
+      l.engine->release_closed(r.spec->id, r.linger_ns);
+      r.ok = true;
+      break;
     case LcoreRequest::Kind::set_owner:
     case LcoreRequest::Kind::clear_owner:
       for (const agg::ConnectionSpec& c : r.spec->conns) {
@@ -33,6 +41,13 @@ void apply(LcoreState& l, LcoreRequest& r) {
             l.owners.erase(k);
         }
       }
+      // A lcore that does not own the job keeps its connections closed while it lives (a packet of
+      // it that reached this engine anyway is dropped, not forwarded raw), and for linger_ns after
+      // it is removed (tombstones; the owner's engine keeps its own).
+      if (r.kind == LcoreRequest::Kind::set_owner)
+        l.engine->hold_closed(*r.spec);
+      else
+        l.engine->release_closed(r.spec->id, r.linger_ns);
       r.ok = true;
       break;
     case LcoreRequest::Kind::job_info: {

@@ -170,6 +170,7 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   configured_.push_back(p);
   uint16_t rxd = cfg.rx_desc, txd = cfg.tx_desc;
   rte_eth_dev_adjust_nb_rx_tx_desc(p, &rxd, &txd);
+  tx_ring_size_.push_back(txd);
   const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
   for (uint16_t q = 0; q < nq; ++q) {
     if (int rc = rte_eth_rx_queue_setup(p, q, rxd, rte_eth_dev_socket_id(p), nullptr, pool_); rc != 0) {

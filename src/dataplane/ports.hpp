@@ -32,6 +32,7 @@ class PortSet {
   const std::vector<uint16_t>& ids() const { return ids_; }  // port index -> DPDK port id
   std::vector<int> index_of_port() const;                    // DPDK port id -> port index (-1)
   const std::vector<PortInfo>& info() const { return info_; }
+  const std::vector<uint16_t>& tx_ring_sizes() const { return tx_ring_size_; }  // port index -> TX descriptors per queue
   std::string stats_text() const;  // one line per port: PMD counters
 
  private:
@@ -42,6 +43,7 @@ class PortSet {
   std::vector<uint16_t> configured_;  // ports rte_eth_dev_configure accepted: to stop and close
   std::vector<SteeringResult> steering_;
   std::vector<PortInfo> info_;
+  std::vector<uint16_t> tx_ring_size_;
 };
 
 }  // namespace inagg::dataplane

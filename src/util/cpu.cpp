@@ -3,7 +3,26 @@
 #include <cstdlib>
 #include <string_view>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace inagg::util {
+
+#if defined(__x86_64__)
+namespace {
+// CPUID feature bits that clang's __builtin_cpu_supports does not name (clang 14 knows neither
+// "f16c", "pclmul" nor "vpclmulqdq"; the fuzzers are built with clang).
+bool cpuid_bit(unsigned leaf, unsigned subleaf, bool ecx, unsigned bit) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(leaf, subleaf, &a, &b, &c, &d)) return false;
+  return ((ecx ? c : b) >> bit) & 1;
+}
+bool has_f16c() { return cpuid_bit(1, 0, true, 29); }
+bool has_pclmul() { return cpuid_bit(1, 0, true, 1); }
+bool has_vpclmulqdq() { return cpuid_bit(7, 0, true, 10); }
+}  // namespace
+#endif
 
 std::string_view tier_name(SimdTier tier) {
   switch (tier) {
@@ -22,7 +41,7 @@ bool cpu_supports(SimdTier tier) {
     case SimdTier::sse2: return true;
     case SimdTier::avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("pclmul") &&
+             has_f16c() && has_pclmul() &&
              __builtin_cpu_supports("sse4.2");
     case SimdTier::avx512:
       return cpu_supports(SimdTier::avx2) && __builtin_cpu_supports("avx512f") &&
@@ -39,7 +58,7 @@ bool cpu_supports(SimdTier tier) {
 bool cpu_has_vpclmulqdq() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("vpclmulqdq");
+  return has_vpclmulqdq();
 #else
   return false;
 #endif

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <cstring>
+
 namespace inagg::util {
 
 IpAddr IpAddr::v4(uint32_t host_order) {
@@ -21,6 +23,25 @@ IpAddr IpAddr::v6(const std::array<uint8_t, 16>& b) {
 uint32_t IpAddr::v4_host_order() const {
   return static_cast<uint32_t>(bytes[0]) << 24 | static_cast<uint32_t>(bytes[1]) << 16 |
          static_cast<uint32_t>(bytes[2]) << 8 | bytes[3];
+}
+
+bool IpAddr::is_v4_mapped() const {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return version == IpVersion::v6 && std::memcmp(bytes.data(), kPrefix, 12) == 0;
+}
+
+IpAddr gid_address(const IpAddr& ip) {
+  if (!ip.is_v4_mapped()) return ip;
+  IpAddr a;
+  a.version = IpVersion::v4;
+  std::memcpy(a.bytes.data(), ip.bytes.data() + 12, 4);
+  return a;
+}
+
+std::optional<IpAddr> parse_gid(std::string_view text) {
+  std::optional<IpAddr> a = parse_ip(text);
+  if (a) *a = gid_address(*a);
+  return a;
 }
 
 std::optional<IpAddr> parse_ip(std::string_view text) {

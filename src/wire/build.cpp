@@ -12,7 +12,7 @@ namespace inagg::wire {
 namespace {
 
 size_t header_size(const RoceFrameSpec& s, const OpcodeInfo& info) {
-  return kEthHeaderLen + (s.vlan_tci ? kVlanTagLen : 0) +
+  return kEthHeaderLen + (s.l2_tags_len ? s.l2_tags_len : s.vlan_tci ? kVlanTagLen : 0) +
          (s.src_ip.version == IpVersion::v6 ? kIpv6HeaderLen : kIpv4HeaderLen) + kUdpHeaderLen + kBthLen +
          info.ext_bytes;
 }
@@ -29,6 +29,7 @@ size_t roce_frame_size(const RoceFrameSpec& spec, size_t payload_len) {
 size_t build_roce_frame(std::span<uint8_t> out, const RoceFrameSpec& s, std::span<const uint8_t> payload) {
   const OpcodeInfo* info = opcode_info(s.opcode);
   if (info == nullptr || s.src_ip.version != s.dst_ip.version || s.src_ip.version == IpVersion::none) return 0;
+  if (s.l2_tags_len % kVlanTagLen != 0 || s.l2_tags_len > s.l2_tags.size()) return 0;
   if (!info->carries_payload && !payload.empty()) return 0;
   const size_t pad = (4 - payload.size() % 4) % 4;
   const size_t total = roce_frame_size(s, payload.size());
@@ -40,7 +41,10 @@ size_t build_roce_frame(std::span<uint8_t> out, const RoceFrameSpec& s, std::spa
   std::memcpy(f, s.dst_mac.data(), 6);
   std::memcpy(f + 6, s.src_mac.data(), 6);
   size_t off = 12;
-  if (s.vlan_tci) {
+  if (s.l2_tags_len) {
+    std::memcpy(f + off, s.l2_tags.data(), s.l2_tags_len);
+    off += s.l2_tags_len;
+  } else if (s.vlan_tci) {
     store_be16(f + off, kEtherTypeVlan);
     store_be16(f + off + 2, *s.vlan_tci);
     off += 4;

@@ -16,7 +16,65 @@ constexpr std::array<std::string_view, kParseStatusCount> kTexts = {
 #undef X
 };
 
+// IPv6 extension headers RoCEv2 could hide behind (RFC 8200 §4): hop-by-hop, routing, fragment,
+// destination options, AH. No RoCE NIC sends them, so inagg does not aggregate such a packet; but
+// one addressed to a registered connection must be found (and dropped), never forwarded raw.
+ParseStatus ipv6_beyond_extensions(const uint8_t* f, uint8_t next, size_t off, size_t ip_end, Layout& out) {
+  for (int hops = 0; hops < 16; ++hops) {
+    size_t len = 0;
+    if (next == 0 || next == 43 || next == 60) {
+      if (ip_end - off < 8) return ParseStatus::not_udp;  // a cut chain: nothing to address
+      len = (static_cast<size_t>(f[off + 1]) + 1) * 8;
+    } else if (next == 44) {
+      if (ip_end - off < 8) return ParseStatus::not_udp;
+      if ((load_be16(f + off + 2) & 0xfff8) != 0) return ParseStatus::not_roce;  // a later fragment: no UDP header
+      len = 8;
+    } else if (next == 51) {
+      if (ip_end - off < 8) return ParseStatus::not_udp;
+      len = (static_cast<size_t>(f[off + 1]) + 2) * 4;
+    } else if (next == kIpProtoUdp) {
+      if (ip_end - off < kUdpHeaderLen) return ParseStatus::not_udp;
+      if (load_be16(f + off + 2) != kRoceV2Port) return ParseStatus::not_roce;
+      out.l4 = static_cast<uint16_t>(off);
+      if (ip_end - off - kUdpHeaderLen >= kBthLen + kIcrcLen) out.bth = static_cast<uint16_t>(off + kUdpHeaderLen);
+      return ParseStatus::ipv6_ext_headers;
+    } else {
+      return ParseStatus::not_udp;
+    }
+    if (len > ip_end - off) return ParseStatus::not_udp;
+    next = f[off];
+    off += len;
+  }
+  return ParseStatus::not_udp;
+}
+
 }  // namespace
+
+bool is_roce_candidate(std::span<const uint8_t> frame) {
+  const uint8_t* f = frame.data();
+  const size_t n = frame.size();
+  if (n < kEthHeaderLen) return false;
+  size_t off = 12;
+  uint16_t type = load_be16(f + off);
+  while (is_vlan_tpid(type)) {
+    if (n < off + kVlanTagLen + 2) return false;
+    off += kVlanTagLen;
+    type = load_be16(f + off);
+  }
+  off += 2;
+  if (type == kEtherTypeIpv4) {
+    if (n < off + kIpv4HeaderLen) return false;
+    const size_t ihl = static_cast<size_t>(f[off] & 0x0f) * 4;
+    return f[off + 9] == kIpProtoUdp && n >= off + ihl + kUdpHeaderLen && load_be16(f + off + ihl + 2) == kRoceV2Port;
+  }
+  if (type == kEtherTypeIpv6) {
+    if (n < off + kIpv6HeaderLen) return false;
+    const uint8_t next = f[off + 6];
+    if (next == kIpProtoUdp) return n >= off + kIpv6HeaderLen + kUdpHeaderLen && load_be16(f + off + 42) == kRoceV2Port;
+    return next == 0 || next == 43 || next == 44 || next == 51 || next == 60;
+  }
+  return false;
+}
 
 std::string_view parse_status_name(ParseStatus s) { return kNames[static_cast<size_t>(s)]; }
 std::string_view parse_status_text(ParseStatus s) { return kTexts[static_cast<size_t>(s)]; }
@@ -35,19 +93,22 @@ ParseStatus parse_frame(std::span<const uint8_t> frame, Layout& out) {
   // Frames longer than the offsets can express are not RoCEv2 candidates (9 KiB jumbo is the max).
   const size_t n = frame.size() > 0xffff ? 0xffff : frame.size();
 
-  // L2.
+  // L2: any stack of 802.1Q / 802.1ad tags (QinQ), each kept as it is.
   if (n < kEthHeaderLen) return ParseStatus::truncated_l2;
   size_t off = 12;
   uint16_t type = load_be16(f + off);
-  if (type == kEtherTypeVlan || type == kEtherTypeQinQ) {
-    if (n < kEthHeaderLen + kVlanTagLen) return ParseStatus::truncated_l2;
-    out.has_vlan = true;
-    out.vlan_tci = load_be16(f + 14);
-    type = load_be16(f + 16);
-    off = 18;
-  } else {
-    off = 14;
+  while (is_vlan_tpid(type)) {
+    if (n < off + kVlanTagLen + 2) return ParseStatus::truncated_l2;
+    if (!out.has_vlan) {
+      out.has_vlan = true;
+      out.vlan_tpid = type;
+      out.vlan_tci = load_be16(f + off + 2);
+    }
+    if (out.vlan_tags < 0xff) ++out.vlan_tags;
+    off += kVlanTagLen;
+    type = load_be16(f + off);
   }
+  off += 2;
   out.ethertype = type;
   out.l3 = static_cast<uint16_t>(off);
 
@@ -82,9 +143,9 @@ ParseStatus parse_frame(std::span<const uint8_t> frame, Layout& out) {
     if ((ip[0] >> 4) != 6) return ParseStatus::bad_ip_version;
     const size_t payload = load_be16(ip + 4);
     if (payload > n - off - kIpv6HeaderLen) return ParseStatus::bad_ip_length;
-    if (ip[6] != kIpProtoUdp) return ParseStatus::not_udp;
     off += kIpv6HeaderLen;
     ip_end = off + payload;
+    if (ip[6] != kIpProtoUdp) return ipv6_beyond_extensions(f, ip[6], off, ip_end, out);
     out.l4 = static_cast<uint16_t>(off);
   } else {
     return ParseStatus::not_ip;

@@ -256,4 +256,72 @@ inline std::vector<Out> drain(Pool& pool, agg::TxList& tx) {
   return v;
 }
 
+// A fresh engine per test over a reference-counting pool; TearDown checks nothing leaked.
+class EngineTest : public ::testing::Test {
+ protected:
+  agg::EngineConfig cfg;
+  Pool pool;
+  std::unique_ptr<agg::Engine> engine;
+  agg::TxList tx{1 << 14};
+  uint64_t now = 1'000'000;
+
+  void make_engine() { engine = std::make_unique<agg::Engine>(cfg, pool.ops); }
+  void SetUp() override { make_engine(); }
+  void TearDown() override {
+    for (uint32_t id : engine->job_ids()) {
+      std::string err;
+      EXPECT_TRUE(engine->remove_job(id, &err)) << err;
+    }
+    EXPECT_EQ(engine->memory_in_use(), 0u);
+    EXPECT_EQ(engine->mbufs_reserved(), 0u);
+    engine.reset();
+    drain(pool, tx);
+    EXPECT_EQ(pool.live(), 0u) << "buffers leaked";
+  }
+
+  void add(const JobFixture& j) {
+    std::string err;
+    ASSERT_TRUE(engine->add_job(j.spec, &err)) << err;
+  }
+  std::vector<Out> send(const std::vector<uint8_t>& frame, uint16_t port = agg::kUnknownPort) {
+    PacketRef p = pool.wrap(frame);
+    p.port = port;
+    engine->process(p, now, tx);
+    return drain(pool, tx);
+  }
+  std::vector<Out> poll(uint64_t at) {
+    now = at;
+    engine->poll(now, tx);
+    return drain(pool, tx);
+  }
+  agg::JobInfo info(uint32_t id) {
+    agg::JobInfo i{};
+    EXPECT_TRUE(engine->job_info(id, &i));
+    return i;
+  }
+
+  // Every packet of `seq` for every rank arrived: the n outputs carry the sum to their receivers.
+  void expect_released(const JobFixture& j, uint64_t seq, const std::vector<Out>& outs) {
+    ASSERT_EQ(outs.size(), j.spec.workers) << "seq " << seq;
+    const auto sum = j.expected_sum(seq);
+    for (unsigned r = 0; r < j.spec.workers; ++r) {
+      const Out& o = outs[r];
+      ASSERT_NE(o.l.info, nullptr) << "not a RoCEv2 packet";
+      EXPECT_EQ(o.dest_qp(), j.spec.conns[r].dst_qpn) << "rank " << r;
+      EXPECT_EQ(o.psn(), j.psn(r, seq)) << "rank " << r;
+      EXPECT_EQ(o.payload(), sum) << "rank " << r << " seq " << seq;
+      EXPECT_TRUE(o.icrc_ok()) << "rank " << r;
+      // Headers untouched but for the UDP checksum (0 already) and the ICRC.
+      auto orig = j.data_frame(r, seq);
+      ASSERT_EQ(orig.size(), o.frame.size());
+      // Headers are untouched but for the UDP checksum, which an IPv6 packet may carry.
+      for (size_t b = 0; b < o.l.payload; ++b)
+        if (b != o.l.l4 + 6u && b != o.l.l4 + 7u) {
+          EXPECT_EQ(orig[b], o.frame[b]) << "header byte " << b << " changed";
+        }
+    }
+  }
+};
+
+
 }  // namespace inagg::enginetest

@@ -106,7 +106,7 @@ TEST(JobFile, Ipv6AndMaxima) {
   std::string err;
   const std::string t =
       "id = 4294967295\ndtype = int32\nworkers = 64\nmessage_bytes = 0xffffffff\npayload_bytes = 4294967295\n"
-      "window = 4294967295\nconn = 63, 2001:db8::1, 0xffffff, ::ffff:10.0.0.1, 16777215, 0xFFFFFF\n";
+      "window = 4294967295\nconn = 63, 2001:db8::1, 0xffffff, 2001:db8::ffff:10.0.0.1, 16777215, 0xFFFFFF\n";
   const auto s = parse_job(t, &err);
   ASSERT_TRUE(s) << err;
   EXPECT_EQ(s->id, 0xffffffffu);
@@ -118,6 +118,28 @@ TEST(JobFile, Ipv6AndMaxima) {
   EXPECT_EQ(s->conns[0].dst_qpn, 0xffffffu);
   EXPECT_EQ(s->conns[0].start_psn, 0xffffffu);
   EXPECT_EQ(s->conns[0].dst_ip.version, wire::IpVersion::v6);
+}
+
+TEST(JobFile, Ipv4MappedGidsMeanTheIpv4Address) {
+  // rdma-core (ibv_devinfo -v, ibv_query_gid) and the kernel's Soft-RoCE show a RoCEv2 GID of an
+  // IPv4 address as ::ffff:a.b.c.d; its packets are IPv4, so the job must match IPv4 packets.
+  std::string err;
+  auto s = parse_job(with("conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x12, 0xfffffe",
+                          "conn = 0, ::ffff:10.0.0.1, 0x000011, ::ffff:0a00:0002, 0x12, 0xfffffe"),
+                     &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->conns[0].src_ip, *wire::parse_ip("10.0.0.1"));
+  EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("10.0.0.2"));
+  EXPECT_EQ(s->conns[0].src_ip.version, wire::IpVersion::v4);
+  // Mixed with a plain IPv4 address on the same line: both IPv4.
+  s = parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,::ffff:10.0.0.1,0xABCDEF,0"), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->conns[1].dst_ip, *wire::parse_ip("10.0.0.1"));
+  // And the engine takes the job: both ranks' addresses form a ring of IPv4 hosts.
+  agg::Engine engine(agg::EngineConfig{}, agg::BufferOps{});
+  EXPECT_TRUE(engine.add_job(*s, &err)) << err;
+  // The canonical text writes it as IPv4.
+  EXPECT_NE(format_job(*s).find("conn = 1, 10.0.0.2, 0x000013, 10.0.0.1,"), std::string::npos) << format_job(*s);
 }
 
 TEST(JobFile, FormatRoundTrips) {

@@ -62,6 +62,17 @@ TEST(Protocol, ParsesEachVerb) {
   EXPECT_EQ(r->id, 16u);
 }
 
+TEST(Protocol, ARegistrationWithIpv4MappedGidsRegistersIpv4Addresses) {
+  std::string err;
+  auto r = parse_request("add\nid = 9\ndtype = fp32\nworkers = 1\nmessage_bytes = 1024\npayload_bytes = 1024\n"
+                         "window = 2\nconn = 0, ::ffff:10.0.0.1, 0x11, ::ffff:10.0.0.1, 0x12, 0\n",
+                         &err);
+  ASSERT_TRUE(r) << err;
+  ASSERT_EQ(r->job.conns.size(), 1u);
+  EXPECT_EQ(r->job.conns[0].src_ip.version, util::IpVersion::v4);
+  EXPECT_EQ(r->job.conns[0].dst_ip, *util::parse_ip("10.0.0.1"));
+}
+
 TEST(Protocol, FormatRequestRoundTrips) {
   Request add;
   add.verb = Verb::add;

@@ -30,7 +30,7 @@ namespace {
 const char* kJob =
     "# one worker\n"
     "id = 9\ndtype = fp32\nworkers = 1\nmessage_bytes = 1024\npayload_bytes = 1024\nwindow = 2\n"
-    "conn = 0, 10.0.0.1, 0x11, 10.0.0.2, 0x12, 0\n";
+    "conn = 0, 10.0.0.1, 0x11, 10.0.0.1, 0x12, 0\n";  // one rank: its own successor
 
 // A stand-in for the appliance's control thread: requests go straight to an engine.
 struct FakeAppliance {

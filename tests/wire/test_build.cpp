@@ -18,7 +18,8 @@ TEST(Build, RebuildsEveryScapyFixtureByteForByte) {
     RoceFrameSpec s;
     std::copy_n(f, 6, s.dst_mac.begin());
     std::copy_n(f + 6, 6, s.src_mac.begin());
-    if (l.has_vlan) s.vlan_tci = l.vlan_tci;
+    s.l2_tags_len = static_cast<uint8_t>(l.vlan_tags * 4);
+    std::copy_n(f + 12, s.l2_tags_len, s.l2_tags.begin());
     const uint8_t* ip = f + l.l3;
     if (l.ip == IpVersion::v4) {
       s.src_ip = IpAddr::v4(load_be32(ip + 12));
@@ -105,6 +106,37 @@ TEST(Build, PadBytesAreZeroAndCounted) {
     for (size_t i = 0; i < l.pad; ++i) EXPECT_EQ(out[l.payload + n + i], 0);
     EXPECT_TRUE(icrc_verify(out.data(), l));
   }
+}
+
+TEST(Build, RawTagsAreWrittenAsGiven) {
+  RoceFrameSpec s;
+  s.src_ip = *parse_ip("10.0.0.1");
+  s.dst_ip = *parse_ip("10.0.0.2");
+  s.opcode = op::kRc | op::kAcknowledge;
+  s.vlan_tci = 5;  // ignored when raw tags are given
+  const uint8_t tags[8] = {0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0x20, 0x07};
+  std::copy_n(tags, 8, s.l2_tags.begin());
+  s.l2_tags_len = 8;
+  std::vector<uint8_t> out(roce_frame_size(s, 0));
+  ASSERT_EQ(build_roce_frame(out, s, {}), out.size());
+  EXPECT_EQ(std::vector<uint8_t>(out.begin() + 12, out.begin() + 20), std::vector<uint8_t>(tags, tags + 8));
+  Layout l;
+  ASSERT_EQ(parse_frame(out, l), ParseStatus::roce);
+  EXPECT_EQ(l.vlan_tags, 2);
+  EXPECT_TRUE(icrc_verify(out.data(), l));
+  s.l2_tags_len = 6;
+  EXPECT_EQ(build_roce_frame(out, s, {}), 0u) << "tags are 4 bytes each";
+}
+
+TEST(Build, Ipv4MappedGidsNameTheIpv4Address) {
+  EXPECT_EQ(*parse_gid("::ffff:10.0.0.7"), *parse_ip("10.0.0.7"));
+  EXPECT_EQ(*parse_gid("::FFFF:0a00:0007"), *parse_ip("10.0.0.7"));
+  EXPECT_TRUE(parse_ip("::ffff:10.0.0.7")->is_v4_mapped());
+  EXPECT_EQ(parse_gid("fd00::1")->version, IpVersion::v6);
+  EXPECT_EQ(parse_gid("::1")->version, IpVersion::v6);
+  EXPECT_EQ(parse_gid("::fffe:10.0.0.7")->version, IpVersion::v6) << "only ::ffff:0:0/96 is IPv4-mapped";
+  EXPECT_EQ(parse_gid("10.0.0.7")->v4_host_order(), 0x0a000007u);
+  EXPECT_FALSE(parse_gid("::ffff:10.0.0"));
 }
 
 TEST(Build, ParseIp) {

@@ -187,9 +187,9 @@ TEST(Parse, NonRoceFramesAreClassifiedNotRejected) {
   auto dns = make(op::kRc | op::kAcknowledge, 0);
   store_be16(&dns[36], 53);
   EXPECT_EQ(parse_exact(dns, dns.size()), ParseStatus::not_roce);
-  // IPv6 with a hop-by-hop extension header.
+  // IPv6 TCP.
   auto v6 = make(op::kRc | op::kAcknowledge, 0, true);
-  v6[14 + 6] = 0;
+  v6[14 + 6] = 6;
   EXPECT_EQ(parse_exact(v6, v6.size()), ParseStatus::not_udp);
   // A version nibble that disagrees with the EtherType.
   auto bad = make(op::kRc | op::kAcknowledge, 0);
@@ -224,6 +224,126 @@ TEST(Parse, VlanTaggedFrames) {
   EXPECT_EQ(l.vlan_tci, 7);
   EXPECT_EQ(l.l3, 18);
   EXPECT_TRUE(icrc_verify(f.data(), l));
+}
+
+namespace {
+// `f` with `tags` (TPID, TCI pairs) in place of whatever tags it had after the MACs.
+std::vector<uint8_t> retag(const std::vector<uint8_t>& f, std::initializer_list<std::pair<uint16_t, uint16_t>> tags) {
+  Layout l;
+  EXPECT_EQ(parse_frame(f, l), ParseStatus::roce);
+  std::vector<uint8_t> g(f.begin(), f.begin() + 12);
+  for (auto [tpid, tci] : tags) {
+    g.push_back(static_cast<uint8_t>(tpid >> 8));
+    g.push_back(static_cast<uint8_t>(tpid));
+    g.push_back(static_cast<uint8_t>(tci >> 8));
+    g.push_back(static_cast<uint8_t>(tci));
+  }
+  g.insert(g.end(), f.begin() + l.l3 - 2, f.end());
+  return g;
+}
+
+// `f` (IPv6) with an extension header of `type` and `len` bytes (8 or more, a multiple of 8)
+// between the IPv6 header and the UDP header.
+std::vector<uint8_t> with_ipv6_extension(const std::vector<uint8_t>& f, uint8_t type, size_t len) {
+  std::vector<uint8_t> g(f.begin(), f.begin() + 54);
+  std::vector<uint8_t> ext(len, 0);
+  ext[0] = g[14 + 6];  // next header: what the IPv6 header said (UDP)
+  ext[1] = type == 44 ? 0 : static_cast<uint8_t>(len / 8 - 1);
+  g[14 + 6] = type;
+  g.insert(g.end(), ext.begin(), ext.end());
+  g.insert(g.end(), f.begin() + 54, f.end());
+  store_be16(&g[18], static_cast<uint16_t>(load_be16(&f[18]) + len));
+  return g;
+}
+}  // namespace
+
+TEST(Parse, QinQAndEveryTagStackIsParsedAndKept) {
+  const auto f = make(op::kRc | op::kWriteOnly, 64);
+  for (auto tags : {std::vector<std::pair<uint16_t, uint16_t>>{{0x88a8, 0x0064}},
+                    std::vector<std::pair<uint16_t, uint16_t>>{{0x88a8, 0x0064}, {0x8100, 0x2007}},
+                    std::vector<std::pair<uint16_t, uint16_t>>{{0x9100, 0x0001}, {0x8100, 0x0002}, {0x8100, 0x0003}}}) {
+    std::vector<uint8_t> g(f.begin(), f.begin() + 12);
+    for (auto [tpid, tci] : tags) {
+      g.push_back(static_cast<uint8_t>(tpid >> 8));
+      g.push_back(static_cast<uint8_t>(tpid));
+      g.push_back(static_cast<uint8_t>(tci >> 8));
+      g.push_back(static_cast<uint8_t>(tci));
+    }
+    g.insert(g.end(), f.begin() + 12, f.end());
+    Layout l;
+    ASSERT_EQ(parse_exact(g, g.size(), &l), ParseStatus::roce) << tags.size() << " tags";
+    EXPECT_TRUE(l.has_vlan);
+    EXPECT_EQ(l.vlan_tags, tags.size());
+    EXPECT_EQ(l.vlan_tpid, tags[0].first);
+    EXPECT_EQ(l.vlan_tci, tags[0].second);
+    EXPECT_EQ(l.l3, 14 + 4 * tags.size());
+    EXPECT_EQ(l.payload_len, 64);
+    EXPECT_TRUE(icrc_verify(g.data(), l)) << "the ICRC does not cover L2: tags change nothing";
+    EXPECT_TRUE(is_roce_candidate(g));
+    // Cut inside the tag stack: truncated L2, never an over-read.
+    for (size_t len = 12; len < 14 + 4 * tags.size(); ++len)
+      EXPECT_EQ(parse_exact(g, len), ParseStatus::truncated_l2) << len;
+  }
+  (void)retag;
+}
+
+TEST(Parse, RoceBehindIpv6ExtensionHeadersIsAddressedNotPlaced) {
+  const auto f = make(op::kRc | op::kWriteOnly, 32, /*v6=*/true);
+  for (auto [type, len] : {std::pair<uint8_t, size_t>{0, 8}, {43, 24}, {60, 16}, {44, 8}}) {
+    const auto g = with_ipv6_extension(f, type, len);
+    Layout l;
+    ASSERT_EQ(parse_exact(g, g.size(), &l), ParseStatus::ipv6_ext_headers) << int(type);
+    EXPECT_FALSE(is_malformed(ParseStatus::ipv6_ext_headers));
+    EXPECT_EQ(l.l4, 54 + len);
+    RoceDestination d;
+    ASSERT_TRUE(roce_destination(g.data(), l, &d));
+    EXPECT_EQ(d.qpn, 0x123456u);
+    EXPECT_EQ(d.ip, IpVersion::v6);
+    EXPECT_EQ(std::vector<uint8_t>(d.addr, d.addr + 16), std::vector<uint8_t>(g.begin() + 38, g.begin() + 54));
+    EXPECT_TRUE(is_roce_candidate(g));
+  }
+  // Two headers chained, then UDP to another port: not RoCE.
+  auto two = with_ipv6_extension(with_ipv6_extension(f, 60, 8), 0, 8);
+  Layout l;
+  EXPECT_EQ(parse_exact(two, two.size(), &l), ParseStatus::ipv6_ext_headers);
+  store_be16(&two[54 + 16 + 2], 53);
+  EXPECT_EQ(parse_exact(two, two.size(), &l), ParseStatus::not_roce);
+  // A later fragment has no UDP header; a chain cut short addresses nothing.
+  auto frag = with_ipv6_extension(f, 44, 8);
+  store_be16(&frag[54 + 2], 0x0010);
+  EXPECT_EQ(parse_exact(frag, frag.size()), ParseStatus::not_roce);
+  auto cut = with_ipv6_extension(f, 60, 8);
+  cut[54 + 1] = 200;  // claims 1608 bytes
+  EXPECT_EQ(parse_exact(cut, cut.size()), ParseStatus::not_udp);
+}
+
+// The datapath's pre-filter must pass every frame the engine could hold: whenever the parser gets
+// to a BTH, the pre-filter said "candidate".
+TEST(Parse, PreFilterPassesEveryFrameWithABth) {
+  const auto packets = fixtures::load_fixtures();
+  std::mt19937 rng(11);
+  size_t with_bth = 0;
+  for (int i = 0; i < 20000; ++i) {
+    auto g = packets[rng() % packets.size()].frame;
+    if (rng() % 3 == 0) g = retag(g, {{0x88a8, 1}, {0x8100, 2}});
+    const int flips = rng() % 4;
+    for (int k = 0; k < flips; ++k) g[rng() % std::min<size_t>(g.size(), 80)] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    const size_t len = rng() % 4 ? g.size() : rng() % (g.size() + 1);
+    Layout l;
+    parse_exact(g, len, &l);
+    std::vector<uint8_t> cut(g.begin(), g.begin() + len);
+    if (l.bth) {
+      ++with_bth;
+      ASSERT_TRUE(is_roce_candidate(cut)) << "frame " << i;
+    }
+  }
+  EXPECT_GT(with_bth, 1000u);
+  std::vector<uint8_t> arp(60, 0);
+  store_be16(&arp[12], kEtherTypeArp);
+  EXPECT_FALSE(is_roce_candidate(arp));
+  auto dns = make(op::kRc | op::kAcknowledge, 0);
+  store_be16(&dns[36], 53);
+  EXPECT_FALSE(is_roce_candidate(dns));
 }
 
 TEST(Parse, RandomCorruptionNeverCrashes) {

@@ -23,11 +23,15 @@
 
 namespace inagg::agg {
 
+// The ingress port of a packet the engine did not receive (its own NAKs, unit tests that do not say).
+inline constexpr uint16_t kUnknownPort = 0xffff;
+
 // One packet buffer. `handle` is the dataplane's (an rte_mbuf*); the engine never looks inside it.
 struct PacketRef {
   void* handle = nullptr;
   uint8_t* data = nullptr;
   uint16_t len = 0;
+  uint16_t port = kUnknownPort;  // the port it arrived on (the dataplane's port id)
 };
 
 // What the engine needs from the buffer owner. Called from process()/poll() on the owning lcore.
@@ -37,6 +41,11 @@ struct BufferOps {
   void (*ref)(void* ctx, void* handle) = nullptr;   // take one more reference (kept for resends)
   // A new buffer of at least `len` bytes for a NAK the engine sends; {nullptr} when out of buffers.
   PacketRef (*alloc)(void* ctx, uint16_t len) = nullptr;
+  // Optional: whether this lcore's TX queue towards `port` holds at least `threshold` packets. The
+  // engine CE-marks the ECN-capable sums it releases towards a port past EngineConfig's
+  // ecn_threshold_packets (a DCQCN switch's marking, design.md §1 "Wire details").
+  void* queue_ctx = nullptr;
+  bool (*tx_queue_above)(void* queue_ctx, uint16_t port, uint32_t threshold) = nullptr;
 };
 
 // Packets the engine wants transmitted; each entry consumes one reference. The caller drains it
@@ -62,33 +71,43 @@ class TxList {
 
 // Counters, per job and for the engine as a whole (X-macro: the struct and the printed names come
 // from one list).
-#define INAGG_ENGINE_COUNTERS(X)                                                                \
-  X(rx_packets, "packets seen by the engine")                                                   \
-  X(passthrough, "packets forwarded untouched (not RoCEv2, unregistered, CNP, READ, SEND, ...)") \
-  X(malformed, "RoCEv2 packets that failed to parse, dropped")                                  \
-  X(bad_icrc, "packets of registered connections with a bad ICRC, dropped")                     \
-  X(spoofed, "registered QPN from the wrong source address, forwarded untouched")               \
-  X(aggregated_packets, "data packets added to a slot")                                         \
-  X(aggregated_bytes, "payload bytes added to a slot")                                          \
-  X(slots_completed, "slots that received all n ranks")                                         \
-  X(slots_released, "slots whose sums were sent")                                               \
-  X(released_packets, "packets sent with a sum")                                                \
-  X(duplicates_collecting, "duplicates that replaced a held packet of a collecting slot")       \
-  X(duplicates_dropped, "duplicates for a complete slot, dropped")                              \
-  X(retransmits_answered, "retransmissions of released slots answered from the retained sum")   \
-  X(stale, "packets older than their slot's epoch, dropped")                                    \
-  X(acks_observed, "ACK/NAK of registered connections, forwarded")                              \
-  X(naks_sent, "NAKs the engine sent after a PSN jump (loss before the appliance)")            \
-  X(nak_alloc_failed, "NAKs not sent for want of a buffer")                                     \
-  X(resends, "released packets sent again after no ACK within the resend timeout")             \
-  X(ecn_marked, "released packets CE-marked because an input of their slot was")               \
-  X(failed_job_drops, "packets of a failed job, dropped")                                       \
-  X(job_errors, "job errors (each aborts its job)")                                             \
-  X(err_length_or_opcode, "job error: a packet's length or opcode class does not fit its slot") \
-  X(err_ahead_of_window, "job error: a packet ahead of the window")                             \
-  X(err_ack_bypass, "job error: an ACK for a PSN never released (a path bypasses the appliance)") \
-  X(timeouts, "jobs aborted after their no-progress timeout")                                   \
-  X(generations, "replay jobs restarted at their start PSN")                                    \
+#define INAGG_ENGINE_COUNTERS(X)                                                                   \
+  X(rx_packets, "packets seen by the engine")                                                      \
+  X(passthrough, "packets forwarded untouched (not RoCEv2, or of no registered connection)")        \
+  X(malformed, "RoCEv2 packets that failed to parse, dropped")                                     \
+  X(bad_icrc, "packets of registered connections with a bad ICRC, dropped")                        \
+  X(drop_wrong_source, "packets on a registered connection not from its registered source address, dropped") \
+  X(drop_wrong_port, "packets on a registered connection from another port than its rank was first seen on, dropped") \
+  X(drop_unplaceable, "packets addressed to a registered connection that cannot be placed (IPv6 extension headers, an IPv4-mapped IPv6 address), dropped") \
+  X(drop_closed, "packets addressed to a connection held closed (its job being added, or removed a short while ago), dropped") \
+  X(cnp_forwarded, "CNPs on registered connections, forwarded (congestion control stays end to end)") \
+  X(aggregated_packets, "data packets added to a slot")                                            \
+  X(aggregated_bytes, "payload bytes added to a slot")                                             \
+  X(slots_completed, "slots that received all n ranks")                                            \
+  X(slots_released, "slots whose sums were sent")                                                  \
+  X(released_packets, "packets sent with a sum")                                                   \
+  X(duplicates_collecting, "duplicates that replaced a held packet of a collecting slot")          \
+  X(duplicates_dropped, "duplicates for a complete slot, dropped")                                 \
+  X(retransmits_answered, "retransmissions of released slots answered from the retained sum")      \
+  X(stale, "packets older than their slot's epoch, dropped")                                       \
+  X(acks_observed, "ACK/NAK of registered connections, forwarded")                                 \
+  X(naks_sent, "NAKs the engine sent after a PSN jump (loss before the appliance)")               \
+  X(tail_naks, "NAKs the engine sent for a message whose tail never arrived")                      \
+  X(naks_resent, "NAKs sent again because the sender had not gone back (the first one lost)")      \
+  X(nak_alloc_failed, "NAKs not sent for want of a buffer")                                        \
+  X(resends, "released packets sent again after no ACK within the (backed-off) resend timeout")    \
+  X(resend_budget_spent, "times a connection used up its resend budget without its receiver making progress") \
+  X(ecn_marked, "released packets CE-marked because an input of their slot was")                  \
+  X(ecn_marked_queue, "released packets CE-marked because the TX queue towards their receiver was past the ECN threshold") \
+  X(failed_job_drops, "packets of a failed job, dropped")                                          \
+  X(job_errors, "job errors (each aborts its job)")                                                \
+  X(err_length_or_opcode, "job error (rule 'message size'): a packet's length or opcode class does not fit its slot") \
+  X(err_ahead_of_window, "job error (rule 'window'): a packet ahead of the window")                \
+  X(err_ack_bypass, "job error (rule 'every packet crosses the appliance'): an ACK for a PSN never released") \
+  X(err_not_write, "job error (rule 'writes only'): a SEND, READ or atomic on a data QP, or a request on its reverse direction") \
+  X(err_not_rc, "job error (rule 'RC only'): a UC WRITE on a data QP")                             \
+  X(timeouts, "jobs aborted after their no-progress timeout")                                      \
+  X(generations, "replay jobs restarted at their start PSN")                                       \
   X(tx_full, "packets freed because the TX list was full")
 
 struct EngineCounters {
@@ -117,12 +136,25 @@ struct EngineConfig {
   size_t max_connections = 4096;          // both directions of every rank count
   size_t memory_budget_bytes = 1ull << 30;
   size_t mbuf_budget = 65536;             // held + retained packets over all jobs
-  uint64_t resend_timeout_ns = 200'000;   // released but unacknowledged: send again after this
+  // Released but unacknowledged: send again after this, then after twice as long each round, up to
+  // resend_max_ns; at most resend_budget rounds until the receiver acknowledges something. NAKs
+  // the sender has not acted on are sent again on the same schedule and budget.
+  uint64_t resend_timeout_ns = 200'000;
+  uint64_t resend_max_ns = 50'000'000;
+  unsigned resend_budget = 8;
   uint64_t abort_timeout_ns = 30'000'000'000ull;  // no progress with work pending: abort the job
   // NAK a sender on a PSN jump and resend unacknowledged released packets (design.md §1, "Loss
   // recovery that does not wait for timeouts"). Correctness never depends on it; off only to
   // measure what it saves.
   bool fast_recovery = true;
+  // CE-mark released sums towards a port whose TX queue holds at least this many packets (0: off;
+  // needs BufferOps::tx_queue_above).
+  uint32_t ecn_threshold_packets = 0;
+  // A removed job's connections stay closed this long (late packets of it are dropped, never
+  // forwarded raw): longer than the senders' RC retry budget, (retry count + 1) x ACK timeout.
+  uint64_t closed_hold_ns = 10'000'000'000ull;
+  // At most one log line per job per this interval about dropped forged or unplaceable packets.
+  uint64_t drop_log_interval_ns = 1'000'000'000ull;
 };
 
 struct JobInfo {
@@ -147,15 +179,28 @@ class Engine {
   // Control path (the owning lcore, between bursts). On refusal returns false and sets *error to a
   // sentence saying what to change. Re-adding the id of a failed job replaces it.
   bool add_job(const JobSpec& spec, std::string* error);
+  // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
   bool job_info(uint32_t id, JobInfo* out) const;
   std::vector<uint32_t> job_ids() const;
+
+  // Connections held closed: every packet addressed to them but CNPs is dropped (drop_closed). A
+  // multi-lcore appliance holds a job's connections closed on every lcore before the job is added,
+  // and on the lcores that do not own it for as long as it lives, so that no packet of it is ever
+  // forwarded raw while the lcores are being told. add_job takes over the closed connections it
+  // registers; a hold ends with release_closed, the connections staying closed linger_ns longer
+  // (0: open at once). Keys of this engine's own jobs are never held. Times are the engine's
+  // clock, the last now_ns that process() or poll() saw.
+  void hold_closed(const JobSpec& spec);
+  void release_closed(uint32_t job_id, uint64_t linger_ns);
+  size_t closed_connections() const;  // held or lingering, not yet expired
 
   // Fast path. Takes ownership of `pkt`: it ends up in `tx` (forwarded, possibly rewritten), held
   // by the engine, or freed. May also put released packets and NAKs in `tx`.
   void process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
 
-  // Timers: resends of unacknowledged released packets, no-progress aborts. Call every few us.
+  // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
+  // every few us.
   void poll(uint64_t now_ns, TxList& tx);
 
   const EngineCounters& counters() const { return totals_; }
@@ -163,29 +208,55 @@ class Engine {
   size_t mbufs_reserved() const { return mbufs_reserved_; }
   size_t held_packets() const;
 
-  struct Job;  // defined in engine.cpp
+  struct Job;  // defined in src/agg/engine_internal.hpp
 
  private:
   struct ConnTable;
-  void release_ready(Job& job, uint64_t now_ns, TxList& tx);
-  void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
-  void free_job_memory(Job& job);
+  struct ConnEntry;
+  // A connection key held closed on behalf of job_id until until_ns (UINT64_MAX: until released).
+  struct ClosedKey {
+    wire::IpAddr addr;
+    uint32_t qpn = 0;
+    uint32_t job_id = 0;
+    uint64_t until_ns = 0;
+  };
+  enum class NakReason : uint8_t { gap, tail, again };
+
+  // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
+  const ConnEntry* lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
+  void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
+  void log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
+                const wire::Layout& l, uint64_t now_ns);
   void emit(const PacketRef& p, TxList& tx, Job* job);
   void rebuild_conn_table();
-  void start_generation(Job& job);
-  bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
+  // A job's slots: hold, sum, release, ACKs (engine_job.cpp).
+  void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
-  void send_nak(Job& job, unsigned rank, const PacketRef& data_pkt, const wire::Layout& l, TxList& tx);
+  void note_arrival(Job& job, unsigned rank);
+  void start_generation(Job& job);
+  bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
+  bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
+  void release_ready(Job& job, uint64_t now_ns, TxList& tx);
+  // NAKs, resends, timers (engine_recovery.cpp).
+  bool send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why);
+  void recover(Job& job, uint64_t now_ns, TxList& tx);
+  // Adding, removing and ending jobs (engine_admission.cpp).
+  void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
+  std::string timeout_reason(const Job& job) const;
+  void free_job_memory(Job& job);
   Job* find_job(uint32_t id);
 
   EngineConfig cfg_;
   BufferOps ops_;
   std::vector<std::unique_ptr<Job>> jobs_;
   std::unique_ptr<ConnTable> conns_;
+  std::vector<ClosedKey> closed_;
   EngineCounters totals_;
   size_t memory_used_ = 0;
   size_t mbufs_reserved_ = 0;
+  uint64_t now_ns_ = 0;  // the engine's clock: the last now_ns process() or poll() saw
 };
 
 }  // namespace inagg::agg

@@ -13,8 +13,9 @@
 //   conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0
 //
 // Numbers are decimal or 0x-hex; QPNs and PSNs are 24-bit; addresses IPv4 or IPv6 (one version per
-// conn line). Only syntax and per-field ranges are checked here: how fields relate (ranks below
-// workers, one conn per rank, sizes that divide) is the appliance's engine's to check, so both the
+// conn line; an IPv4-mapped GID such as ::ffff:10.0.0.1 means the IPv4 address 10.0.0.1). Only
+// syntax and per-field ranges are checked here: how fields relate (ranks below workers, one conn
+// per rank, sizes that divide, a ring) is the appliance's engine's to check, so both the
 // file and the control socket get the same answer.
 #pragma once
 

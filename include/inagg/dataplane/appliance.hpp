@@ -45,7 +45,7 @@ struct ApplianceConfig {
   X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")          \
   X(handover_in, "packets received from other lcores")                               \
   X(handover_full, "handovers dropped: the owner's ring was full")                   \
-  X(multiseg_linearize_failed, "chained mbufs that could not be made contiguous")    \
+  X(multiseg_linearize_failed, "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)") \
   X(busy_cycles, "TSC cycles of loop iterations that moved packets")                  \
   X(idle_cycles, "TSC cycles of loop iterations that found nothing")
 

@@ -20,11 +20,19 @@ struct IpAddr {
   static IpAddr v4(uint32_t host_order);
   static IpAddr v6(const std::array<uint8_t, 16>& b);
   uint32_t v4_host_order() const;
+  // ::ffff:a.b.c.d, how rdma-core and the kernel's Soft-RoCE write the RoCEv2 GID of an IPv4
+  // address (RFC 4291 §2.5.5.2).
+  bool is_v4_mapped() const;
   bool operator==(const IpAddr&) const = default;
 };
 
 // Parses "10.0.0.1" or "fd00::1".
 std::optional<IpAddr> parse_ip(std::string_view text);
+// The address a RoCEv2 GID names: an IPv4-mapped IPv6 address is its IPv4 address (RoCEv2 sends
+// such a GID's packets as IPv4); any other address is itself.
+IpAddr gid_address(const IpAddr& ip);
+// parse_ip, then gid_address: what job files and registrations accept.
+std::optional<IpAddr> parse_gid(std::string_view text);
 // The reverse: "10.0.0.1", "fd00::1".
 std::string ip_text(const IpAddr& ip);
 

@@ -20,10 +20,16 @@ using MacAddr = std::array<uint8_t, 6>;
 using util::IpAddr;
 using util::ip_text;
 using util::parse_ip;
+using util::gid_address;
+using util::parse_gid;
 
 struct RoceFrameSpec {
   MacAddr dst_mac{}, src_mac{};
   std::optional<uint16_t> vlan_tci;  // adds an 802.1Q tag
+  // Raw VLAN tags (TPID, TCI pairs, 4 bytes each) written after the MACs instead of vlan_tci: how a
+  // reply keeps the 802.1Q / 802.1ad / QinQ tags of the frame it answers (the appliance's NAKs).
+  std::array<uint8_t, 16> l2_tags{};
+  uint8_t l2_tags_len = 0;  // a multiple of 4, at most 16
   IpAddr src_ip, dst_ip;             // same version for both
   uint8_t tos = 0;                   // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
   uint8_t ttl = 64;                  // IPv4 TTL / IPv6 hop limit

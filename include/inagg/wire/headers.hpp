@@ -26,7 +26,8 @@ inline constexpr uint16_t kEtherTypeIpv4 = 0x0800;
 inline constexpr uint16_t kEtherTypeIpv6 = 0x86dd;
 inline constexpr uint16_t kEtherTypeArp = 0x0806;
 inline constexpr uint16_t kEtherTypeVlan = 0x8100;
-inline constexpr uint16_t kEtherTypeQinQ = 0x88a8;
+inline constexpr uint16_t kEtherTypeQinQ = 0x88a8;      // 802.1ad service tag
+inline constexpr uint16_t kEtherTypeQinQ9100 = 0x9100;  // the pre-802.1ad QinQ TPID some switches use
 inline constexpr uint8_t kIpProtoUdp = 17;
 
 // ECN codepoints (the low two bits of IPv4 TOS / IPv6 traffic class).

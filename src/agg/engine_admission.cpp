@@ -1,0 +1,239 @@
+// Adding, removing and ending jobs (design.md §1 "The job contract"): checks, budgets, memory.
+#include "inagg/agg/engine.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine_internal.hpp"
+#include "inagg/util/log.hpp"
+
+namespace inagg::agg {
+
+using wire::Layout;
+using namespace engine_detail;
+
+void EngineCounters::add(const EngineCounters& o) {
+#define X(name, text) name += o.name;
+  INAGG_ENGINE_COUNTERS(X)
+#undef X
+}
+
+Engine::Engine(const EngineConfig& cfg, const BufferOps& ops)
+    : cfg_(cfg), ops_(ops), conns_(std::make_unique<ConnTable>()) {}
+
+Engine::~Engine() {
+  for (auto& j : jobs_) free_job_memory(*j);
+}
+
+Engine::Job* Engine::find_job(uint32_t id) {
+  for (auto& j : jobs_)
+    if (j->spec.id == id) return j.get();
+  return nullptr;
+}
+
+bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
+  JobSpec s = spec_in;
+  for (ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
+    c.src_ip = wire::gid_address(c.src_ip);
+    c.dst_ip = wire::gid_address(c.dst_ip);
+  }
+  auto fail = [&](const std::string& msg) {
+    *error = "job " + std::to_string(s.id) + ": " + msg;
+    return false;
+  };
+  if (s.workers < 1 || s.workers > 64) return fail("workers must be between 1 and 64 (got " + std::to_string(s.workers) + ")");
+  if (s.conns.size() != s.workers)
+    return fail("needs one connection per worker: " + std::to_string(s.workers) + " workers but " +
+                std::to_string(s.conns.size()) + " conn lines");
+  const size_t esize = dtype_size(s.dtype);
+  if (s.payload_bytes == 0 || s.payload_bytes % 4 != 0 || s.payload_bytes % esize != 0 || s.payload_bytes > 8192)
+    return fail("payload_bytes must be a positive multiple of 4 and at most 8192 (the path MTU payload, e.g. 1024 or 4096); got " +
+                std::to_string(s.payload_bytes));
+  if (s.message_bytes == 0 || s.message_bytes % s.payload_bytes != 0)
+    return fail("message_bytes (" + std::to_string(s.message_bytes) + ") must be a positive multiple of payload_bytes (" +
+                std::to_string(s.payload_bytes) + ")");
+  if (s.window < 1) return fail("window must be at least 1 message");
+  const uint64_t ppm = s.message_bytes / s.payload_bytes;
+  if (ppm * s.window >= (1u << 22))
+    return fail("window x packets per message must stay below 2^22 so 24-bit PSNs extend unambiguously; lower window or message_bytes");
+  uint64_t ranks_seen = 0;
+  for (const ConnectionSpec& c : s.conns) {
+    if (c.rank >= s.workers) return fail("conn rank " + std::to_string(c.rank) + " is not below workers (" + std::to_string(s.workers) + ")");
+    if (bit(ranks_seen, c.rank)) return fail("rank " + std::to_string(c.rank) + " has two conn lines");
+    ranks_seen |= 1ull << c.rank;
+    if (c.src_ip.version == wire::IpVersion::none || c.src_ip.version != c.dst_ip.version)
+      return fail("rank " + std::to_string(c.rank) + ": source and destination must both be IPv4 or both IPv6");
+    if (c.src_qpn > 0xffffff || c.dst_qpn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": QPNs are 24-bit");
+    if (c.start_psn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": start PSN is 24-bit");
+  }
+  std::sort(s.conns.begin(), s.conns.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+  // The ring: rank r writes to rank r+1, so its destination is where r+1 sends from. A job that is
+  // not a ring cannot be summed (some receiver's traffic would never match), so refuse it now.
+  for (unsigned r = 0; r < s.workers; ++r) {
+    const ConnectionSpec& c = s.conns[r];
+    const ConnectionSpec& succ = s.conns[(r + 1) % s.workers];
+    if (!(c.dst_ip == succ.src_ip) && s.workers == 1)
+      return fail("not a ring: its one rank writes to " + wire::ip_text(c.dst_ip) + " but sends from " +
+                  wire::ip_text(c.src_ip) + " (a job of one rank writes to itself: give the same address twice)");
+    if (!(c.dst_ip == succ.src_ip))
+      return fail("not a ring: rank " + std::to_string(r) + " writes to " + wire::ip_text(c.dst_ip) + " but rank " +
+                  std::to_string(succ.rank) + ", its successor, sends from " + wire::ip_text(succ.src_ip) +
+                  " (each rank's destination must be its successor's source; check the conn lines' addresses)");
+  }
+
+  Job* old = find_job(s.id);
+  if (old && old->state == JobState::active)
+    return fail("already exists and is active; remove it first");
+  // Keys must not collide with another job's (a failed job being replaced does not count) or
+  // with each other. Closed connections (holds, tombstones) give way to the job.
+  std::vector<std::pair<wire::IpAddr, uint32_t>> keys;
+  for (const ConnectionSpec& c : s.conns) {
+    keys.push_back({c.dst_ip, c.dst_qpn});
+    keys.push_back({c.src_ip, c.src_qpn});
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t k = i + 1; k < keys.size(); ++k)
+      if (keys[i] == keys[k]) return fail("QP " + qp_str(keys[i].first, keys[i].second) + " appears twice in the job");
+    const ConnEntry* e = conns_->find(keys[i].first.version, keys[i].first.bytes.data(), keys[i].second);
+    if (e && e->job && e->job != old)
+      return fail("QP " + qp_str(keys[i].first, keys[i].second) + " already belongs to job " + std::to_string(e->job->spec.id));
+  }
+  size_t total_conns = 0;
+  for (auto& j : jobs_)
+    if (j.get() != old) total_conns += 2 * j->spec.workers;
+  if (total_conns + 2 * s.workers > cfg_.max_connections)
+    return fail("would exceed the engine's " + std::to_string(cfg_.max_connections) + " connections");
+  if (!old && jobs_.size() >= cfg_.max_jobs) return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
+
+  const uint32_t nslots = static_cast<uint32_t>(2 * s.window * ppm);
+  const size_t mem = static_cast<size_t>(nslots) *
+                     (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + s.payload_bytes);
+  const size_t mbufs = static_cast<size_t>(nslots) * s.workers;
+  if (memory_used_ + mem > cfg_.memory_budget_bytes)
+    return fail("needs " + std::to_string(mem >> 10) + " KiB of slot memory but only " +
+                std::to_string((cfg_.memory_budget_bytes - memory_used_) >> 10) +
+                " KiB of the budget is free; lower window or message_bytes, or raise the memory budget");
+  if (mbufs_reserved_ + mbufs > cfg_.mbuf_budget)
+    return fail("needs up to " + std::to_string(mbufs) + " held packet buffers (2 x window x packets per message x workers) but only " +
+                std::to_string(cfg_.mbuf_budget - mbufs_reserved_) + " of the mbuf budget are free");
+
+  auto job = std::make_unique<Job>();
+  job->spec = s;
+  job->ppm = static_cast<uint32_t>(ppm);
+  job->nslots = nslots;
+  job->slots.resize(nslots);
+  job->held.resize(static_cast<size_t>(nslots) * s.workers);
+  job->sums = static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
+  if (job->sums == nullptr) return fail("out of memory for the retained sums");
+  job->conns.resize(s.workers);
+  for (unsigned r = 0; r < s.workers; ++r) {
+    job->conns[r].spec = job->spec.conns[r];
+    job->conns[r].resend_interval_ns = cfg_.resend_timeout_ns;
+  }
+  job->shift = wire::Crc32Shift(s.payload_bytes);
+  job->memory = mem;
+  job->mbufs = mbufs;
+  job->last_progress_ns = now_ns_;
+  // Only now, with everything allocated, does the new job replace a failed one of the same id.
+  if (old) jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == old; }));
+  memory_used_ += mem;
+  mbufs_reserved_ += mbufs;
+  std::erase_if(closed_, [&](const ClosedKey& k) {
+    return std::find(keys.begin(), keys.end(), std::pair{k.addr, k.qpn}) != keys.end();
+  });
+  jobs_.push_back(std::move(job));
+  rebuild_conn_table();
+  return true;
+}
+
+bool Engine::remove_job(uint32_t id, std::string* error) {
+  Job* job = find_job(id);
+  if (!job) {
+    *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
+    return false;
+  }
+  // Tombstones: its senders may still be retrying; none of that may reach a receiver raw.
+  for (const ConnectionSpec& c : job->spec.conns) {
+    closed_.push_back({c.dst_ip, c.dst_qpn, id, now_ns_ + cfg_.closed_hold_ns});
+    closed_.push_back({c.src_ip, c.src_qpn, id, now_ns_ + cfg_.closed_hold_ns});
+  }
+  free_job_memory(*job);
+  jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == job; }));
+  rebuild_conn_table();
+  return true;
+}
+
+void Engine::free_job_memory(Job& job) {
+  for (Job::Held& h : job.held) {
+    if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
+    h = Job::Held{};
+  }
+  job.held_count = job.retained_count = 0;
+  std::vector<Job::Held>().swap(job.held);
+  std::vector<Job::Slot>().swap(job.slots);
+  std::free(job.sums);
+  job.sums = nullptr;
+  memory_used_ -= job.memory;
+  mbufs_reserved_ -= job.mbufs;
+  job.memory = job.mbufs = 0;
+}
+
+bool Engine::job_info(uint32_t id, JobInfo* out) const {
+  for (auto& j : jobs_) {
+    if (j->spec.id != id) continue;
+    *out = JobInfo{j->spec.id, j->state, j->error, j->cursor, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
+    return true;
+  }
+  return false;
+}
+
+std::vector<uint32_t> Engine::job_ids() const {
+  std::vector<uint32_t> ids;
+  for (auto& j : jobs_) ids.push_back(j->spec.id);
+  return ids;
+}
+
+size_t Engine::held_packets() const {
+  size_t n = 0;
+  for (auto& j : jobs_) n += j->held_count + j->retained_count;
+  return n;
+}
+
+void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind) {
+  if (job.state == JobState::failed) return;
+  job.state = JobState::failed;
+  job.error = why;
+  ++(job.c.*kind);
+  ++(totals_.*kind);
+  if (kind != &EngineCounters::timeouts) {
+    ++job.c.job_errors;
+    ++totals_.job_errors;
+  }
+  util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, why.c_str());
+  free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
+}
+
+// What a no-progress timeout most likely means, in words: a registration that never matched says
+// which field to check.
+std::string Engine::timeout_reason(const Job& job) const {
+  std::string why = "no progress for " + std::to_string(cfg_.abort_timeout_ns / 1000000) +
+                    " ms (a worker stopped sending or its packets no longer reach the appliance)";
+  for (const Job::Conn& c : job.conns) {
+    const std::string rank = "rank " + std::to_string(c.spec.rank);
+    if (!c.data_seen && c.before_start)
+      why += "; " + rank + " sent only PSNs before its registered start PSN 0x" +
+             [&] { char b[16]; std::snprintf(b, sizeof b, "%06x", c.spec.start_psn); return std::string(b); }() +
+             " (last 0x" + [&] { char b[16]; std::snprintf(b, sizeof b, "%06x", c.before_start_psn); return std::string(b); }() +
+             "): check its start PSN";
+    else if (!c.data_seen)
+      why += "; no WRITE of " + rank + " to " + qp_str(c.spec.dst_ip, c.spec.dst_qpn) +
+             " was ever seen (check its destination address and QPN)";
+    else if (!c.acks_seen && job.cursor > 0)
+      why += "; no ACK to " + rank + "'s " + qp_str(c.spec.src_ip, c.spec.src_qpn) +
+             " was ever seen (check its source address and QPN)";
+  }
+  return why;
+}
+
+}  // namespace inagg::agg

@@ -1,0 +1,183 @@
+// The connection table: which job and rank a packet belongs to, who may speak on a registered
+// connection, what happens to what cannot be placed, and connections held closed.
+#include "inagg/agg/engine.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine_internal.hpp"
+
+namespace inagg::agg {
+
+using wire::Layout;
+using namespace engine_detail;
+
+void Engine::hold_closed(const JobSpec& spec) {
+  for (const ConnectionSpec& c : spec.conns) {
+    for (const auto& key : {std::pair{wire::gid_address(c.dst_ip), c.dst_qpn}, std::pair{wire::gid_address(c.src_ip), c.src_qpn}}) {
+      const ConnEntry* e = conns_->find(key.first.version, key.first.bytes.data(), key.second);
+      if (e && e->job) continue;  // this engine's own job: it handles them
+      std::erase_if(closed_, [&](const ClosedKey& k) { return k.addr == key.first && k.qpn == key.second; });
+      closed_.push_back({key.first, key.second, spec.id, UINT64_MAX});
+    }
+  }
+  rebuild_conn_table();
+}
+
+void Engine::release_closed(uint32_t job_id, uint64_t linger_ns) {
+  for (ClosedKey& k : closed_)
+    if (k.job_id == job_id && k.until_ns == UINT64_MAX) k.until_ns = now_ns_ + linger_ns;
+  rebuild_conn_table();
+}
+
+size_t Engine::closed_connections() const {
+  return static_cast<size_t>(std::count_if(closed_.begin(), closed_.end(), [&](const ClosedKey& k) { return k.until_ns > now_ns_; }));
+}
+
+void Engine::rebuild_conn_table() {
+  std::erase_if(closed_, [&](const ClosedKey& k) { return k.until_ns <= now_ns_; });
+  size_t n = closed_.size();
+  for (auto& j : jobs_) n += 2 * j->spec.workers;
+  conns_->resize(n);
+  for (auto& j : jobs_) {
+    for (unsigned r = 0; r < j->spec.workers; ++r) {
+      const ConnectionSpec& c = j->conns[r].spec;
+      conns_->insert({true, false, c.dst_ip, c.dst_qpn, j.get(), r, 0});  // data: to the receiver's QP
+      conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r, 0});   // ACKs: to the sender's QP
+    }
+  }
+  for (const ClosedKey& k : closed_) {
+    const ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn);
+    if (e == nullptr) conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, k.until_ns});
+  }
+}
+
+void Engine::emit(const PacketRef& p, TxList& tx, Job* job) {
+  if (!tx.push(p)) {
+    ops_.free(ops_.ctx, p.handle);
+    if (job) ++job->c.tx_full;
+    ++totals_.tx_full;
+  }
+}
+
+void Engine::drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter) {
+  if (job) ++(job->c.*counter);
+  ++(totals_.*counter);
+  ops_.free(ops_.ctx, pkt.handle);
+}
+
+// One line per job per drop_log_interval_ns at most, however many forged packets arrive.
+void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
+                      const Layout& l, uint64_t now_ns) {
+  if (job.drop_logged && elapsed(now_ns, job.drop_log_ns) < cfg_.drop_log_interval_ns) {
+    ++job.drops_unlogged;
+    return;
+  }
+  char src[64] = "?";
+  const uint8_t* ip = pkt.data + l.l3;
+  inet_ntop(l.ip == wire::IpVersion::v4 ? AF_INET : AF_INET6, ip + (l.ip == wire::IpVersion::v4 ? 12 : 8), src, sizeof src);
+  const Job::Conn& c = job.conns[rank];
+  std::fprintf(stderr,
+               "inagg: job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
+               "; %llu more dropped since the last line\n",
+               job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
+               wire::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(),
+               (ack_direction ? c.ack_port : c.data_port) == kUnknownPort ? -1 : (ack_direction ? c.ack_port : c.data_port),
+               static_cast<unsigned long long>(job.drops_unlogged));
+  job.drop_logged = true;
+  job.drop_log_ns = now_ns;
+  job.drops_unlogged = 0;
+}
+
+// A registered connection's key, also when the packet writes its IPv4 address IPv4-mapped in an
+// IPv6 header (*mapped: such a packet is never placed, only dropped).
+const Engine::ConnEntry* Engine::lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const {
+  *mapped = false;
+  if (const ConnEntry* e = conns_->find(v, addr, qpn)) return e;
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (v == wire::IpVersion::v6 && conns_->any_v4 && std::memcmp(addr, kMapped, 12) == 0) {
+    *mapped = true;
+    return conns_->find(wire::IpVersion::v4, addr + 12, qpn);
+  }
+  return nullptr;
+}
+
+// A frame parse_frame() did not place: dropped when it is addressed to a registered or closed
+// connection (it must never reach a receiver raw), else forwarded unless it is malformed RoCEv2.
+void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns, TxList& tx) {
+  wire::RoceDestination d;
+  bool mapped = false;
+  const ConnEntry* e = wire::roce_destination(pkt.data, l, &d) ? lookup(d.ip, d.addr, d.qpn, &mapped) : nullptr;
+  if (e && e->job == nullptr && e->closed_until_ns <= now_ns) e = nullptr;  // a tombstone that expired
+  if (e) {
+    Job* job = e->job;
+    if (job) ++job->c.rx_packets;
+    if (e->job == nullptr) return drop(nullptr, pkt, &EngineCounters::drop_closed);
+    if (wire::is_malformed(st)) return drop(job, pkt, &EngineCounters::malformed);
+    log_drop(*job, wire::parse_status_text(st).data(), e->rank, e->ack_direction, pkt, l, now_ns);
+    return drop(job, pkt, &EngineCounters::drop_unplaceable);
+  }
+  if (wire::is_malformed(st)) return drop(nullptr, pkt, &EngineCounters::malformed);
+  ++totals_.passthrough;
+  emit(pkt, tx, nullptr);
+}
+
+void Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+  ++totals_.rx_packets;
+  if (now_ns > now_ns_) now_ns_ = now_ns;
+  Layout l;
+  const wire::ParseStatus st = wire::parse_frame({pkt.data, pkt.len}, l);
+  if (st != wire::ParseStatus::roce) return process_unplaced(pkt, st, l, now_ns, tx);
+  const uint8_t* ip = pkt.data + l.l3;
+  const bool v4 = l.ip == wire::IpVersion::v4;
+  const uint8_t* dst = ip + (v4 ? 16 : 24);
+  const uint8_t* src = ip + (v4 ? 12 : 8);
+  bool mapped = false;
+  const ConnEntry* e = lookup(l.ip, dst, wire::bth_of(pkt.data, l).dest_qp(), &mapped);
+  if (e && e->job == nullptr && e->closed_until_ns <= now_ns) e = nullptr;  // a tombstone that expired
+  if (e == nullptr) {
+    ++totals_.passthrough;
+    emit(pkt, tx, nullptr);
+    return;
+  }
+  const bool cnp = l.opcode == wire::op::kCnp;  // congestion control stays end to end, always
+  if (e->job == nullptr) {
+    if (!cnp) return drop(nullptr, pkt, &EngineCounters::drop_closed);
+    ++totals_.passthrough;
+    emit(pkt, tx, nullptr);
+    return;
+  }
+  Job& job = *e->job;
+  ++job.c.rx_packets;
+  if (cnp) {
+    BUMP(job, cnp_forwarded);
+    emit(pkt, tx, &job);
+    return;
+  }
+  Job::Conn& conn = job.conns[e->rank];
+  if (mapped) {
+    log_drop(job, "an IPv4 connection addressed by an IPv4-mapped IPv6 address", e->rank, e->ack_direction, pkt, l, now_ns);
+    return drop(&job, pkt, &EngineCounters::drop_unplaceable);
+  }
+  // Only the registered source, on the port its rank was first seen on, speaks on a connection: a
+  // forged WRITE must not reach the receiver, a forged ACK or NAK must not reach the sender.
+  const wire::IpAddr& peer = e->ack_direction ? conn.spec.dst_ip : conn.spec.src_ip;
+  if (v4 ? std::memcmp(peer.bytes.data(), src, 4) != 0 : std::memcmp(peer.bytes.data(), src, 16) != 0) {
+    log_drop(job, "not from the registered source address", e->rank, e->ack_direction, pkt, l, now_ns);
+    return drop(&job, pkt, &EngineCounters::drop_wrong_source);
+  }
+  const uint16_t port = e->ack_direction ? conn.ack_port : conn.data_port;
+  if (port != kUnknownPort && pkt.port != kUnknownPort && pkt.port != port) {
+    log_drop(job, "not from the port its rank was first seen on", e->rank, e->ack_direction, pkt, l, now_ns);
+    return drop(&job, pkt, &EngineCounters::drop_wrong_port);
+  }
+  if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
+  if (e->ack_direction)
+    handle_ack(job, e->rank, pkt, l, now_ns, tx);
+  else
+    handle_data(job, e->rank, pkt, l, now_ns, tx);
+}
+
+}  // namespace inagg::agg

@@ -1,0 +1,186 @@
+// The engine's private parts, shared by its files (not installed): a job's state (its slots, held
+// packets, retained sums and per-connection recovery state), the connection table, and helpers.
+//   engine_admission.cpp   adding, removing and ending jobs, what a job's failure says
+//   engine_conn_table.cpp  the connection table: which packet belongs to which job, who may speak
+//   engine_job.cpp         a job's slots: hold, sum, release in PSN order, ACKs
+//   engine_recovery.cpp    NAKs, resends, timers
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "inagg/agg/engine.hpp"
+
+namespace inagg::agg {
+
+namespace engine_detail {
+
+// Helpers the engine's files share (engine_job.cpp defines the non-inline ones).
+enum class SlotState : uint8_t { empty, collecting, complete, released };
+
+// Sign-extends a 24-bit PSN difference.
+inline int64_t sext24(uint32_t d) {
+  d &= wire::kPsnMask;
+  return d & 0x800000 ? static_cast<int64_t>(d) - 0x1000000 : static_cast<int64_t>(d);
+}
+
+// Time since `then`, 0 if the caller's clock is a little behind it (timestamps taken per burst).
+inline uint64_t elapsed(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
+
+inline bool bit(uint64_t mask, unsigned r) { return (mask >> r) & 1; }
+inline uint64_t full_mask(unsigned n) { return n == 64 ? ~0ull : (1ull << n) - 1; }
+
+wire::OpPosition expected_position(uint32_t k, uint32_t ppm);
+uint8_t ecn_of(const uint8_t* f, const wire::Layout& l);
+void set_ce(uint8_t* f, const wire::Layout& l);
+// The UDP checksum over IPv6 (mandatory there unless zero-checksum is in use).
+uint16_t udp6_checksum(const uint8_t* f, const wire::Layout& l);
+std::string qp_str(const wire::IpAddr& a, uint32_t qpn);
+// "job contract, rule 'window': ..." (design.md §1 "The job contract").
+std::string contract(const char* rule, const std::string& what);
+
+}  // namespace engine_detail
+
+struct Engine::Job {
+  struct Conn {
+    ConnectionSpec spec;
+    // The sender (data direction).
+    uint64_t expected = 0;       // one past the highest sequence seen from the sender
+    uint64_t last_seq = 0;       // the sequence of its latest packet (its current go-back-N pass)
+    uint64_t filled = 0;         // every sequence below this arrived (or was released)
+    uint64_t last_data_ns = 0;
+    bool data_seen = false;
+    uint16_t data_port = kUnknownPort;  // the port the sender was first seen on
+    uint64_t before_start = 0;          // packets before the registered start PSN (a timeout says so)
+    uint32_t before_start_psn = 0;
+    // Its receiver (ACK direction).
+    uint64_t acked = 0;          // the receiver holds every sequence below this
+    uint32_t msn = 0;            // the receiver's last reported MSN (for the NAKs we send)
+    uint64_t last_ack_ns = 0;
+    bool acks_seen = false;
+    uint16_t ack_port = kUnknownPort;   // the port the receiver was first seen on (where its sums go)
+    // NAKs the engine sends the sender, and their backoff.
+    bool nak_pending = false;    // a NAK went out; the sender has neither gone back nor filled the gap
+    uint64_t nak_seq = 0;        // the sequence it named (the receiver's acked then)
+    uint64_t nak_target = 0;     // the gap is closed once `filled` reaches this
+    uint64_t nak_ns = 0;
+    uint64_t nak_interval_ns = 0;
+    unsigned nak_rounds = 0;
+    // Resends to the receiver, and their backoff.
+    uint64_t resend_ns = 0;
+    uint64_t resend_interval_ns = 0;
+    unsigned resend_rounds = 0;
+    // What a NAK to the sender looks like: its first valid packet's headers, reversed.
+    bool nak_template_ok = false;
+    wire::RoceFrameSpec nak;
+  };
+  struct Held {
+    PacketRef p;
+    wire::Layout l;
+    uint32_t header_crc = 0;  // the ICRC's header part; rewriting masked fields keeps it valid
+    bool retained = false;    // released and kept for a resend
+  };
+  struct Slot {
+    uint64_t seq = 0;       // slot sequence (message * ppm + packet index) it holds
+    uint64_t arrived = 0;   // one bit per rank
+    engine_detail::SlotState state = engine_detail::SlotState::empty;
+    bool ecn = false;       // some input was CE-marked or had FECN
+    uint32_t payload_crc = 0;
+  };
+
+  JobSpec spec;
+  JobState state = JobState::active;
+  std::string error;
+  uint32_t ppm = 0;    // packets per message
+  uint32_t nslots = 0; // 2 W ppm
+  std::vector<Slot> slots;
+  std::vector<Held> held;  // nslots x n
+  uint8_t* sums = nullptr; // nslots x P retained sums, 64-byte aligned
+  std::vector<Conn> conns;
+  wire::Crc32Shift shift;
+  uint64_t cursor = 0;     // next sequence to release
+  uint64_t highest = 0;    // one past the highest sequence any packet has claimed
+  size_t held_count = 0, retained_count = 0;
+  uint64_t last_progress_ns = 0, last_release_ns = 0;
+  size_t memory = 0, mbufs = 0;
+  uint64_t drop_log_ns = 0, drops_unlogged = 0;  // rate limit of the drop log line
+  bool drop_logged = false;
+  EngineCounters c;
+
+  Slot& slot(uint64_t seq) { return slots[seq % nslots]; }
+  Held& held_at(uint64_t seq, unsigned rank) { return held[(seq % nslots) * spec.workers + rank]; }
+  uint8_t* sum_at(uint64_t seq) { return sums + (seq % nslots) * spec.payload_bytes; }
+
+  // Whether the sender's packet of `seq` is in (or went out with a sum).
+  bool arrived(uint64_t seq, unsigned rank) {
+    const Slot& s = slot(seq);
+    if (s.state == engine_detail::SlotState::empty || s.seq < seq) return false;
+    if (s.seq > seq || s.state != engine_detail::SlotState::collecting) return true;
+    return engine_detail::bit(s.arrived, rank);
+  }
+};
+
+// Open-addressing map (address, QPN) -> (job, rank, direction) or a closed connection, rebuilt on
+// every job change (the control path), read-only on the fast path.
+struct Engine::ConnEntry {
+  bool used = false;
+  bool ack_direction = false;  // key is the sender's QP: ACKs flow to it
+  wire::IpAddr addr;
+  uint32_t qpn = 0;
+  Job* job = nullptr;          // nullptr: a closed connection
+  unsigned rank = 0;
+  uint64_t closed_until_ns = 0;
+};
+
+struct Engine::ConnTable {
+  std::vector<ConnEntry> entries;
+  size_t mask = 0;
+  bool any_v4 = false;  // whether an IPv4-mapped IPv6 destination could name a key
+
+  ConnTable() { resize(0); }
+  // Sized to the connections in use (load <= 1/2), so the fast path's probes stay in cache.
+  void resize(size_t conns) {
+    size_t cap = 16;
+    while (cap < 2 * conns) cap <<= 1;
+    entries.assign(cap, ConnEntry{});
+    mask = cap - 1;
+    any_v4 = false;
+  }
+  static size_t hash(const uint8_t* addr, uint32_t qpn) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ qpn;
+    for (int i = 0; i < 16; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, addr + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 33;
+    }
+    return static_cast<size_t>(h);
+  }
+  void insert(const ConnEntry& e) {
+    if (e.addr.version == wire::IpVersion::v4) any_v4 = true;
+    for (size_t i = hash(e.addr.bytes.data(), e.qpn) & mask;; i = (i + 1) & mask) {
+      if (!entries[i].used) {
+        entries[i] = e;
+        return;
+      }
+    }
+  }
+  const ConnEntry* find(wire::IpVersion v, const uint8_t* addr, uint32_t qpn) const {
+    uint8_t key[16] = {};
+    if (v == wire::IpVersion::v4)
+      std::memcpy(key, addr, 4);
+    else
+      std::memcpy(key, addr, 16);
+    for (size_t i = hash(key, qpn) & mask;; i = (i + 1) & mask) {
+      const ConnEntry& e = entries[i];
+      if (!e.used) return nullptr;
+      if (e.qpn == qpn && e.addr.version == v && std::memcmp(e.addr.bytes.data(), key, 16) == 0) return &e;
+    }
+  }
+};
+
+// A counter of the job and of the engine's totals (inside Engine's members only).
+#define BUMP(job, name) (++(job).c.name, ++totals_.name)
+
+}  // namespace inagg::agg

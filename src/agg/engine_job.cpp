@@ -1,0 +1,391 @@
+// A job's slots (design.md §1 "Per packet"): data packets held per slot, summed when all n ranks
+// are in, released in PSN order with regenerated ICRCs; ACKs observed; contract breaks.
+#include "inagg/agg/engine.hpp"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine_internal.hpp"
+#include "inagg/agg/kernels.hpp"
+#include "inagg/wire/icrc.hpp"
+
+namespace inagg::agg {
+
+using wire::Layout;
+using namespace engine_detail;
+
+namespace engine_detail {
+
+wire::OpPosition expected_position(uint32_t k, uint32_t ppm) {
+  if (ppm == 1) return wire::OpPosition::only;
+  if (k == 0) return wire::OpPosition::first;
+  if (k == ppm - 1) return wire::OpPosition::last;
+  return wire::OpPosition::middle;
+}
+
+uint8_t ecn_of(const uint8_t* f, const Layout& l) {
+  const uint8_t* ip = f + l.l3;
+  return l.ip == wire::IpVersion::v4 ? (ip[1] & 3) : static_cast<uint8_t>((wire::load_be16(ip) >> 4) & 3);
+}
+
+void set_ce(uint8_t* f, const Layout& l) {
+  uint8_t* ip = f + l.l3;
+  if (l.ip == wire::IpVersion::v4) {
+    ip[1] |= wire::kEcnCe;
+    ip[10] = ip[11] = 0;
+    wire::store_be16(ip + 10, wire::ipv4_header_checksum(ip, static_cast<size_t>(ip[0] & 0x0f) * 4));
+  } else {
+    ip[1] |= wire::kEcnCe << 4;
+  }
+}
+
+// The UDP checksum over IPv6 (mandatory there unless zero-checksum is in use).
+uint16_t udp6_checksum(const uint8_t* f, const Layout& l) {
+  const uint8_t* ip = f + l.l3;
+  const uint8_t* udp = f + l.l4;
+  const uint32_t len = wire::load_be16(udp + 4);
+  uint64_t sum = 0;
+  for (int i = 8; i < 40; i += 2) sum += wire::load_be16(ip + i);
+  sum += len + wire::kIpProtoUdp;
+  for (uint32_t i = 0; i + 1 < len; i += 2)
+    if (i != 6) sum += wire::load_be16(udp + i);
+  if (len & 1) sum += static_cast<uint32_t>(udp[len - 1]) << 8;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  const uint16_t c = static_cast<uint16_t>(~sum);
+  return c == 0 ? 0xffff : c;
+}
+
+std::string qp_str(const wire::IpAddr& a, uint32_t qpn) {
+  char buf[80], ip[64];
+  inet_ntop(a.version == wire::IpVersion::v4 ? AF_INET : AF_INET6, a.bytes.data(), ip, sizeof ip);
+  std::snprintf(buf, sizeof buf, "%s qpn 0x%x", ip, qpn);
+  return buf;
+}
+
+// "job contract, rule 'window': ..." (design.md §1 "The job contract").
+std::string contract(const char* rule, const std::string& what) {
+  return std::string("job contract, rule '") + rule + "': " + what;
+}
+
+}  // namespace engine_detail
+
+void Engine::break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind) {
+  ops_.free(ops_.ctx, pkt.handle);
+  abort_job(job, why, kind);
+}
+
+void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
+  Job::Conn& conn = job.conns[rank];
+  // Header and payload CRCs are independent chains (the CPU overlaps them), joined by the job's
+  // precomputed shift; the header part is kept for the release.
+  const uint32_t header_crc = wire::icrc_header_crc(pkt.data, l);
+  const bool icrc_ok = l.padded_payload_len() == job.spec.payload_bytes
+                           ? wire::icrc_combine(header_crc, wire::icrc_payload_crc(pkt.data, l), job.shift) ==
+                                 wire::icrc_stored(pkt.data, l)
+                           : wire::icrc_verify(pkt.data, l);  // a length error follows; verify it plainly
+  if (!icrc_ok) return drop(&job, pkt, &EngineCounters::bad_icrc);
+  const wire::BthView bth = wire::bth_of(pkt.data, l);
+  const uint32_t psn = bth.psn();
+  auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
+  if (!wire::is_rdma_write(l.opcode)) {
+    // A SEND or READ takes PSNs the job's WRITEs need: the sums could never line up again.
+    return break_contract(job, pkt,
+                          contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
+                                                      ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
+                                                      "; a job's QPs carry only its RDMA WRITEs"),
+                          &EngineCounters::err_not_write);
+  }
+  if ((l.opcode & 0xe0) != wire::op::kRc) {
+    // UC has no ACKs: the engine could neither know what a receiver has nor recover a loss.
+    return break_contract(job, pkt,
+                          contract("RC only", who() + " sent " + std::string(l.info->name) +
+                                                  ": the job's QPs must be RC (UC writes cannot be aggregated transparently)"),
+                          &EngineCounters::err_not_rc);
+  }
+  if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
+  const wire::OpPosition pos = l.info->position;
+
+  // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
+  if (job.spec.replay && psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
+      (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
+    start_generation(job);
+    BUMP(job, generations);
+  }
+
+  const int64_t sseq = static_cast<int64_t>(conn.expected) + sext24(psn - (conn.spec.start_psn + conn.expected));
+  if (sseq < 0) {  // before the job's start PSN
+    ++conn.before_start;
+    conn.before_start_psn = psn;
+    return drop(&job, pkt, &EngineCounters::stale);
+  }
+  const uint64_t seq = static_cast<uint64_t>(sseq);
+  const uint64_t msg = seq / job.ppm;
+  const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
+  const uint64_t first_incomplete_msg = job.cursor / job.ppm;
+  if (msg >= first_incomplete_msg + job.spec.window) {
+    return break_contract(job, pkt,
+                          contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
+                                                 ") while message " + std::to_string(first_incomplete_msg) +
+                                                 " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
+                                                 " (every rank must honour the same window)"),
+                          &EngineCounters::err_ahead_of_window);
+  }
+  if (pos != expected_position(k, job.ppm) || l.payload_len != job.spec.payload_bytes || l.pad != 0) {
+    return break_contract(
+        job, pkt,
+        contract("message size", who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
+                                     std::to_string(l.payload_len) + " payload bytes does not fit packet " + std::to_string(k) +
+                                     " of a " + std::to_string(job.spec.message_bytes) + "-byte message of " +
+                                     std::to_string(job.spec.payload_bytes) +
+                                     "-byte packets (every message must be exactly message_bytes, on the same path MTU)"),
+        &EngineCounters::err_length_or_opcode);
+  }
+  if (!conn.nak_template_ok) {  // what a NAK to this sender looks like, from its first good packet
+    wire::RoceFrameSpec& s = conn.nak;
+    std::memcpy(s.dst_mac.data(), pkt.data + 6, 6);  // back to the sender
+    std::memcpy(s.src_mac.data(), pkt.data, 6);
+    s.l2_tags_len = static_cast<uint8_t>(l.l3 - 14);  // the frame's own tags, TPIDs and all
+    if (s.l2_tags_len <= s.l2_tags.size()) std::memcpy(s.l2_tags.data(), pkt.data + 12, s.l2_tags_len);
+    s.src_ip = conn.spec.dst_ip;
+    s.dst_ip = conn.spec.src_ip;
+    s.tos = static_cast<uint8_t>((l.ip == wire::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
+    s.src_port = wire::load_be16(pkt.data + l.l4);
+    s.opcode = wire::op::kRc | wire::op::kAcknowledge;
+    s.migreq = false;
+    s.pkey = bth.pkey();
+    s.dest_qp = conn.spec.src_qpn;
+    s.aeth_syndrome = wire::aeth::kNakPsnSequenceError;
+    conn.nak_template_ok = true;
+  }
+
+  // Loss before the appliance: a sender's packets arrive in PSN order within each go-back-N pass,
+  // so a step forward over a sequence not yet here means one was lost. NAK the sender from what
+  // its receiver has (again, with backoff, from poll() while it does not go back).
+  const bool jumped = conn.data_seen ? seq > conn.last_seq + 1 && seq > conn.filled : seq > 0;
+  if (conn.nak_pending && seq <= conn.nak_seq) conn.nak_pending = false;  // the sender went back
+  if (cfg_.fast_recovery && !job.spec.replay && jumped && !conn.nak_pending) {
+    send_nak(job, rank, now_ns, tx, NakReason::gap);
+    conn.nak_target = seq;
+  }
+  conn.data_seen = true;
+  conn.last_seq = seq;
+  conn.last_data_ns = now_ns;
+  if (seq + 1 > conn.expected) conn.expected = seq + 1;
+
+  Job::Slot& slot = job.slot(seq);
+  if (slot.state == SlotState::empty || slot.seq < seq) {
+    // First packet of a new epoch for this slot. The window check above guarantees the old epoch
+    // was released (its sequence is below the cursor); its retained sum and packets go now.
+    for (unsigned r = 0; r < job.spec.workers; ++r) {
+      Job::Held& h = job.held_at(seq, r);  // same slot index as slot.seq
+      if (h.p.handle) {
+        ops_.free(ops_.ctx, h.p.handle);
+        --job.retained_count;
+      }
+      h = Job::Held{};
+    }
+    slot = Job::Slot{};
+    slot.seq = seq;
+    slot.state = SlotState::collecting;
+  } else if (slot.seq > seq) {
+    return drop(&job, pkt, &EngineCounters::stale);  // older than the slot's epoch: a duplicate the network made
+  }
+  if (seq + 1 > job.highest) job.highest = seq + 1;
+
+  switch (slot.state) {
+    case SlotState::collecting: {
+      Job::Held& h = job.held_at(seq, rank);
+      if (bit(slot.arrived, rank)) {
+        ops_.free(ops_.ctx, h.p.handle);  // a retransmission replaces the held copy, never added twice
+        BUMP(job, duplicates_collecting);
+      } else {
+        slot.arrived |= 1ull << rank;
+        ++job.held_count;
+        BUMP(job, aggregated_packets);
+        job.last_progress_ns = now_ns;
+        job.c.aggregated_bytes += l.payload_len;
+        totals_.aggregated_bytes += l.payload_len;
+      }
+      h = Job::Held{pkt, l, header_crc, false};
+      if (ecn_of(pkt.data, l) == wire::kEcnCe || bth.fecn()) slot.ecn = true;
+      note_arrival(job, rank);
+      if (slot.arrived == full_mask(job.spec.workers)) {
+        slot.state = SlotState::complete;
+        BUMP(job, slots_completed);
+        job.last_progress_ns = now_ns;
+        if (seq == job.cursor) release_ready(job, now_ns, tx);
+      }
+      return;
+    }
+    case SlotState::complete:
+      note_arrival(job, rank);
+      return drop(&job, pkt, &EngineCounters::duplicates_dropped);
+    case SlotState::released: {
+      // A retransmission of a released slot: the receiver may need it (it writes any packet at or
+      // above its expected PSN), so it carries the retained sum with a fresh ICRC.
+      if (write_sum(job, seq, pkt.data, l, header_crc)) BUMP(job, ecn_marked);
+      if (mark_if_queue_full(job, rank, pkt.data, l)) BUMP(job, ecn_marked_queue);
+      BUMP(job, retransmits_answered);
+      note_arrival(job, rank);
+      emit(pkt, tx, &job);
+      return;
+    }
+    case SlotState::empty:
+      break;
+  }
+}
+
+// Moves the sender's `filled` mark over what has arrived; a gap that filled needs no more NAKs.
+void Engine::note_arrival(Job& job, unsigned rank) {
+  Job::Conn& c = job.conns[rank];
+  while (c.filled < c.expected && job.arrived(c.filled, rank)) ++c.filled;
+  if (c.nak_pending && c.filled >= c.nak_target) c.nak_pending = false;
+}
+
+void Engine::start_generation(Job& job) {
+  for (Job::Held& h : job.held) {
+    if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
+    h = Job::Held{};
+  }
+  std::fill(job.slots.begin(), job.slots.end(), Job::Slot{});
+  for (Job::Conn& c : job.conns) {
+    Job::Conn fresh;
+    fresh.spec = c.spec;
+    fresh.data_port = c.data_port;
+    fresh.ack_port = c.ack_port;
+    fresh.nak_template_ok = c.nak_template_ok;
+    fresh.nak = c.nak;
+    fresh.resend_interval_ns = cfg_.resend_timeout_ns;
+    c = fresh;
+  }
+  job.cursor = job.highest = 0;
+  job.held_count = job.retained_count = 0;
+}
+
+// Writes a slot's sum into one of its packets: payload, ECN, UDP checksum, ICRC. Returns whether
+// the packet was CE-marked.
+bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc) {
+  const Job::Slot& slot = job.slot(seq);
+  std::memcpy(f + l.payload, job.sum_at(seq), job.spec.payload_bytes);
+  const bool mark = slot.ecn && ecn_of(f, l) != wire::kEcnNotEct;  // only ECN-capable packets
+  if (mark) set_ce(f, l);
+  // The header part of the ICRC masks TOS, checksums and FECN: the input's header CRC still holds.
+  wire::icrc_store(f, l, wire::icrc_combine(header_crc, slot.payload_crc, job.shift));
+  uint8_t* udp = f + l.l4;
+  if (l.ip == wire::IpVersion::v4) {
+    udp[6] = udp[7] = 0;
+  } else if (udp[6] | udp[7]) {
+    wire::store_be16(udp + 6, udp6_checksum(f, l));  // covers the new ICRC too
+  }
+  return mark;
+}
+
+// The appliance's own congestion: an ECN-capable sum going out towards a port whose TX queue is
+// past the threshold is CE-marked, as a DCQCN switch marks its queues, so the senders slow down
+// before that queue drops. The receiver of rank r is rank r+1's host (a job is a ring), so its
+// port is where rank r+1's WRITEs come from, or else where its ACKs do. The ICRC masks TOS.
+bool Engine::mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const Layout& l) {
+  const uint16_t succ_port = job.conns[(rank + 1) % job.spec.workers].data_port;
+  const uint16_t port = succ_port != kUnknownPort ? succ_port : job.conns[rank].ack_port;
+  if (cfg_.ecn_threshold_packets == 0 || ops_.tx_queue_above == nullptr || port == kUnknownPort) return false;
+  const uint8_t ecn = ecn_of(f, l);
+  if (ecn == wire::kEcnNotEct || ecn == wire::kEcnCe) return false;
+  if (!ops_.tx_queue_above(ops_.queue_ctx, port, cfg_.ecn_threshold_packets)) return false;
+  set_ce(f, l);
+  return true;
+}
+
+// Releases complete slots from the cursor on, in sequence order, while TX has room for a slot.
+void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
+  const unsigned n = job.spec.workers;
+  const uint32_t P = job.spec.payload_bytes;
+  const uint8_t* srcs[64];
+  while (job.state == JobState::active) {
+    Job::Slot& slot = job.slot(job.cursor);
+    if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
+    if (tx.capacity() < n) {
+      abort_job(job, "the TX list holds " + std::to_string(tx.capacity()) + " packets, fewer than the job's " +
+                         std::to_string(n) + " workers: a slot could never be released",
+                &EngineCounters::err_length_or_opcode);
+      return;
+    }
+    if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
+    Job::Held* held = &job.held_at(job.cursor, 0);
+    for (unsigned r = 0; r < n; ++r) srcs[r] = held[r].p.data + held[r].l.payload;
+    uint8_t* sum = job.sum_at(job.cursor);
+    sum_ranked(job.spec.dtype, sum, srcs, n, P);
+    slot.payload_crc = wire::crc32({sum, P});  // once per slot; P is a multiple of 4: no pad
+    for (unsigned r = 0; r < n; ++r) {
+      Job::Held& h = held[r];
+      if (write_sum(job, job.cursor, h.p.data, h.l, h.header_crc)) BUMP(job, ecn_marked);
+      if (mark_if_queue_full(job, r, h.p.data, h.l)) BUMP(job, ecn_marked_queue);
+      ops_.ref(ops_.ctx, h.p.handle);  // kept for a resend until acknowledged or the slot is reused
+      h.retained = true;
+      tx.push(h.p);
+    }
+    job.c.released_packets += n;
+    totals_.released_packets += n;
+    job.held_count -= n;
+    job.retained_count += n;
+    slot.state = SlotState::released;
+    BUMP(job, slots_released);
+    ++job.cursor;
+    job.last_progress_ns = job.last_release_ns = now_ns;
+  }
+}
+
+void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
+  if (!wire::icrc_verify(pkt.data, l)) return drop(&job, pkt, &EngineCounters::bad_icrc);
+  Job::Conn& conn = job.conns[rank];
+  if (l.opcode != (wire::op::kRc | wire::op::kAcknowledge)) {
+    return break_contract(job, pkt,
+                          contract("writes only", "the receiver of rank " + std::to_string(rank) + " sent " +
+                                                      std::string(l.info->name) + " to " +
+                                                      qp_str(conn.spec.src_ip, conn.spec.src_qpn) +
+                                                      "; the reverse direction of a job's QP carries only ACKs and NAKs"),
+                          &EngineCounters::err_not_write);
+  }
+  if (conn.ack_port == kUnknownPort) conn.ack_port = pkt.port;
+  conn.acks_seen = true;
+  const wire::AethView aeth = wire::aeth_of(pkt.data, l);
+  const uint32_t psn = wire::bth_of(pkt.data, l).psn();
+  const int64_t at = static_cast<int64_t>(conn.acked) + sext24(psn - (conn.spec.start_psn + conn.acked));
+  // ACK p: the receiver has everything up to p. NAK / RNR NAK p: everything below p.
+  const int64_t acked = aeth.is_ack() ? at + 1 : at;
+  BUMP(job, acks_observed);
+  if (acked >= static_cast<int64_t>(conn.acked)) conn.msn = aeth.msn();  // not from a stale, reordered ACK
+  if (acked > static_cast<int64_t>(job.cursor) && !job.spec.replay) {
+    emit(pkt, tx, &job);
+    std::string why = "the receiver of rank " + std::to_string(rank) + " acknowledged PSN " + std::to_string(psn) +
+                      ", which the appliance never released: some path bypasses the appliance (every packet of a "
+                      "registered connection must cross it)";
+    if (!conn.data_seen)
+      why += ", or rank " + std::to_string(rank) + "'s destination " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
+             " is registered wrong (none of its WRITEs ever matched it)";
+    abort_job(job, contract("every packet crosses the appliance", why), &EngineCounters::err_ack_bypass);
+    return;
+  }
+  if (acked > static_cast<int64_t>(conn.acked)) {
+    // Retained copies the receiver now has are no longer needed for resends.
+    const uint64_t to = static_cast<uint64_t>(acked);
+    const uint64_t from = std::max(conn.acked, to > job.nslots ? to - job.nslots : 0);
+    for (uint64_t s = from; s < to; ++s) {
+      Job::Held& h = job.held_at(s, rank);
+      if (h.retained && job.slot(s).seq == s) {
+        ops_.free(ops_.ctx, h.p.handle);
+        h = Job::Held{};
+        --job.retained_count;
+      }
+    }
+    conn.acked = to;
+    conn.last_ack_ns = now_ns;
+    conn.resend_rounds = 0;  // the receiver moves: a fresh resend budget and backoff
+    conn.resend_interval_ns = cfg_.resend_timeout_ns;
+    job.last_progress_ns = now_ns;
+  }
+  emit(pkt, tx, &job);
+}
+
+}  // namespace inagg::agg
