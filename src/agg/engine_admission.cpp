@@ -167,7 +167,7 @@ bool Engine::remove_job(uint32_t id, std::string* error) {
 void Engine::free_job_memory(Job& job) {
   for (Job::Held& h : job.held) {
     if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
-    h = Job::Held{};
+    h.clear();
   }
   job.held_count = job.retained_count = 0;
   std::vector<Job::Held>().swap(job.held);

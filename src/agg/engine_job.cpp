@@ -184,7 +184,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
         ops_.free(ops_.ctx, h.p.handle);
         --job.retained_count;
       }
-      h = Job::Held{};
+      h.clear();
     }
     slot = Job::Slot{};
     slot.seq = seq;
@@ -208,9 +208,9 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
         job.c.aggregated_bytes += l.payload_len;
         totals_.aggregated_bytes += l.payload_len;
       }
-      h = Job::Held{pkt, l, header_crc, false};
+      h.hold(pkt, l, header_crc);
       if (ecn_of(pkt.data, l) == wire::kEcnCe || bth.fecn()) slot.ecn = true;
-      note_arrival(job, rank);
+      note_arrival(job, rank, seq);
       if (slot.arrived == full_mask(job.spec.workers)) {
         slot.state = SlotState::complete;
         BUMP(job, slots_completed);
@@ -220,7 +220,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
       return;
     }
     case SlotState::complete:
-      note_arrival(job, rank);
+      note_arrival(job, rank, seq);
       return drop(&job, pkt, &EngineCounters::duplicates_dropped);
     case SlotState::released: {
       // A retransmission of a released slot: the receiver may need it (it writes any packet at or
@@ -228,7 +228,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
       if (write_sum(job, seq, pkt.data, l, header_crc)) BUMP(job, ecn_marked);
       if (mark_if_queue_full(job, rank, pkt.data, l)) BUMP(job, ecn_marked_queue);
       BUMP(job, retransmits_answered);
-      note_arrival(job, rank);
+      note_arrival(job, rank, seq);
       emit(pkt, tx, &job);
       return;
     }
@@ -238,8 +238,9 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 }
 
 // Moves the sender's `filled` mark over what has arrived; a gap that filled needs no more NAKs.
-void Engine::note_arrival(Job& job, unsigned rank) {
+void Engine::note_arrival(Job& job, unsigned rank, uint64_t seq) {
   Job::Conn& c = job.conns[rank];
+  if (seq == c.filled) ++c.filled;  // in order: no slot to look at (this is the per-packet case)
   while (c.filled < c.expected && job.arrived(c.filled, rank)) ++c.filled;
   if (c.nak_pending && c.filled >= c.nak_target) c.nak_pending = false;
 }
@@ -247,19 +248,10 @@ void Engine::note_arrival(Job& job, unsigned rank) {
 void Engine::start_generation(Job& job) {
   for (Job::Held& h : job.held) {
     if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
-    h = Job::Held{};
+    h.clear();
   }
   std::fill(job.slots.begin(), job.slots.end(), Job::Slot{});
-  for (Job::Conn& c : job.conns) {
-    Job::Conn fresh;
-    fresh.spec = c.spec;
-    fresh.data_port = c.data_port;
-    fresh.ack_port = c.ack_port;
-    fresh.nak_template_ok = c.nak_template_ok;
-    fresh.nak = c.nak;
-    fresh.resend_interval_ns = cfg_.resend_timeout_ns;
-    c = fresh;
-  }
+  for (Job::Conn& c : job.conns) c.start_generation(cfg_.resend_timeout_ns);
   job.cursor = job.highest = 0;
   job.held_count = job.retained_count = 0;
 }
@@ -287,9 +279,10 @@ bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint
 // before that queue drops. The receiver of rank r is rank r+1's host (a job is a ring), so its
 // port is where rank r+1's WRITEs come from, or else where its ACKs do. The ICRC masks TOS.
 bool Engine::mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const Layout& l) {
-  const uint16_t succ_port = job.conns[(rank + 1) % job.spec.workers].data_port;
+  if (cfg_.ecn_threshold_packets == 0 || ops_.tx_queue_above == nullptr) return false;
+  const uint16_t succ_port = job.conns[rank + 1 == job.spec.workers ? 0 : rank + 1].data_port;
   const uint16_t port = succ_port != kUnknownPort ? succ_port : job.conns[rank].ack_port;
-  if (cfg_.ecn_threshold_packets == 0 || ops_.tx_queue_above == nullptr || port == kUnknownPort) return false;
+  if (port == kUnknownPort) return false;
   const uint8_t ecn = ecn_of(f, l);
   if (ecn == wire::kEcnNotEct || ecn == wire::kEcnCe) return false;
   if (!ops_.tx_queue_above(ops_.queue_ctx, port, cfg_.ecn_threshold_packets)) return false;
@@ -375,7 +368,7 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
       Job::Held& h = job.held_at(s, rank);
       if (h.retained && job.slot(s).seq == s) {
         ops_.free(ops_.ctx, h.p.handle);
-        h = Job::Held{};
+        h.clear();
         --job.retained_count;
       }
     }

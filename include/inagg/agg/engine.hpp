@@ -234,7 +234,7 @@ class Engine {
   void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
-  void note_arrival(Job& job, unsigned rank);
+  void note_arrival(Job& job, unsigned rank, uint64_t seq);
   void start_generation(Job& job);
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
