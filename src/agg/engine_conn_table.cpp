@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine_internal.hpp"
+#include "inagg/util/log.hpp"
 
 namespace inagg::agg {
 
@@ -79,13 +80,13 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
   const uint8_t* ip = pkt.data + l.l3;
   inet_ntop(l.ip == wire::IpVersion::v4 ? AF_INET : AF_INET6, ip + (l.ip == wire::IpVersion::v4 ? 12 : 8), src, sizeof src);
   const Job::Conn& c = job.conns[rank];
-  std::fprintf(stderr,
-               "inagg: job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
-               "; %llu more dropped since the last line\n",
-               job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
-               wire::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(),
-               (ack_direction ? c.ack_port : c.data_port) == kUnknownPort ? -1 : (ack_direction ? c.ack_port : c.data_port),
-               static_cast<unsigned long long>(job.drops_unlogged));
+  const uint16_t first = ack_direction ? c.ack_port : c.data_port;
+  util::log(util::LogModule::engine, util::LogLevel::warning,
+            "job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
+            "; %llu more dropped since the last line",
+            job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
+            wire::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(), first == kUnknownPort ? -1 : first,
+            static_cast<unsigned long long>(job.drops_unlogged));
   job.drop_logged = true;
   job.drop_log_ns = now_ns;
   job.drops_unlogged = 0;
