@@ -118,7 +118,7 @@ class Communicator {
       stop_ = true;
     }
     cv_.notify_all();
-    server_.join();
+    if (server_.joinable()) server_.join();
   }
 
   const CommunicatorOptions& options() const { return o_; }
