@@ -7,8 +7,8 @@
 // Wall-clock time: threads only help as much as the machine has idle cores. After the run:
 //   fill_vs_mt19937=X fill_threads_vs_one=Y sum_threads_vs_one=Z threads=N
 #include <benchmark/benchmark.h>
-#include <tbb/info.h>
 #include <tbb/blocked_range.h>
+#include <tbb/info.h>
 #include <tbb/parallel_for.h>
 
 #include <cstdio>
@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
   inagg::bench::RateReporter rep;
   if (!inagg::bench::run_benchmarks(argc, argv, rep)) return 1;
   std::printf("fill_vs_mt19937=%.2f fill_threads_vs_one=%.2f sum_threads_vs_one=%.2f threads=%d\n",
-              rep.ratio("BM_fill/real_time", "BM_fill_mt19937/real_time"), rep.ratio("BM_fill_threads/real_time", "BM_fill/real_time"),
+              rep.ratio("BM_fill/real_time", "BM_fill_mt19937/real_time"),
+              rep.ratio("BM_fill_threads/real_time", "BM_fill/real_time"),
               rep.ratio("BM_sum_threads/real_time", "BM_sum/real_time"), tbb::info::default_concurrency());
   return 0;
 }

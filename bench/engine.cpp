@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "rate_reporter.hpp"
 #include "inagg/agg/engine.hpp"
 #include "inagg/agg/kernels.hpp"
 #include "inagg/wire/build.hpp"
+#include "rate_reporter.hpp"
 
 using namespace inagg;
 
@@ -118,7 +118,8 @@ void BM_engine(benchmark::State& state) {
   state.counters["Gbps"] = benchmark::Counter(static_cast<double>(state.iterations() * s.seqs * s.n * s.P) * 8,
                                               benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["working_set_KiB"] = static_cast<double>(s.working_set >> 10);
-  state.SetLabel(std::string("kernels=") + std::string(agg::kernels_tier_name()) + " crc=" + std::string(wire::crc32_impl_name()));
+  state.SetLabel(std::string("kernels=") + std::string(agg::kernels_tier_name()) +
+                 " crc=" + std::string(wire::crc32_impl_name()));
 }
 
 // The reference: copying the same number of payload bytes through buffers of the working-set size.

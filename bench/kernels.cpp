@@ -68,8 +68,8 @@ INAGG_NO_VECTORIZE void bswap_loop_bf16(uint8_t* dst, const uint8_t* src, size_t
     const float sum = std::bit_cast<float>(static_cast<uint32_t>(ntohs(a)) << 16) +
                       std::bit_cast<float>(static_cast<uint32_t>(ntohs(b)) << 16);
     const uint32_t bits = std::bit_cast<uint32_t>(sum);
-    const uint32_t rounded = (bits & 0x7FFFFFFFu) > 0x7F800000u ? (bits >> 16) | 0x40u
-                                                                 : (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t rounded =
+        (bits & 0x7FFFFFFFu) > 0x7F800000u ? (bits >> 16) | 0x40u : (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
     const uint16_t out = htons(static_cast<uint16_t>(rounded));
     std::memcpy(dst + off, &out, 2);
   }
@@ -91,10 +91,14 @@ INAGG_NO_VECTORIZE void bswap_loop_fp16(uint8_t* dst, const uint8_t* src, size_t
 using AddFn = void (*)(uint8_t*, const uint8_t*, size_t);
 AddFn bswap_loop_for(Dtype dtype) {
   switch (dtype) {
-    case Dtype::fp32: return bswap_loop_fp32;
-    case Dtype::int32: return bswap_loop_int32;
-    case Dtype::bf16: return bswap_loop_bf16;
-    case Dtype::fp16: return bswap_loop_fp16;
+    case Dtype::fp32:
+      return bswap_loop_fp32;
+    case Dtype::int32:
+      return bswap_loop_int32;
+    case Dtype::bf16:
+      return bswap_loop_bf16;
+    case Dtype::fp16:
+      return bswap_loop_fp16;
   }
   return nullptr;
 }
@@ -110,7 +114,9 @@ std::vector<uint8_t> payload(Dtype dtype, unsigned seed) {
   for (size_t off = 0; off < kPayloadBytes; off += agg::dtype_size(dtype)) {
     const float v = value(rng);
     switch (dtype) {
-      case Dtype::fp32: std::memcpy(&b[off], &v, 4); break;
+      case Dtype::fp32:
+        std::memcpy(&b[off], &v, 4);
+        break;
       case Dtype::int32: {
         const auto i = static_cast<int32_t>(v * 1e6f);
         std::memcpy(&b[off], &i, 4);
@@ -182,8 +188,10 @@ void register_benchmarks() {
     const agg::detail::KernelOps* ops;
   };
   std::vector<Impl> impls = {{"dispatched", &kDispatchedOps}};
-  for (util::SimdTier tier : {util::SimdTier::avx512, util::SimdTier::avx2, util::SimdTier::sse2, util::SimdTier::native})
-    if (const agg::detail::KernelOps* ops = agg::detail::kernel_ops_for(tier)) impls.push_back({std::string(util::tier_name(tier)), ops});
+  for (util::SimdTier tier :
+       {util::SimdTier::avx512, util::SimdTier::avx2, util::SimdTier::sse2, util::SimdTier::native})
+    if (const agg::detail::KernelOps* ops = agg::detail::kernel_ops_for(tier))
+      impls.push_back({std::string(util::tier_name(tier)), ops});
   impls.push_back({"scalar_reference", &kScalarOps});
 
   for (Dtype dtype : kDtypes) {
@@ -192,8 +200,9 @@ void register_benchmarks() {
     benchmark::RegisterBenchmark(bswap_loop_name(dtype).c_str(), bench_bswap_loop, dtype);
     for (size_t n : {4, 8})
       for (const Impl& impl : impls)
-        benchmark::RegisterBenchmark(("sum_ranked/" + std::string(agg::dtype_name(dtype)) + "/n=" + std::to_string(n) + "/" + impl.name).c_str(),
-                                     bench_sum_ranked, dtype, impl.ops, n);
+        benchmark::RegisterBenchmark(
+            ("sum_ranked/" + std::string(agg::dtype_name(dtype)) + "/n=" + std::to_string(n) + "/" + impl.name).c_str(),
+            bench_sum_ranked, dtype, impl.ops, n);
   }
 }
 
@@ -248,7 +257,8 @@ int main(int argc, char** argv) {
     const double scalar = recorder.rate(bswap_loop_name(dtype));
     char field[64];
     if (simd > 0 && scalar > 0) {
-      std::snprintf(field, sizeof field, "simd_vs_scalar_%s=%.2f", std::string(agg::dtype_name(dtype)).c_str(), simd / scalar);
+      std::snprintf(field, sizeof field, "simd_vs_scalar_%s=%.2f", std::string(agg::dtype_name(dtype)).c_str(),
+                    simd / scalar);
     } else {
       std::snprintf(field, sizeof field, "simd_vs_scalar_%s=n/a", std::string(agg::dtype_name(dtype)).c_str());
     }

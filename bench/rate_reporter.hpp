@@ -16,7 +16,8 @@ class RateReporter : public benchmark::ConsoleReporter {
 
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
-      if (!r.error_occurred && r.counters.count("bytes_per_second")) rate[r.benchmark_name()] = r.counters.at("bytes_per_second");
+      if (!r.error_occurred && r.counters.count("bytes_per_second"))
+        rate[r.benchmark_name()] = r.counters.at("bytes_per_second");
     ConsoleReporter::ReportRuns(runs);
   }
   // rate[a] / rate[b], 0 when either is missing.

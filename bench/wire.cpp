@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "rate_reporter.hpp"
 #include "inagg/wire/build.hpp"
 #include "inagg/wire/icrc.hpp"
+#include "rate_reporter.hpp"
 
 using namespace inagg::wire;
 
@@ -36,7 +36,7 @@ void BM_zlib_crc32(benchmark::State& state) {
 template <int Impl>
 void BM_inagg_crc32(benchmark::State& state) {
   const auto data = random_bytes(static_cast<size_t>(state.range(0)));
-  detail::Crc32Update f = Impl == 0 ? detail::crc32_update_slice8
+  detail::Crc32Update f = Impl == 0   ? detail::crc32_update_slice8
                           : Impl == 1 ? detail::crc32_update_pclmul()
                                       : detail::crc32_update_vpclmul();
   if (f == nullptr) {

@@ -102,7 +102,8 @@ int run_gen(const Options& o) {
   unsigned queued = 0;
   uint64_t sent = 0, repeats = 0, results = 0;
   auto flush = [&] {
-    while (queued && ::sendto(fd, batch.data(), queued * len, 0, reinterpret_cast<const sockaddr*>(&head), sizeof head) < 0) {
+    while (queued &&
+           ::sendto(fd, batch.data(), queued * len, 0, reinterpret_cast<const sockaddr*>(&head), sizeof head) < 0) {
       if (errno != EAGAIN && errno != ENOBUFS) {
         std::fprintf(stderr, "bench_xdp_head gen: sendto: %s (packets of %zu bytes: is the MTU large enough?)\n",
                      std::strerror(errno), len + 28);
@@ -117,8 +118,13 @@ int run_gen(const Options& o) {
   auto queue_chunk = [&](unsigned job, uint32_t seq) {
     for (unsigned r = 0; r < o.workers; ++r) {
       uint8_t* p = batch.data() + queued * len;
-      const xagg_hdr h{XAGG_VERSION, XAGG_DATA, htons(static_cast<uint16_t>(job)), htons(static_cast<uint16_t>(r)),
-                       htons(static_cast<uint16_t>(o.values)), htonl(seq), htonl(1)};
+      const xagg_hdr h{XAGG_VERSION,
+                       XAGG_DATA,
+                       htons(static_cast<uint16_t>(job)),
+                       htons(static_cast<uint16_t>(r)),
+                       htons(static_cast<uint16_t>(o.values)),
+                       htonl(seq),
+                       htonl(1)};
       std::memcpy(p, &h, sizeof h);
       std::memcpy(p + sizeof h, values.data(), values.size());
       if (++queued == max_batch) flush();
@@ -129,12 +135,12 @@ int run_gen(const Options& o) {
     // second in bursts of one chunk; nothing waits for results (the head must keep up: a lost
     // packet leaves its slot unfinished, which the head's counters then show as `ahead`).
     const Clock::time_point start = Clock::now();
-    const Clock::time_point stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+    const Clock::time_point stop =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
     const auto per_chunk = std::chrono::duration<double>(o.workers / o.rate);
     uint64_t chunks = 0;
     for (Clock::time_point due = start; due < stop; due += std::chrono::duration_cast<Clock::duration>(per_chunk)) {
-      while (Clock::now() < due) {
-      }
+      while (Clock::now() < due) {}
       queue_chunk(o.job + static_cast<unsigned>(chunks % o.jobs), static_cast<uint32_t>(chunks / o.jobs));
       flush();
       ++chunks;
@@ -158,7 +164,8 @@ int run_gen(const Options& o) {
   std::vector<uint8_t> rx(len + 64);
   const auto timeout = std::chrono::duration<double, std::milli>(o.timeout_ms);
   const Clock::time_point start = Clock::now();
-  const Clock::time_point stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  const Clock::time_point stop =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   while (Clock::now() < stop) {
     const auto t = Clock::now();
     for (unsigned j = 0; j < o.jobs; ++j) {
@@ -222,7 +229,8 @@ int run_userspace(const Options& o) {
   uint64_t rx = 0, added = 0, duplicates = 0, completed = 0, answered = 0, stale = 0;
   const double cpu0 = cpu_seconds();
   const Clock::time_point start = Clock::now();
-  const Clock::time_point stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  const Clock::time_point stop =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   while (Clock::now() < stop) {
     for (unsigned i = 0; i < kBatch; ++i) {
       riov[i] = {buf[i].data(), maxlen};
@@ -246,7 +254,8 @@ int run_userspace(const Options& o) {
       std::memcpy(&h, b, sizeof h);
       const unsigned count = ntohs(h.count), rank = ntohs(h.rank);
       const unsigned job = ntohs(h.job) - o.job;
-      if (h.type != XAGG_DATA || rank >= o.workers || job >= o.jobs || count != o.values || rmsg[i].msg_len != sizeof h + 4 * count)
+      if (h.type != XAGG_DATA || rank >= o.workers || job >= o.jobs || count != o.values ||
+          rmsg[i].msg_len != sizeof h + 4 * count)
         continue;
       const uint32_t seq = ntohl(h.seq);
       Slot& s = slots[job * nslots + seq % nslots];
@@ -276,8 +285,10 @@ int run_userspace(const Options& o) {
         ++answered;
         continue;
       }
-      if (s.bitmap == 0) std::memcpy(s.acc.data(), values, 4 * count);
-      else agg::add_into(agg::Dtype::int32, reinterpret_cast<uint8_t*>(s.acc.data()), values, 4 * count);
+      if (s.bitmap == 0)
+        std::memcpy(s.acc.data(), values, 4 * count);
+      else
+        agg::add_into(agg::Dtype::int32, reinterpret_cast<uint8_t*>(s.acc.data()), values, 4 * count);
       s.bitmap |= bit;
       s.weight += ntohl(h.weight);
       ++added;
@@ -304,11 +315,13 @@ int run_userspace(const Options& o) {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("userspace rx=%llu added=%llu duplicates=%llu completed=%llu answered=%llu stale=%llu cpu=%.3f seconds=%.3f kernels=%s\n",
-              static_cast<unsigned long long>(rx), static_cast<unsigned long long>(added),
-              static_cast<unsigned long long>(duplicates), static_cast<unsigned long long>(completed),
-              static_cast<unsigned long long>(answered), static_cast<unsigned long long>(stale), cpu_seconds() - cpu0, secs,
-              std::string(agg::kernels_tier_name()).c_str());
+  std::printf(
+      "userspace rx=%llu added=%llu duplicates=%llu completed=%llu answered=%llu stale=%llu cpu=%.3f seconds=%.3f "
+      "kernels=%s\n",
+      static_cast<unsigned long long>(rx), static_cast<unsigned long long>(added),
+      static_cast<unsigned long long>(duplicates), static_cast<unsigned long long>(completed),
+      static_cast<unsigned long long>(answered), static_cast<unsigned long long>(stale), cpu_seconds() - cpu0, secs,
+      std::string(agg::kernels_tier_name()).c_str());
   return 0;
 }
 
@@ -318,19 +331,21 @@ int main(int argc, char** argv) {
   Options o;
   std::string mode;
   po::options_description d("Usage: bench_xdp_head gen|userspace [options]\n\nOptions");
-  d.add_options()("help,h", "this help")
-      ("mode", po::value<std::string>(&mode), "gen or userspace")
-      ("head", po::value<std::string>(&o.head)->default_value(o.head), "gen: the head's address")
-      ("group", po::value<std::string>(&o.group)->default_value(o.group), "the multicast group of results")
-      ("workers", po::value<unsigned>(&o.workers)->default_value(o.workers), "members of the job")
-      ("values", po::value<unsigned>(&o.values)->default_value(o.values), "int32 values per packet")
-      ("window", po::value<unsigned>(&o.window)->default_value(o.window), "chunks in flight")
-      ("job", po::value<unsigned>(&o.job)->default_value(o.job), "the first job id")
-      ("jobs", po::value<unsigned>(&o.jobs)->default_value(o.jobs), "jobs at once from --job on, each with its own window")
-      ("port", po::value<unsigned>(&o.port)->default_value(o.port), "UDP port")
-      ("seconds", po::value<double>(&o.seconds)->default_value(o.seconds), "how long to run")
-      ("timeout-ms", po::value<double>(&o.timeout_ms)->default_value(o.timeout_ms), "gen: send a chunk again after this")
-      ("rate", po::value<double>(&o.rate)->default_value(o.rate), "gen: open loop at this many packets per second (0: closed loop with --window)");
+  d.add_options()("help,h", "this help")("mode", po::value<std::string>(&mode), "gen or userspace")(
+      "head", po::value<std::string>(&o.head)->default_value(o.head), "gen: the head's address")(
+      "group", po::value<std::string>(&o.group)->default_value(o.group), "the multicast group of results")(
+      "workers", po::value<unsigned>(&o.workers)->default_value(o.workers), "members of the job")(
+      "values", po::value<unsigned>(&o.values)->default_value(o.values), "int32 values per packet")(
+      "window", po::value<unsigned>(&o.window)->default_value(o.window), "chunks in flight")(
+      "job", po::value<unsigned>(&o.job)->default_value(o.job), "the first job id")(
+      "jobs", po::value<unsigned>(&o.jobs)->default_value(o.jobs),
+      "jobs at once from --job on, each with its own window")(
+      "port", po::value<unsigned>(&o.port)->default_value(o.port), "UDP port")(
+      "seconds", po::value<double>(&o.seconds)->default_value(o.seconds), "how long to run")(
+      "timeout-ms", po::value<double>(&o.timeout_ms)->default_value(o.timeout_ms),
+      "gen: send a chunk again after this")(
+      "rate", po::value<double>(&o.rate)->default_value(o.rate),
+      "gen: open loop at this many packets per second (0: closed loop with --window)");
   po::positional_options_description pos;
   pos.add("mode", 1);
   po::variables_map vm;

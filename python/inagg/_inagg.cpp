@@ -53,9 +53,9 @@ struct CommunicatorOptions {
 
 // inagg-worker's option checks speak of its flags; say the keyword arguments' names instead.
 std::string keyword_names(std::string why) {
-  static const std::pair<const char*, const char*> names[] = {
-      {"--workers", "world_size"}, {"--message", "message"}, {"--payload", "payload"},
-      {"--dtype", "dtype"},        {"--ip-base", "ip_base"}, {"--rank", "rank"}};
+  static const std::pair<const char*, const char*> names[] = {{"--workers", "world_size"}, {"--message", "message"},
+                                                              {"--payload", "payload"},    {"--dtype", "dtype"},
+                                                              {"--ip-base", "ip_base"},    {"--rank", "rank"}};
   for (const auto& [flag, keyword] : names)
     for (size_t at; (at = why.find(flag)) != std::string::npos;) why.replace(at, std::string(flag).size(), keyword);
   return "inagg.Communicator: " + why;
@@ -87,20 +87,24 @@ class Communicator {
     geometry_ = {plan_.dtype, o.world_size, o.message, client::Mode::ina};
     // A chunk is whole messages; the regions hold one chunk.
     chunk_ = geometry_.padded(o.chunk_bytes);
-    const client::UdpRcConfig c =
-        plan_.rc_config(false, o.ack_timeout_ms, o.retry, geometry_.send_bytes(chunk_), geometry_.receive_bytes(chunk_));
+    const client::UdpRcConfig c = plan_.rc_config(false, o.ack_timeout_ms, o.retry, geometry_.send_bytes(chunk_),
+                                                  geometry_.receive_bytes(chunk_));
     std::string error;
-    if (!transport_.open(c, &error)) throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
+    if (!transport_.open(c, &error))
+      throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
     const uint64_t timeout_ns = static_cast<uint64_t>(o.timeout_s * 1e9);
     if (!o.control.empty()) {
       const client::ControlClient control(o.control);
       const client::Registration r =
           control.register_job(o.rank == 0, plan_.job_text(), o.job_id, client::now_ns() + timeout_ns);
       switch (r.outcome) {
-        case client::Registration::Outcome::active: break;
-        case client::Registration::Outcome::unreachable: throw InaggError("the appliance cannot be reached: " + r.reason);
+        case client::Registration::Outcome::active:
+          break;
+        case client::Registration::Outcome::unreachable:
+          throw InaggError("the appliance cannot be reached: " + r.reason);
         case client::Registration::Outcome::refused:
-          throw InaggError("the appliance refused job " + std::to_string(o.job_id) + ": " + r.reason.substr(0, r.reason.find('\n')));
+          throw InaggError("the appliance refused job " + std::to_string(o.job_id) + ": " +
+                           r.reason.substr(0, r.reason.find('\n')));
         case client::Registration::Outcome::not_active:
           throw InaggError("job " + std::to_string(o.job_id) + " did not become active on " + o.control + " within " +
                            std::to_string(o.timeout_s) + " s (is rank 0 running?)");
@@ -108,7 +112,8 @@ class Communicator {
     }
     // No deadline for the whole job (a communicator lives as long as training does); an allreduce
     // fails when nothing at all arrives for timeout_s, or when the RC requester gives up.
-    exchange_ = std::make_unique<client::RingExchange>(transport_, o.message, std::numeric_limits<uint64_t>::max(), timeout_ns);
+    exchange_ =
+        std::make_unique<client::RingExchange>(transport_, o.message, std::numeric_limits<uint64_t>::max(), timeout_ns);
     server_ = std::thread([this] { serve(); });
   }
 
@@ -140,10 +145,11 @@ class Communicator {
       if (client::Outcome r = client::ina_allreduce(*exchange_, geometry_, data + off, n); !r.ok()) {
         const client::TransportCounters t = transport_.counters();
         error_ = "inagg: rank " + std::to_string(o_.rank) + ", allreduce " + std::to_string(allreduces_ + 1) + " (" +
-                 std::to_string(bytes) + " bytes of " + dtype() + "): " + r.error + " [this rank so far: " +
-                 std::to_string(t.packets_sent) + " packets sent, " + std::to_string(t.retransmitted) + " again, " +
-                 std::to_string(t.timeouts) + " ACK timeouts, " + std::to_string(t.naks_received) + " NAKs; " +
-                 std::to_string(t.accepted) + " received, " + std::to_string(t.duplicates) + " duplicates]";
+                 std::to_string(bytes) + " bytes of " + dtype() + "): " + r.error +
+                 " [this rank so far: " + std::to_string(t.packets_sent) + " packets sent, " +
+                 std::to_string(t.retransmitted) + " again, " + std::to_string(t.timeouts) + " ACK timeouts, " +
+                 std::to_string(t.naks_received) + " NAKs; " + std::to_string(t.accepted) + " received, " +
+                 std::to_string(t.duplicates) + " duplicates]";
         throw InaggError(error_);
       }
       messages_ += geometry_.padded(n) / o_.message;
@@ -168,11 +174,16 @@ class Communicator {
     std::unique_lock lock(mutex_);
     --waiting_;
     const client::TransportCounters t = transport_.counters();
-    return {{"allreduces", allreduces_},        {"bytes", bytes_},
-            {"messages", messages_},            {"packets_sent", t.packets_sent},
-            {"retransmitted", t.retransmitted}, {"timeouts", t.timeouts},
-            {"naks_received", t.naks_received}, {"accepted", t.accepted},
-            {"duplicates", t.duplicates},       {"bad_icrc", t.bad_icrc}};
+    return {{"allreduces", allreduces_},
+            {"bytes", bytes_},
+            {"messages", messages_},
+            {"packets_sent", t.packets_sent},
+            {"retransmitted", t.retransmitted},
+            {"timeouts", t.timeouts},
+            {"naks_received", t.naks_received},
+            {"accepted", t.accepted},
+            {"duplicates", t.duplicates},
+            {"bad_icrc", t.bad_icrc}};
   }
 
   // One request to the appliance's control socket; an error reply or no answer raises.
@@ -180,7 +191,8 @@ class Communicator {
     if (o_.control.empty()) throw InaggError("inagg.Communicator: no control socket was given");
     std::string reply, error;
     if (!client::ControlClient(o_.control).request(text, &reply, &error)) throw InaggError("inagg: " + error);
-    if (control::is_error_reply(reply)) throw InaggError("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));
+    if (control::is_error_reply(reply))
+      throw InaggError("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));
     return reply;
   }
 
@@ -213,9 +225,9 @@ class Communicator {
   uint64_t chunk_ = 0;
   client::UdpRcTransport transport_;
   std::unique_ptr<client::RingExchange> exchange_;
-  mutable std::mutex mutex_;               // the transport, the counters, closed_, error_, stop_
+  mutable std::mutex mutex_;  // the transport, the counters, closed_, error_, stop_
   mutable std::condition_variable cv_;
-  mutable std::atomic<int> waiting_{0};     // callers waiting for the mutex
+  mutable std::atomic<int> waiting_{0};  // callers waiting for the mutex
   std::thread server_;
   bool stop_ = false;
   bool closed_ = false;
@@ -237,8 +249,10 @@ py::dict parse_stats(const std::string& reply) {
     const std::string key = line.substr(0, sp), value = line.substr(sp + 1);
     char* rest = nullptr;
     const unsigned long long v = std::strtoull(value.c_str(), &rest, 0);
-    if (!value.empty() && rest && *rest == '\0') d[py::str(key)] = py::int_(v);
-    else d[py::str(key)] = py::str(value);
+    if (!value.empty() && rest && *rest == '\0')
+      d[py::str(key)] = py::int_(v);
+    else
+      d[py::str(key)] = py::str(value);
   }
   return d;
 }
@@ -275,15 +289,15 @@ PYBIND11_MODULE(_inagg, m) {
       .def(py::init([](unsigned rank, unsigned world_size, std::string control, uint32_t job_id, std::string dtype,
                        uint32_t message, uint32_t payload, unsigned window, double ack_timeout_ms, unsigned retry,
                        std::string ip_base, uint64_t chunk_bytes, double timeout_s) {
-             CommunicatorOptions o{rank,   world_size, std::move(control), job_id,  std::move(dtype), message,
-                                   payload, window,    ack_timeout_ms,     retry,   std::move(ip_base),
-                                   chunk_bytes, timeout_s};
+             CommunicatorOptions o{rank,     world_size, std::move(control), job_id, std::move(dtype),   message,
+                                   payload,  window,     ack_timeout_ms,     retry,  std::move(ip_base), chunk_bytes,
+                                   timeout_s};
              py::gil_scoped_release nogil;
              return std::make_unique<Communicator>(o);
            }),
-           py::kw_only(), py::arg("rank"), py::arg("world_size"), py::arg("control"), py::arg("job_id"), py::arg("dtype"),
-           py::arg("message"), py::arg("payload"), py::arg("window"), py::arg("ack_timeout_ms"), py::arg("retry"),
-           py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"))
+           py::kw_only(), py::arg("rank"), py::arg("world_size"), py::arg("control"), py::arg("job_id"),
+           py::arg("dtype"), py::arg("message"), py::arg("payload"), py::arg("window"), py::arg("ack_timeout_ms"),
+           py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"))
       .def_property_readonly("rank", [](const Communicator& c) { return c.options().rank; })
       .def_property_readonly("world_size", [](const Communicator& c) { return c.options().world_size; })
       .def_property_readonly("job_id", [](const Communicator& c) { return c.options().job_id; })
@@ -291,39 +305,41 @@ PYBIND11_MODULE(_inagg, m) {
       .def_property_readonly("message", [](const Communicator& c) { return c.options().message; })
       .def_property_readonly("payload", [](const Communicator& c) { return c.options().payload; })
       .def_property_readonly("job_text", &Communicator::job_text)
-      .def("allreduce_ptr",
-           [](Communicator& c, uintptr_t ptr, uint64_t count, const std::string& dtype) {
-             if (dtype != c.dtype())
-               throw py::type_error("inagg: this communicator's job sums " + c.dtype() + ", not " + dtype);
-             if (count && !ptr) throw std::invalid_argument("inagg: allreduce_ptr of a null pointer");
-             if (count > std::numeric_limits<uint64_t>::max() / c.element())
-               throw std::invalid_argument("inagg: allreduce_ptr: count too large");
-             py::gil_scoped_release nogil;
-             c.allreduce(reinterpret_cast<uint8_t*>(ptr), count * c.element());
-           },
-           py::arg("ptr"), py::arg("count"), py::arg("dtype"))
-      .def("allreduce_buffer",
-           [](Communicator& c, const py::buffer& obj) {
-             const py::buffer_info b = obj.request(true);  // writable; raises BufferError otherwise
-             const util::Dtype want = *util::parse_dtype(c.dtype());
-             const std::optional<util::Dtype> got = inagg::python::dtype_of_format(b, want);
-             if (!got || *got != want)
-               throw py::type_error("inagg: this communicator's job sums " + c.dtype() + "; the buffer holds format '" +
-                                    b.format + "' of " + std::to_string(b.itemsize) +
-                                    " bytes (want f for fp32, e or H for fp16, H for bf16, i for int32)");
-             // C-contiguous: strides descend from one item.
-             py::ssize_t expect = b.itemsize;
-             for (py::ssize_t d = b.ndim - 1; d >= 0; --d) {
-               if (b.shape[d] > 1 && b.strides[d] != expect)
-                 throw std::invalid_argument("inagg: allreduce_ takes C-contiguous buffers");
-               expect *= b.shape[d];
-             }
-             uint8_t* data = static_cast<uint8_t*>(b.ptr);
-             const uint64_t bytes = static_cast<uint64_t>(b.size) * static_cast<uint64_t>(b.itemsize);
-             py::gil_scoped_release nogil;
-             c.allreduce(data, bytes);
-           },
-           py::arg("buffer"))
+      .def(
+          "allreduce_ptr",
+          [](Communicator& c, uintptr_t ptr, uint64_t count, const std::string& dtype) {
+            if (dtype != c.dtype())
+              throw py::type_error("inagg: this communicator's job sums " + c.dtype() + ", not " + dtype);
+            if (count && !ptr) throw std::invalid_argument("inagg: allreduce_ptr of a null pointer");
+            if (count > std::numeric_limits<uint64_t>::max() / c.element())
+              throw std::invalid_argument("inagg: allreduce_ptr: count too large");
+            py::gil_scoped_release nogil;
+            c.allreduce(reinterpret_cast<uint8_t*>(ptr), count * c.element());
+          },
+          py::arg("ptr"), py::arg("count"), py::arg("dtype"))
+      .def(
+          "allreduce_buffer",
+          [](Communicator& c, const py::buffer& obj) {
+            const py::buffer_info b = obj.request(true);  // writable; raises BufferError otherwise
+            const util::Dtype want = *util::parse_dtype(c.dtype());
+            const std::optional<util::Dtype> got = inagg::python::dtype_of_format(b, want);
+            if (!got || *got != want)
+              throw py::type_error("inagg: this communicator's job sums " + c.dtype() + "; the buffer holds format '" +
+                                   b.format + "' of " + std::to_string(b.itemsize) +
+                                   " bytes (want f for fp32, e or H for fp16, H for bf16, i for int32)");
+            // C-contiguous: strides descend from one item.
+            py::ssize_t expect = b.itemsize;
+            for (py::ssize_t d = b.ndim - 1; d >= 0; --d) {
+              if (b.shape[d] > 1 && b.strides[d] != expect)
+                throw std::invalid_argument("inagg: allreduce_ takes C-contiguous buffers");
+              expect *= b.shape[d];
+            }
+            uint8_t* data = static_cast<uint8_t*>(b.ptr);
+            const uint64_t bytes = static_cast<uint64_t>(b.size) * static_cast<uint64_t>(b.itemsize);
+            py::gil_scoped_release nogil;
+            c.allreduce(data, bytes);
+          },
+          py::arg("buffer"))
       .def("counters", &Communicator::counters, py::call_guard<py::gil_scoped_release>())
       .def("job_stats",
            [](const Communicator& c) {
@@ -334,7 +350,9 @@ PYBIND11_MODULE(_inagg, m) {
              }
              return inagg::python::parse_stats(reply);
            })
-      .def("remove_job", [](const Communicator& c) { c.control_request("remove " + std::to_string(c.options().job_id) + "\n"); },
-           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "remove_job",
+          [](const Communicator& c) { c.control_request("remove " + std::to_string(c.options().job_id) + "\n"); },
+          py::call_guard<py::gil_scoped_release>())
       .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>());
 }

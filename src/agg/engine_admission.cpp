@@ -42,29 +42,36 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
     *error = "job " + std::to_string(s.id) + ": " + msg;
     return false;
   };
-  if (s.workers < 1 || s.workers > 64) return fail("workers must be between 1 and 64 (got " + std::to_string(s.workers) + ")");
+  if (s.workers < 1 || s.workers > 64)
+    return fail("workers must be between 1 and 64 (got " + std::to_string(s.workers) + ")");
   if (s.conns.size() != s.workers)
     return fail("needs one connection per worker: " + std::to_string(s.workers) + " workers but " +
                 std::to_string(s.conns.size()) + " conn lines");
   const size_t esize = dtype_size(s.dtype);
   if (s.payload_bytes == 0 || s.payload_bytes % 4 != 0 || s.payload_bytes % esize != 0 || s.payload_bytes > 8192)
-    return fail("payload_bytes must be a positive multiple of 4 and at most 8192 (the path MTU payload, e.g. 1024 or 4096); got " +
-                std::to_string(s.payload_bytes));
+    return fail(
+        "payload_bytes must be a positive multiple of 4 and at most 8192 (the path MTU payload, e.g. 1024 or 4096); "
+        "got " +
+        std::to_string(s.payload_bytes));
   if (s.message_bytes == 0 || s.message_bytes % s.payload_bytes != 0)
-    return fail("message_bytes (" + std::to_string(s.message_bytes) + ") must be a positive multiple of payload_bytes (" +
-                std::to_string(s.payload_bytes) + ")");
+    return fail("message_bytes (" + std::to_string(s.message_bytes) +
+                ") must be a positive multiple of payload_bytes (" + std::to_string(s.payload_bytes) + ")");
   if (s.window < 1) return fail("window must be at least 1 message");
   const uint64_t ppm = s.message_bytes / s.payload_bytes;
   if (ppm * s.window >= (1u << 22))
-    return fail("window x packets per message must stay below 2^22 so 24-bit PSNs extend unambiguously; lower window or message_bytes");
+    return fail(
+        "window x packets per message must stay below 2^22 so 24-bit PSNs extend unambiguously; lower window or "
+        "message_bytes");
   uint64_t ranks_seen = 0;
   for (const ConnectionSpec& c : s.conns) {
-    if (c.rank >= s.workers) return fail("conn rank " + std::to_string(c.rank) + " is not below workers (" + std::to_string(s.workers) + ")");
+    if (c.rank >= s.workers)
+      return fail("conn rank " + std::to_string(c.rank) + " is not below workers (" + std::to_string(s.workers) + ")");
     if (bit(ranks_seen, c.rank)) return fail("rank " + std::to_string(c.rank) + " has two conn lines");
     ranks_seen |= 1ull << c.rank;
     if (c.src_ip.version == wire::IpVersion::none || c.src_ip.version != c.dst_ip.version)
       return fail("rank " + std::to_string(c.rank) + ": source and destination must both be IPv4 or both IPv6");
-    if (c.src_qpn > 0xffffff || c.dst_qpn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": QPNs are 24-bit");
+    if (c.src_qpn > 0xffffff || c.dst_qpn > 0xffffff)
+      return fail("rank " + std::to_string(c.rank) + ": QPNs are 24-bit");
     if (c.start_psn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": start PSN is 24-bit");
   }
   std::sort(s.conns.begin(), s.conns.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
@@ -83,8 +90,7 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
   }
 
   Job* old = find_job(s.id);
-  if (old && old->state == JobState::active)
-    return fail("already exists and is active; remove it first");
+  if (old && old->state == JobState::active) return fail("already exists and is active; remove it first");
   // Keys must not collide with another job's (a failed job being replaced does not count) or
   // with each other. Closed connections (holds, tombstones) give way to the job.
   std::vector<std::pair<wire::IpAddr, uint32_t>> keys;
@@ -97,25 +103,28 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
       if (keys[i] == keys[k]) return fail("QP " + qp_str(keys[i].first, keys[i].second) + " appears twice in the job");
     const ConnEntry* e = conns_->find(keys[i].first.version, keys[i].first.bytes.data(), keys[i].second);
     if (e && e->job && e->job != old)
-      return fail("QP " + qp_str(keys[i].first, keys[i].second) + " already belongs to job " + std::to_string(e->job->spec.id));
+      return fail("QP " + qp_str(keys[i].first, keys[i].second) + " already belongs to job " +
+                  std::to_string(e->job->spec.id));
   }
   size_t total_conns = 0;
   for (auto& j : jobs_)
     if (j.get() != old) total_conns += 2 * j->spec.workers;
   if (total_conns + 2 * s.workers > cfg_.max_connections)
     return fail("would exceed the engine's " + std::to_string(cfg_.max_connections) + " connections");
-  if (!old && jobs_.size() >= cfg_.max_jobs) return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
+  if (!old && jobs_.size() >= cfg_.max_jobs)
+    return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
 
   const uint32_t nslots = static_cast<uint32_t>(2 * s.window * ppm);
-  const size_t mem = static_cast<size_t>(nslots) *
-                     (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + s.payload_bytes);
+  const size_t mem =
+      static_cast<size_t>(nslots) * (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + s.payload_bytes);
   const size_t mbufs = static_cast<size_t>(nslots) * s.workers;
   if (memory_used_ + mem > cfg_.memory_budget_bytes)
     return fail("needs " + std::to_string(mem >> 10) + " KiB of slot memory but only " +
                 std::to_string((cfg_.memory_budget_bytes - memory_used_) >> 10) +
                 " KiB of the budget is free; lower window or message_bytes, or raise the memory budget");
   if (mbufs_reserved_ + mbufs > cfg_.mbuf_budget)
-    return fail("needs up to " + std::to_string(mbufs) + " held packet buffers (2 x window x packets per message x workers) but only " +
+    return fail("needs up to " + std::to_string(mbufs) +
+                " held packet buffers (2 x window x packets per message x workers) but only " +
                 std::to_string(cfg_.mbuf_budget - mbufs_reserved_) + " of the mbuf budget are free");
 
   auto job = std::make_unique<Job>();
@@ -124,7 +133,8 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
   job->nslots = nslots;
   job->slots.resize(nslots);
   job->held.resize(static_cast<size_t>(nslots) * s.workers);
-  job->sums = static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
+  job->sums =
+      static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
   if (job->sums == nullptr) return fail("out of memory for the retained sums");
   job->conns.resize(s.workers);
   for (unsigned r = 0; r < s.workers; ++r) {
@@ -182,7 +192,8 @@ void Engine::free_job_memory(Job& job) {
 bool Engine::job_info(uint32_t id, JobInfo* out) const {
   for (auto& j : jobs_) {
     if (j->spec.id != id) continue;
-    *out = JobInfo{j->spec.id, j->state, j->error, j->cursor, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
+    *out =
+        JobInfo{j->spec.id, j->state, j->error, j->cursor, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
     return true;
   }
   return false;
@@ -223,8 +234,17 @@ std::string Engine::timeout_reason(const Job& job) const {
     const std::string rank = "rank " + std::to_string(c.spec.rank);
     if (!c.data_seen && c.before_start)
       why += "; " + rank + " sent only PSNs before its registered start PSN 0x" +
-             [&] { char b[16]; std::snprintf(b, sizeof b, "%06x", c.spec.start_psn); return std::string(b); }() +
-             " (last 0x" + [&] { char b[16]; std::snprintf(b, sizeof b, "%06x", c.before_start_psn); return std::string(b); }() +
+             [&] {
+               char b[16];
+               std::snprintf(b, sizeof b, "%06x", c.spec.start_psn);
+               return std::string(b);
+             }() +
+             " (last 0x" +
+             [&] {
+               char b[16];
+               std::snprintf(b, sizeof b, "%06x", c.before_start_psn);
+               return std::string(b);
+             }() +
              "): check its start PSN";
     else if (!c.data_seen)
       why += "; no WRITE of " + rank + " to " + qp_str(c.spec.dst_ip, c.spec.dst_qpn) +

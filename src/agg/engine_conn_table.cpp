@@ -17,7 +17,8 @@ using namespace engine_detail;
 
 void Engine::hold_closed(const JobSpec& spec) {
   for (const ConnectionSpec& c : spec.conns) {
-    for (const auto& key : {std::pair{wire::gid_address(c.dst_ip), c.dst_qpn}, std::pair{wire::gid_address(c.src_ip), c.src_qpn}}) {
+    for (const auto& key :
+         {std::pair{wire::gid_address(c.dst_ip), c.dst_qpn}, std::pair{wire::gid_address(c.src_ip), c.src_qpn}}) {
       const ConnEntry* e = conns_->find(key.first.version, key.first.bytes.data(), key.second);
       if (e && e->job) continue;  // this engine's own job: it handles them
       std::erase_if(closed_, [&](const ClosedKey& k) { return k.addr == key.first && k.qpn == key.second; });
@@ -34,7 +35,8 @@ void Engine::release_closed(uint32_t job_id, uint64_t linger_ns) {
 }
 
 size_t Engine::closed_connections() const {
-  return static_cast<size_t>(std::count_if(closed_.begin(), closed_.end(), [&](const ClosedKey& k) { return k.until_ns > now_ns_; }));
+  return static_cast<size_t>(
+      std::count_if(closed_.begin(), closed_.end(), [&](const ClosedKey& k) { return k.until_ns > now_ns_; }));
 }
 
 void Engine::rebuild_conn_table() {
@@ -78,15 +80,17 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
   }
   char src[64] = "?";
   const uint8_t* ip = pkt.data + l.l3;
-  inet_ntop(l.ip == wire::IpVersion::v4 ? AF_INET : AF_INET6, ip + (l.ip == wire::IpVersion::v4 ? 12 : 8), src, sizeof src);
+  inet_ntop(l.ip == wire::IpVersion::v4 ? AF_INET : AF_INET6, ip + (l.ip == wire::IpVersion::v4 ? 12 : 8), src,
+            sizeof src);
   const Job::Conn& c = job.conns[rank];
   const uint16_t first = ack_direction ? c.ack_port : c.data_port;
-  util::log(util::LogModule::engine, util::LogLevel::warning,
-            "job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
-            "; %llu more dropped since the last line",
-            job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
-            wire::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(), first == kUnknownPort ? -1 : first,
-            static_cast<unsigned long long>(job.drops_unlogged));
+  util::log(
+      util::LogModule::engine, util::LogLevel::warning,
+      "job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
+      "; %llu more dropped since the last line",
+      job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
+      wire::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(), first == kUnknownPort ? -1 : first,
+      static_cast<unsigned long long>(job.drops_unlogged));
   job.drop_logged = true;
   job.drop_log_ns = now_ns;
   job.drops_unlogged = 0;
@@ -107,7 +111,8 @@ const Engine::ConnEntry* Engine::lookup(wire::IpVersion v, const uint8_t* addr, 
 
 // A frame parse_frame() did not place: dropped when it is addressed to a registered or closed
 // connection (it must never reach a receiver raw), else forwarded unless it is malformed RoCEv2.
-void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns, TxList& tx) {
+void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns,
+                              TxList& tx) {
   wire::RoceDestination d;
   bool mapped = false;
   const ConnEntry* e = wire::roce_destination(pkt.data, l, &d) ? lookup(d.ip, d.addr, d.qpn, &mapped) : nullptr;
@@ -159,7 +164,8 @@ void Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   }
   Job::Conn& conn = job.conns[e->rank];
   if (mapped) {
-    log_drop(job, "an IPv4 connection addressed by an IPv4-mapped IPv6 address", e->rank, e->ack_direction, pkt, l, now_ns);
+    log_drop(job, "an IPv4 connection addressed by an IPv4-mapped IPv6 address", e->rank, e->ack_direction, pkt, l,
+             now_ns);
     return drop(&job, pkt, &EngineCounters::drop_unplaceable);
   }
   // Only the registered source, on the port its rank was first seen on, speaks on a connection: a

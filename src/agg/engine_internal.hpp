@@ -47,24 +47,24 @@ struct Engine::Job {
     ConnectionSpec spec;
     // The sender (data direction). The fields every data packet touches come first, so that with
     // the spec they fill two cache lines.
-    uint64_t expected = 0;       // one past the highest sequence seen from the sender
-    uint64_t last_seq = 0;       // the sequence of its latest packet (its current go-back-N pass)
-    uint64_t filled = 0;         // every sequence below this arrived (or was released)
-    uint64_t nak_seq = 0;        // the sequence the pending NAK named (the receiver's acked then)
-    uint64_t nak_target = 0;     // the gap is closed once `filled` reaches this
+    uint64_t expected = 0;    // one past the highest sequence seen from the sender
+    uint64_t last_seq = 0;    // the sequence of its latest packet (its current go-back-N pass)
+    uint64_t filled = 0;      // every sequence below this arrived (or was released)
+    uint64_t nak_seq = 0;     // the sequence the pending NAK named (the receiver's acked then)
+    uint64_t nak_target = 0;  // the gap is closed once `filled` reaches this
     uint64_t last_data_ns = 0;
     uint16_t data_port = kUnknownPort;  // the port the sender was first seen on
     bool data_seen = false;
-    bool nak_pending = false;    // a NAK went out; the sender has neither gone back nor filled the gap
+    bool nak_pending = false;      // a NAK went out; the sender has neither gone back nor filled the gap
     bool nak_template_ok = false;  // `nak` below is filled in
-    uint64_t before_start = 0;          // packets before the registered start PSN (a timeout says so)
+    uint64_t before_start = 0;     // packets before the registered start PSN (a timeout says so)
     uint32_t before_start_psn = 0;
     // Its receiver (ACK direction).
-    uint64_t acked = 0;          // the receiver holds every sequence below this
-    uint32_t msn = 0;            // the receiver's last reported MSN (for the NAKs we send)
+    uint64_t acked = 0;  // the receiver holds every sequence below this
+    uint32_t msn = 0;    // the receiver's last reported MSN (for the NAKs we send)
     uint64_t last_ack_ns = 0;
     bool acks_seen = false;
-    uint16_t ack_port = kUnknownPort;   // the port the receiver was first seen on (where its sums go)
+    uint16_t ack_port = kUnknownPort;  // the port the receiver was first seen on (where its sums go)
     // The backoff of NAKs sent again.
     uint64_t nak_ns = 0;
     uint64_t nak_interval_ns = 0;
@@ -117,25 +117,25 @@ struct Engine::Job {
     }
   };
   struct Slot {
-    uint64_t seq = 0;       // slot sequence (message * ppm + packet index) it holds
-    uint64_t arrived = 0;   // one bit per rank
+    uint64_t seq = 0;      // slot sequence (message * ppm + packet index) it holds
+    uint64_t arrived = 0;  // one bit per rank
     engine_detail::SlotState state = engine_detail::SlotState::empty;
-    bool ecn = false;       // some input was CE-marked or had FECN
+    bool ecn = false;  // some input was CE-marked or had FECN
     uint32_t payload_crc = 0;
   };
 
   JobSpec spec;
   JobState state = JobState::active;
   std::string error;
-  uint32_t ppm = 0;    // packets per message
-  uint32_t nslots = 0; // 2 W ppm
+  uint32_t ppm = 0;     // packets per message
+  uint32_t nslots = 0;  // 2 W ppm
   std::vector<Slot> slots;
-  std::vector<Held> held;  // nslots x n
-  uint8_t* sums = nullptr; // nslots x P retained sums, 64-byte aligned
+  std::vector<Held> held;   // nslots x n
+  uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned
   std::vector<Conn> conns;
   wire::Crc32Shift shift;
-  uint64_t cursor = 0;     // next sequence to release
-  uint64_t highest = 0;    // one past the highest sequence any packet has claimed
+  uint64_t cursor = 0;   // next sequence to release
+  uint64_t highest = 0;  // one past the highest sequence any packet has claimed
   size_t held_count = 0, retained_count = 0;
   uint64_t last_progress_ns = 0, last_release_ns = 0;
   size_t memory = 0, mbufs = 0;
@@ -163,7 +163,7 @@ struct Engine::ConnEntry {
   bool ack_direction = false;  // key is the sender's QP: ACKs flow to it
   wire::IpAddr addr;
   uint32_t qpn = 0;
-  Job* job = nullptr;          // nullptr: a closed connection
+  Job* job = nullptr;  // nullptr: a closed connection
   unsigned rank = 0;
   uint64_t closed_until_ns = 0;
 };

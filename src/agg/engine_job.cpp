@@ -91,18 +91,20 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
   if (!wire::is_rdma_write(l.opcode)) {
     // A SEND or READ takes PSNs the job's WRITEs need: the sums could never line up again.
-    return break_contract(job, pkt,
-                          contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
-                                                      ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
-                                                      "; a job's QPs carry only its RDMA WRITEs"),
-                          &EngineCounters::err_not_write);
+    return break_contract(
+        job, pkt,
+        contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
+                                    ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
+                                    "; a job's QPs carry only its RDMA WRITEs"),
+        &EngineCounters::err_not_write);
   }
   if ((l.opcode & 0xe0) != wire::op::kRc) {
     // UC has no ACKs: the engine could neither know what a receiver has nor recover a loss.
-    return break_contract(job, pkt,
-                          contract("RC only", who() + " sent " + std::string(l.info->name) +
-                                                  ": the job's QPs must be RC (UC writes cannot be aggregated transparently)"),
-                          &EngineCounters::err_not_rc);
+    return break_contract(
+        job, pkt,
+        contract("RC only", who() + " sent " + std::string(l.info->name) +
+                                ": the job's QPs must be RC (UC writes cannot be aggregated transparently)"),
+        &EngineCounters::err_not_rc);
   }
   if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
   const wire::OpPosition pos = l.info->position;
@@ -125,21 +127,23 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
   const uint64_t first_incomplete_msg = job.cursor / job.ppm;
   if (msg >= first_incomplete_msg + job.spec.window) {
-    return break_contract(job, pkt,
-                          contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
-                                                 ") while message " + std::to_string(first_incomplete_msg) +
-                                                 " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
-                                                 " (every rank must honour the same window)"),
-                          &EngineCounters::err_ahead_of_window);
+    return break_contract(
+        job, pkt,
+        contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
+                               ") while message " + std::to_string(first_incomplete_msg) +
+                               " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
+                               " (every rank must honour the same window)"),
+        &EngineCounters::err_ahead_of_window);
   }
   if (pos != expected_position(k, job.ppm) || l.payload_len != job.spec.payload_bytes || l.pad != 0) {
     return break_contract(
         job, pkt,
-        contract("message size", who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
-                                     std::to_string(l.payload_len) + " payload bytes does not fit packet " + std::to_string(k) +
-                                     " of a " + std::to_string(job.spec.message_bytes) + "-byte message of " +
-                                     std::to_string(job.spec.payload_bytes) +
-                                     "-byte packets (every message must be exactly message_bytes, on the same path MTU)"),
+        contract("message size",
+                 who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
+                     std::to_string(l.payload_len) + " payload bytes does not fit packet " + std::to_string(k) +
+                     " of a " + std::to_string(job.spec.message_bytes) + "-byte message of " +
+                     std::to_string(job.spec.payload_bytes) +
+                     "-byte packets (every message must be exactly message_bytes, on the same path MTU)"),
         &EngineCounters::err_length_or_opcode);
   }
   if (!conn.nak_template_ok) {  // what a NAK to this sender looks like, from its first good packet
@@ -150,7 +154,8 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     if (s.l2_tags_len <= s.l2_tags.size()) std::memcpy(s.l2_tags.data(), pkt.data + 12, s.l2_tags_len);
     s.src_ip = conn.spec.dst_ip;
     s.dst_ip = conn.spec.src_ip;
-    s.tos = static_cast<uint8_t>((l.ip == wire::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
+    s.tos = static_cast<uint8_t>(
+        (l.ip == wire::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
     s.src_port = wire::load_be16(pkt.data + l.l4);
     s.opcode = wire::op::kRc | wire::op::kAcknowledge;
     s.migreq = false;
@@ -299,8 +304,9 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
     Job::Slot& slot = job.slot(job.cursor);
     if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
     if (tx.capacity() < n) {
-      abort_job(job, "the TX list holds " + std::to_string(tx.capacity()) + " packets, fewer than the job's " +
-                         std::to_string(n) + " workers: a slot could never be released",
+      abort_job(job,
+                "the TX list holds " + std::to_string(tx.capacity()) + " packets, fewer than the job's " +
+                    std::to_string(n) + " workers: a slot could never be released",
                 &EngineCounters::err_length_or_opcode);
       return;
     }
@@ -333,12 +339,12 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   if (!wire::icrc_verify(pkt.data, l)) return drop(&job, pkt, &EngineCounters::bad_icrc);
   Job::Conn& conn = job.conns[rank];
   if (l.opcode != (wire::op::kRc | wire::op::kAcknowledge)) {
-    return break_contract(job, pkt,
-                          contract("writes only", "the receiver of rank " + std::to_string(rank) + " sent " +
-                                                      std::string(l.info->name) + " to " +
-                                                      qp_str(conn.spec.src_ip, conn.spec.src_qpn) +
-                                                      "; the reverse direction of a job's QP carries only ACKs and NAKs"),
-                          &EngineCounters::err_not_write);
+    return break_contract(
+        job, pkt,
+        contract("writes only", "the receiver of rank " + std::to_string(rank) + " sent " + std::string(l.info->name) +
+                                    " to " + qp_str(conn.spec.src_ip, conn.spec.src_qpn) +
+                                    "; the reverse direction of a job's QP carries only ACKs and NAKs"),
+        &EngineCounters::err_not_write);
   }
   if (conn.ack_port == kUnknownPort) conn.ack_port = pkt.port;
   conn.acks_seen = true;

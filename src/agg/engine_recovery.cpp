@@ -47,9 +47,12 @@ bool Engine::send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakR
     if (wire::parse_frame({nak.data, nak.len}, nl) == wire::ParseStatus::roce)
       wire::store_be16(nak.data + nl.l4 + 6, udp6_checksum(nak.data, nl));
   }
-  if (why == NakReason::again) BUMP(job, naks_resent);
-  else if (why == NakReason::gap) BUMP(job, naks_sent);
-  else BUMP(job, tail_naks);
+  if (why == NakReason::again)
+    BUMP(job, naks_resent);
+  else if (why == NakReason::gap)
+    BUMP(job, naks_sent);
+  else
+    BUMP(job, tail_naks);
   emit(nak, tx, &job);
   return true;
 }
@@ -66,8 +69,8 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
     if (c.nak_pending) {
       if (c.nak_rounds < cfg_.resend_budget && elapsed(now_ns, c.nak_ns) > c.nak_interval_ns)
         send_nak(job, r, now_ns, tx, NakReason::again);
-    } else if (c.data_seen && c.filled % job.ppm != 0 && c.filled == job.cursor &&
-               job.slot(c.filled).seq == c.filled && job.slot(c.filled).state == SlotState::collecting &&
+    } else if (c.data_seen && c.filled % job.ppm != 0 && c.filled == job.cursor && job.slot(c.filled).seq == c.filled &&
+               job.slot(c.filled).state == SlotState::collecting &&
                (job.slot(c.filled).arrived | 1ull << r) == full_mask(job.spec.workers) &&
                elapsed(now_ns, c.last_data_ns) > 4 * cfg_.resend_timeout_ns) {
       // The whole job waits for this one packet: its sender started the message (its first
@@ -107,13 +110,14 @@ void Engine::poll(uint64_t now_ns, TxList& tx) {
     if (job.state != JobState::active) continue;
     release_ready(job, now_ns, tx);  // continue a release that TX space cut short
     const bool pending = job.held_count > 0 || (!job.spec.replay && job.retained_count > 0 &&
-                                                 std::any_of(job.conns.begin(), job.conns.end(),
-                                                             [&](const Job::Conn& c) { return c.acked < job.cursor; }));
+                                                std::any_of(job.conns.begin(), job.conns.end(),
+                                                            [&](const Job::Conn& c) { return c.acked < job.cursor; }));
     if (!pending) {
       job.last_progress_ns = now_ns;
       continue;
     }
-    if (elapsed(now_ns, job.last_progress_ns) > cfg_.abort_timeout_ns) abort_job(job, timeout_reason(job), &EngineCounters::timeouts);
+    if (elapsed(now_ns, job.last_progress_ns) > cfg_.abort_timeout_ns)
+      abort_job(job, timeout_reason(job), &EngineCounters::timeouts);
   }
   if (!cfg_.fast_recovery) return;
   for (auto& jp : jobs_) {

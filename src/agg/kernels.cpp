@@ -9,24 +9,37 @@ namespace inagg::agg {
 namespace detail {
 
 #if defined(__x86_64__)
-namespace sse2 { extern const KernelOps kernel_ops_sse2; }
-namespace avx2 { extern const KernelOps kernel_ops_avx2; }
-namespace avx512 { extern const KernelOps kernel_ops_avx512; }
+namespace sse2 {
+extern const KernelOps kernel_ops_sse2;
+}
+namespace avx2 {
+extern const KernelOps kernel_ops_avx2;
+}
+namespace avx512 {
+extern const KernelOps kernel_ops_avx512;
+}
 #else
-namespace native { extern const KernelOps kernel_ops_native; }
+namespace native {
+extern const KernelOps kernel_ops_native;
+}
 #endif
 
 const KernelOps* kernel_ops_for(util::SimdTier tier) {
   if (!util::cpu_supports(tier)) return nullptr;
   switch (tier) {
 #if defined(__x86_64__)
-    case util::SimdTier::sse2: return &sse2::kernel_ops_sse2;
-    case util::SimdTier::avx2: return &avx2::kernel_ops_avx2;
-    case util::SimdTier::avx512: return &avx512::kernel_ops_avx512;
+    case util::SimdTier::sse2:
+      return &sse2::kernel_ops_sse2;
+    case util::SimdTier::avx2:
+      return &avx2::kernel_ops_avx2;
+    case util::SimdTier::avx512:
+      return &avx512::kernel_ops_avx512;
 #else
-    case util::SimdTier::native: return &native::kernel_ops_native;
+    case util::SimdTier::native:
+      return &native::kernel_ops_native;
 #endif
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 

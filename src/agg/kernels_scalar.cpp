@@ -136,20 +136,28 @@ void sum_ranked_elements(uint8_t* dst, const uint8_t* const* srcs, size_t n, siz
 
 void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes) {
   switch (dtype) {
-    case Dtype::fp32: return add_into_elements<Fp32>(dst, src, bytes);
-    case Dtype::fp16: return add_into_elements<Fp16>(dst, src, bytes);
-    case Dtype::bf16: return add_into_elements<Bf16>(dst, src, bytes);
-    case Dtype::int32: return add_into_elements<Int32>(dst, src, bytes);
+    case Dtype::fp32:
+      return add_into_elements<Fp32>(dst, src, bytes);
+    case Dtype::fp16:
+      return add_into_elements<Fp16>(dst, src, bytes);
+    case Dtype::bf16:
+      return add_into_elements<Bf16>(dst, src, bytes);
+    case Dtype::int32:
+      return add_into_elements<Int32>(dst, src, bytes);
   }
 }
 
 void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes) {
   if (n == 0) return;
   switch (dtype) {
-    case Dtype::fp32: return sum_ranked_elements<Fp32>(dst, srcs, n, bytes);
-    case Dtype::fp16: return sum_ranked_elements<Fp16>(dst, srcs, n, bytes);
-    case Dtype::bf16: return sum_ranked_elements<Bf16>(dst, srcs, n, bytes);
-    case Dtype::int32: return sum_ranked_elements<Int32>(dst, srcs, n, bytes);
+    case Dtype::fp32:
+      return sum_ranked_elements<Fp32>(dst, srcs, n, bytes);
+    case Dtype::fp16:
+      return sum_ranked_elements<Fp16>(dst, srcs, n, bytes);
+    case Dtype::bf16:
+      return sum_ranked_elements<Bf16>(dst, srcs, n, bytes);
+    case Dtype::int32:
+      return sum_ranked_elements<Int32>(dst, srcs, n, bytes);
   }
 }
 

@@ -260,20 +260,28 @@ void sum_ranked_units(uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t
 
 void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes) {
   switch (dtype) {
-    case Dtype::fp32: return add_into_units<Fp32>(dst, src, bytes);
-    case Dtype::fp16: return add_into_units<Fp16>(dst, src, bytes);
-    case Dtype::bf16: return add_into_units<Bf16>(dst, src, bytes);
-    case Dtype::int32: return add_into_units<Int32>(dst, src, bytes);
+    case Dtype::fp32:
+      return add_into_units<Fp32>(dst, src, bytes);
+    case Dtype::fp16:
+      return add_into_units<Fp16>(dst, src, bytes);
+    case Dtype::bf16:
+      return add_into_units<Bf16>(dst, src, bytes);
+    case Dtype::int32:
+      return add_into_units<Int32>(dst, src, bytes);
   }
 }
 
 void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes) {
   if (n == 0) return;
   switch (dtype) {
-    case Dtype::fp32: return sum_ranked_units<Fp32>(dst, srcs, n, bytes);
-    case Dtype::fp16: return sum_ranked_units<Fp16>(dst, srcs, n, bytes);
-    case Dtype::bf16: return sum_ranked_units<Bf16>(dst, srcs, n, bytes);
-    case Dtype::int32: return sum_ranked_units<Int32>(dst, srcs, n, bytes);
+    case Dtype::fp32:
+      return sum_ranked_units<Fp32>(dst, srcs, n, bytes);
+    case Dtype::fp16:
+      return sum_ranked_units<Fp16>(dst, srcs, n, bytes);
+    case Dtype::bf16:
+      return sum_ranked_units<Bf16>(dst, srcs, n, bytes);
+    case Dtype::int32:
+      return sum_ranked_units<Int32>(dst, srcs, n, bytes);
   }
 }
 

@@ -49,7 +49,8 @@ Counters parse_counters(const std::string& text) {
 uint64_t drops(const Counters& c) {
   uint64_t d = 0;
   for (const auto& [name, v] : c)
-    if (name.find("drop") != std::string::npos || name == "malformed" || name == "bad_icrc" || name == "stale" || name == "tx_full")
+    if (name.find("drop") != std::string::npos || name == "malformed" || name == "bad_icrc" || name == "stale" ||
+        name == "tx_full")
       d += v;
   return d;
 }
@@ -91,10 +92,14 @@ bool take(const TopOptions& o, Sample* s) {
 // "12.3k" style, for rates.
 std::string si(double v) {
   char buf[32];
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.1fG", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.1f", v);
+  if (v >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.1fG", v / 1e9);
+  else if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.1fM", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f", v);
   return buf;
 }
 
@@ -119,17 +124,18 @@ std::string frame(const TopOptions& o, const Sample& a, const Sample& b) {
   std::snprintf(line, sizeof line, "inagg-ctl top  %s  every %.1f s  %s\n", o.socket.c_str(), o.interval_s, clock);
   out << line;
   const Counters& e = b.engine;
-  std::snprintf(line, sizeof line,
-                "engine: rx %s pps  aggregated %s pps (%s bit/s)  released %s slots/s  NAKs %s/s  resends %s/s  drops %s/s  "
-                "job errors %llu\n\n",
-                si(rate(a.engine, e, "rx_packets", dt)).c_str(), si(rate(a.engine, e, "aggregated_packets", dt)).c_str(),
-                si(8 * rate(a.engine, e, "aggregated_bytes", dt)).c_str(), si(rate(a.engine, e, "slots_released", dt)).c_str(),
-                si(rate(a.engine, e, "naks_sent", dt)).c_str(), si(rate(a.engine, e, "resends", dt)).c_str(),
-                si((static_cast<double>(drops(e)) - static_cast<double>(drops(a.engine))) / dt).c_str(),
-                static_cast<unsigned long long>(value(e, "job_errors")));
+  std::snprintf(
+      line, sizeof line,
+      "engine: rx %s pps  aggregated %s pps (%s bit/s)  released %s slots/s  NAKs %s/s  resends %s/s  drops %s/s  "
+      "job errors %llu\n\n",
+      si(rate(a.engine, e, "rx_packets", dt)).c_str(), si(rate(a.engine, e, "aggregated_packets", dt)).c_str(),
+      si(8 * rate(a.engine, e, "aggregated_bytes", dt)).c_str(), si(rate(a.engine, e, "slots_released", dt)).c_str(),
+      si(rate(a.engine, e, "naks_sent", dt)).c_str(), si(rate(a.engine, e, "resends", dt)).c_str(),
+      si((static_cast<double>(drops(e)) - static_cast<double>(drops(a.engine))) / dt).c_str(),
+      static_cast<unsigned long long>(value(e, "job_errors")));
   out << line;
-  std::snprintf(line, sizeof line, "%8s %-8s %10s %10s %10s %8s %9s %8s %9s %8s\n", "job", "state", "aggr pps", "bit/s", "slots/s",
-                "held", "retained", "NAKs/s", "resends/s", "drops/s");
+  std::snprintf(line, sizeof line, "%8s %-8s %10s %10s %10s %8s %9s %8s %9s %8s\n", "job", "state", "aggr pps", "bit/s",
+                "slots/s", "held", "retained", "NAKs/s", "resends/s", "drops/s");
   out << line;
   if (b.jobs.empty()) out << "   (no jobs)\n";
   for (const JobSample& j : b.jobs) {
@@ -142,8 +148,10 @@ std::string frame(const TopOptions& o, const Sample& a, const Sample& b) {
     std::snprintf(line, sizeof line, "%8u %-8s %10s %10s %10s %8llu %9llu %8s %9s %8s\n", j.id, j.state.c_str(),
                   si(prev ? rate(pc, j.c, "aggregated_packets", dt) : 0).c_str(),
                   si(prev ? 8 * rate(pc, j.c, "aggregated_bytes", dt) : 0).c_str(),
-                  si(prev ? rate(pc, j.c, "slots_released", dt) : 0).c_str(), static_cast<unsigned long long>(value(j.c, "held_packets")),
-                  static_cast<unsigned long long>(value(j.c, "retained_packets")), si(prev ? rate(pc, j.c, "naks_sent", dt) : 0).c_str(),
+                  si(prev ? rate(pc, j.c, "slots_released", dt) : 0).c_str(),
+                  static_cast<unsigned long long>(value(j.c, "held_packets")),
+                  static_cast<unsigned long long>(value(j.c, "retained_packets")),
+                  si(prev ? rate(pc, j.c, "naks_sent", dt) : 0).c_str(),
                   si(prev ? rate(pc, j.c, "resends", dt) : 0).c_str(), si(dr).c_str());
     out << line;
     if (!j.error.empty()) out << "         " << j.state << ": " << j.error << "\n";
@@ -162,8 +170,10 @@ int run_top(const TopOptions& o) {
     Sample cur;
     if (!take(o, &cur)) return 2;
     const std::string f = frame(o, prev, cur);
-    if (tty) std::cout << "\033[H\033[2J";  // home, clear: each frame replaces the last
-    else if (shown > 0) std::cout << "\n";
+    if (tty)
+      std::cout << "\033[H\033[2J";  // home, clear: each frame replaces the last
+    else if (shown > 0)
+      std::cout << "\n";
     std::cout << f << std::flush;
     prev = std::move(cur);
   }

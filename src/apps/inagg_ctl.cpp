@@ -46,13 +46,13 @@ bool parse_id_arg(const std::string& text, uint32_t* id) {
 
 int main(int argc, char** argv) {
   po::options_description opts("Options");
-  opts.add_options()
-      ("help,h", "show this help")
-      ("version", "print the version and exit")
-      ("socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath)->value_name("PATH"), "the appliance's control socket")
-      ("timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")
-      ("interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")
-      ("count", po::value<unsigned>()->default_value(0)->value_name("N"), "top: show N frames and exit (0: until Ctrl-C)");
+  opts.add_options()("help,h", "show this help")("version", "print the version and exit")(
+      "socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath)->value_name("PATH"),
+      "the appliance's control socket")("timeout", po::value<int>()->default_value(5000)->value_name("MS"),
+                                        "milliseconds to wait for the reply")(
+      "interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")(
+      "count", po::value<unsigned>()->default_value(0)->value_name("N"),
+      "top: show N frames and exit (0: until Ctrl-C)");
   po::options_description hidden;
   hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
   po::options_description all;
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (vm.count("help")) {
-    std::cout << usage << kCommands << "\n" << opts
+    std::cout << usage << kCommands << "\n"
+              << opts
               << "\nExit status: 0 ok, 1 the appliance refused the request (its reply starts with \"error:\"),\n"
                  "2 a usage, job file or connection error.\n";
     return 0;
@@ -88,7 +89,8 @@ int main(int argc, char** argv) {
   const size_t nargs = words.size() - 1;
   control::Request req;
   if (cmd == "add") {
-    if (nargs != 1) return usage_error("add takes one job file, e.g. inagg-ctl add conf/jobs/example-fp32-4workers.job");
+    if (nargs != 1)
+      return usage_error("add takes one job file, e.g. inagg-ctl add conf/jobs/example-fp32-4workers.job");
     std::string error;
     // Send the file's own text (checked here first), comments and all: it is what the user wrote.
     if (!control::load_job_file(words[1], &error, &req.body)) {
@@ -98,7 +100,8 @@ int main(int argc, char** argv) {
     req.verb = control::Request::Verb::add;
   } else if (cmd == "remove") {
     if (nargs != 1) return usage_error("remove takes one job id, e.g. inagg-ctl remove 7");
-    if (!parse_id_arg(words[1], &req.id)) return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
+    if (!parse_id_arg(words[1], &req.id))
+      return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
     req.verb = control::Request::Verb::remove;
     req.has_id = true;
   } else if (cmd == "list") {
@@ -108,7 +111,8 @@ int main(int argc, char** argv) {
     if (nargs > 1) return usage_error("stats takes at most one job id");
     req.verb = control::Request::Verb::stats;
     if (nargs == 1) {
-      if (!parse_id_arg(words[1], &req.id)) return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
+      if (!parse_id_arg(words[1], &req.id))
+        return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
       req.has_id = true;
     }
   } else if (cmd == "top") {
@@ -121,7 +125,8 @@ int main(int argc, char** argv) {
   }
 
   std::string reply, error;
-  if (!control::send_request(vm["socket"].as<std::string>(), control::format_request(req), &reply, &error, timeout_ms)) {
+  if (!control::send_request(vm["socket"].as<std::string>(), control::format_request(req), &reply, &error,
+                             timeout_ms)) {
     std::cerr << "inagg-ctl: " << error << "\n";
     return 2;
   }

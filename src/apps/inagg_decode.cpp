@@ -44,7 +44,8 @@ void decode_one(size_t index, const util::PcapRecord& r, bool quiet, Totals& t) 
                   std::string(wire::parse_status_name(st)).c_str(), std::string(wire::parse_status_text(st)).c_str());
     } else {
       ++t.other;
-      if (!quiet) std::printf("%5zu len=%-5zu %s\n", index, r.data.size(), std::string(wire::parse_status_text(st)).c_str());
+      if (!quiet)
+        std::printf("%5zu len=%-5zu %s\n", index, r.data.size(), std::string(wire::parse_status_text(st)).c_str());
     }
     return;
   }
@@ -66,7 +67,10 @@ void decode_one(size_t index, const util::PcapRecord& r, bool quiet, Totals& t) 
   if (l.immdt) std::printf(" imm=0x%08x", wire::immdt_of(f, l));
   if (l.aeth) {
     const wire::AethView aeth = wire::aeth_of(f, l);
-    std::printf(" %s syndrome=0x%02x msn=%u", aeth.is_nak() ? "NAK" : aeth.is_rnr_nak() ? "RNR-NAK" : "ACK",
+    std::printf(" %s syndrome=0x%02x msn=%u",
+                aeth.is_nak()       ? "NAK"
+                : aeth.is_rnr_nak() ? "RNR-NAK"
+                                    : "ACK",
                 aeth.syndrome(), aeth.msn());
   }
   if (ok)
@@ -79,11 +83,9 @@ void decode_one(size_t index, const util::PcapRecord& r, bool quiet, Totals& t) 
 
 int main(int argc, char** argv) {
   po::options_description opts("Usage: inagg-decode [options] FILE.pcap...\n\nOptions");
-  opts.add_options()
-      ("help,h", "show this help")
-      ("version", "print the version and exit")
-      ("quiet,q", "print only malformed packets, bad ICRCs and the totals")
-      ("file", po::value<std::vector<std::string>>(), "pcap file(s) to decode");
+  opts.add_options()("help,h", "show this help")("version", "print the version and exit")(
+      "quiet,q", "print only malformed packets, bad ICRCs and the totals")(
+      "file", po::value<std::vector<std::string>>(), "pcap file(s) to decode");
   po::positional_options_description pos;
   pos.add("file", -1);
   po::variables_map vm;
@@ -99,7 +101,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (vm.count("help") || !vm.count("file")) {
-    std::cout << opts << "\nChecks every RoCEv2 packet's ICRC. Exit status: 0 all good, 1 a malformed packet or bad ICRC, 2 usage or file error.\n";
+    std::cout << opts
+              << "\nChecks every RoCEv2 packet's ICRC. Exit status: 0 all good, 1 a malformed packet or bad ICRC, 2 "
+                 "usage or file error.\n";
     return vm.count("help") ? 0 : 2;
   }
   const bool quiet = vm.count("quiet") > 0;

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,37 +52,59 @@ struct Options {
 
 po::options_description make_options(Options& o) {
   po::options_description d("inagg options (after `--`; each may also be set in the --config file as key = value)");
-  d.add_options()
-      ("help,h", "show this help and exit")
-      ("version", "print the version and exit")
-      ("check-config", "check what start-up would refuse without starting EAL: the options, the config and job files, the mbuf budget against the lcores of the EAL options; print the result and exit")
-      ("config,c", po::value<std::string>(), "file of `key = value` lines, any of these options (command line wins); see conf/inagg.conf")
-      ("ports", po::value<std::string>(), "comma-separated DPDK port ids to switch between (default: every port EAL probed)")
-      ("job", po::value<std::vector<std::string>>(&o.job_files)->composing(), "job file to register at start (repeatable); see conf/jobs/")
-      ("socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path), "control socket (root only, 0600); \"\" disables it")
-      ("metrics", po::value<std::string>(&o.metrics_listen), "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, e.g. 127.0.0.1:9100 (off by default; port 0 picks a free port)")
-      ("stats-interval", po::value<double>(&o.stats_interval)->default_value(0), "print port, lcore and job stats every N seconds (0: only at exit)")
-      ("mtu", po::value<uint32_t>(&o.app.mtu)->default_value(o.app.mtu), "port MTU; 9000 carries 4 KiB RoCE payloads (design.md §3 for virtual devices)")
-      ("mbufs", po::value<uint32_t>(&o.app.mbufs)->default_value(o.app.mbufs), "packet buffers in the pool (each holds one MTU-sized frame)")
-      ("burst", po::value<uint16_t>(&o.app.burst)->default_value(o.app.burst), "RX/TX burst size (1-64)")
-      ("rx-desc", po::value<uint16_t>(&o.app.rx_desc)->default_value(o.app.rx_desc), "RX descriptors per queue")
-      ("tx-desc", po::value<uint16_t>(&o.app.tx_desc)->default_value(o.app.tx_desc), "TX descriptors per queue")
-      ("drain-us", po::value<uint32_t>(&o.app.drain_us)->default_value(o.app.drain_us), "flush partial TX bursts at least this often")
-      ("no-flow", "do not try rte_flow steering of UDP 4791 (software classification only)")
-      ("mac-ageing", po::value<double>()->default_value(300), "seconds before a learned MAC address is forgotten")
-      ("mbuf-budget", po::value<size_t>(&o.app.engine.mbuf_budget)->default_value(8192), "packet buffers the jobs of one lcore may hold (held + retained); the rest stays for forwarding")
-      ("memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")
-      ("max-jobs", po::value<size_t>(&o.app.engine.max_jobs)->default_value(o.app.engine.max_jobs), "jobs per lcore")
-      ("resend-us", po::value<double>()->default_value(200), "resend released packets not acknowledged within this many microseconds")
-      ("resend-max-us", po::value<double>()->default_value(50000), "resends (and NAKs sent again) back off, doubling from --resend-us up to this many microseconds (at least --resend-us)")
-      ("resend-budget", po::value<unsigned>(&o.app.engine.resend_budget)->default_value(o.app.engine.resend_budget), "resend (and NAK) rounds per connection until its peer makes progress")
-      ("abort-ms", po::value<double>()->default_value(30000), "abort a job that makes no progress for this long (must exceed the NICs' (retry count + 1) x ACK timeout)")
-      ("closed-hold-ms", po::value<double>()->default_value(10000), "a removed job's connections stay closed this long (late packets dropped, never forwarded raw)")
-      ("ecn-threshold", po::value<uint32_t>(&o.app.engine.ecn_threshold_packets)->default_value(0), "CE-mark released sums towards a port with at least this many packets waiting in its TX queue (0: off)")
-      ("capture", po::value<std::string>(&o.app.capture_path), "write every RoCEv2 packet the engines emit to this pcap (debugging; costs speed)")
-      ("wait-link", po::value<double>()->default_value(0), "wait up to this many seconds for every port's link before forwarding (e.g. a net_memif peer)")
-      ("idle-exit", po::value<double>(&o.idle_exit)->default_value(0), "exit after this many seconds without a received packet, once one arrived (for offline pcap runs); 0: never")
-      ("run-for", po::value<double>(&o.run_for)->default_value(0), "exit after the datapath has run this many seconds, as on SIGTERM (smoke tests: start-up time does not count); 0: never");
+  d.add_options()("help,h", "show this help and exit")("version", "print the version and exit")(
+      "check-config",
+      "check what start-up would refuse without starting EAL: the options, the config and job files, the mbuf budget "
+      "against the lcores of the EAL options; print the result and exit")(
+      "config,c", po::value<std::string>(),
+      "file of `key = value` lines, any of these options (command line wins); see conf/inagg.conf")(
+      "ports", po::value<std::string>(),
+      "comma-separated DPDK port ids to switch between (default: every port EAL probed)")(
+      "job", po::value<std::vector<std::string>>(&o.job_files)->composing(),
+      "job file to register at start (repeatable); see conf/jobs/")(
+      "socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path),
+      "control socket (root only, 0600); \"\" disables it")(
+      "metrics", po::value<std::string>(&o.metrics_listen),
+      "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, e.g. 127.0.0.1:9100 (off by default; port 0 picks a "
+      "free port)")("stats-interval", po::value<double>(&o.stats_interval)->default_value(0),
+                    "print port, lcore and job stats every N seconds (0: only at exit)")(
+      "mtu", po::value<uint32_t>(&o.app.mtu)->default_value(o.app.mtu),
+      "port MTU; 9000 carries 4 KiB RoCE payloads (design.md §3 for virtual devices)")(
+      "mbufs", po::value<uint32_t>(&o.app.mbufs)->default_value(o.app.mbufs),
+      "packet buffers in the pool (each holds one MTU-sized frame)")(
+      "burst", po::value<uint16_t>(&o.app.burst)->default_value(o.app.burst), "RX/TX burst size (1-64)")(
+      "rx-desc", po::value<uint16_t>(&o.app.rx_desc)->default_value(o.app.rx_desc), "RX descriptors per queue")(
+      "tx-desc", po::value<uint16_t>(&o.app.tx_desc)->default_value(o.app.tx_desc), "TX descriptors per queue")(
+      "drain-us", po::value<uint32_t>(&o.app.drain_us)->default_value(o.app.drain_us),
+      "flush partial TX bursts at least this often")(
+      "no-flow", "do not try rte_flow steering of UDP 4791 (software classification only)")(
+      "mac-ageing", po::value<double>()->default_value(300), "seconds before a learned MAC address is forgotten")(
+      "mbuf-budget", po::value<size_t>(&o.app.engine.mbuf_budget)->default_value(8192),
+      "packet buffers the jobs of one lcore may hold (held + retained); the rest stays for forwarding")(
+      "memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")(
+      "max-jobs", po::value<size_t>(&o.app.engine.max_jobs)->default_value(o.app.engine.max_jobs), "jobs per lcore")(
+      "resend-us", po::value<double>()->default_value(200),
+      "resend released packets not acknowledged within this many microseconds")(
+      "resend-max-us", po::value<double>()->default_value(50000),
+      "resends (and NAKs sent again) back off, doubling from --resend-us up to this many microseconds (at least "
+      "--resend-us)")("resend-budget",
+                      po::value<unsigned>(&o.app.engine.resend_budget)->default_value(o.app.engine.resend_budget),
+                      "resend (and NAK) rounds per connection until its peer makes progress")(
+      "abort-ms", po::value<double>()->default_value(30000),
+      "abort a job that makes no progress for this long (must exceed the NICs' (retry count + 1) x ACK timeout)")(
+      "closed-hold-ms", po::value<double>()->default_value(10000),
+      "a removed job's connections stay closed this long (late packets dropped, never forwarded raw)")(
+      "ecn-threshold", po::value<uint32_t>(&o.app.engine.ecn_threshold_packets)->default_value(0),
+      "CE-mark released sums towards a port with at least this many packets waiting in its TX queue (0: off)")(
+      "capture", po::value<std::string>(&o.app.capture_path),
+      "write every RoCEv2 packet the engines emit to this pcap (debugging; costs speed)")(
+      "wait-link", po::value<double>()->default_value(0),
+      "wait up to this many seconds for every port's link before forwarding (e.g. a net_memif peer)")(
+      "idle-exit", po::value<double>(&o.idle_exit)->default_value(0),
+      "exit after this many seconds without a received packet, once one arrived (for offline pcap runs); 0: never")(
+      "run-for", po::value<double>(&o.run_for)->default_value(0),
+      "exit after the datapath has run this many seconds, as on SIGTERM (smoke tests: start-up time does not count); "
+      "0: never");
   return d;
 }
 
@@ -102,7 +124,8 @@ std::vector<uint16_t> parse_ports(const std::string& s) {
 // Reads a --config file with the key = value parser job files use (control/key_value.hpp): every
 // key an option name, `job` repeatable, flags take true or false. The command line wins over the
 // file (it was stored first). Errors name the file and line.
-bool store_config_file(const std::string& path, const po::options_description& d, po::variables_map& vm, std::string* error) {
+bool store_config_file(const std::string& path, const po::options_description& d, po::variables_map& vm,
+                       std::string* error) {
   std::string text;
   if (!util::read_small_file(path, "config file", 1 << 20, "1 MiB", &text, error)) return false;
   std::vector<std::string> examples;  // KeySpec holds views
@@ -117,27 +140,30 @@ bool store_config_file(const std::string& path, const po::options_description& d
   for (size_t i = 0; i < opts.size(); ++i)
     keys.push_back({opts[i]->long_name(), false, opts[i]->semantic()->is_composing(), examples[i]});
   util::ParseProblem problem;
-  const bool ok = util::parse_key_values(text, keys, [&](size_t k, std::string_view value, std::string* why) {
-    const std::string& name = opts[k]->long_name();
-    po::parsed_options one(&d);
-    if (opts[k]->semantic()->max_tokens() == 0) {  // a flag
-      if (value != "true" && value != "false") {
-        *why = util::quote_for_error(value) + " is not true or false";
-        return false;
-      }
-      if (value == "false") return true;
-      one.options.emplace_back(name, std::vector<std::string>{});
-    } else {
-      one.options.emplace_back(name, std::vector<std::string>{std::string(value)});
-    }
-    try {
-      po::store(one, vm);
-    } catch (const po::error& e) {
-      *why = e.what();
-      return false;
-    }
-    return true;
-  }, &problem);
+  const bool ok = util::parse_key_values(
+      text, keys,
+      [&](size_t k, std::string_view value, std::string* why) {
+        const std::string& name = opts[k]->long_name();
+        po::parsed_options one(&d);
+        if (opts[k]->semantic()->max_tokens() == 0) {  // a flag
+          if (value != "true" && value != "false") {
+            *why = util::quote_for_error(value) + " is not true or false";
+            return false;
+          }
+          if (value == "false") return true;
+          one.options.emplace_back(name, std::vector<std::string>{});
+        } else {
+          one.options.emplace_back(name, std::vector<std::string>{std::string(value)});
+        }
+        try {
+          po::store(one, vm);
+        } catch (const po::error& e) {
+          *why = e.what();
+          return false;
+        }
+        return true;
+      },
+      &problem);
   if (!ok) *error = problem.message(path);
   return ok;
 }
@@ -168,7 +194,8 @@ int parse_app_options(int argc, char** argv, Options& o) {
     std::cout << "Usage: inagg [EAL options] -- [inagg options]\n\n"
                  "An RoCEv2 gradient-aggregating L2 switch (design.md). EAL options choose lcores (-l), memory and\n"
                  "ports (--vdev=..., -a PCI); e.g.\n"
-                 "  inagg -l 0,1 --no-huge -m 1024 --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap -- --job conf/jobs/x.job\n\n"
+                 "  inagg -l 0,1 --no-huge -m 1024 --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap -- --job "
+                 "conf/jobs/x.job\n\n"
               << d << "\n";
     return 1;
   }
@@ -195,7 +222,8 @@ int parse_app_options(int argc, char** argv, Options& o) {
   o.app.engine.abort_timeout_ns = static_cast<uint64_t>(vm["abort-ms"].as<double>() * 1e6);
   o.app.engine.resend_max_ns = static_cast<uint64_t>(vm["resend-max-us"].as<double>() * 1e3);
   o.app.engine.closed_hold_ns = static_cast<uint64_t>(vm["closed-hold-ms"].as<double>() * 1e6);
-  o.app.engine.resend_max_ns = std::max(o.app.engine.resend_max_ns, o.app.engine.resend_timeout_ns);  // never below the first wait
+  o.app.engine.resend_max_ns =
+      std::max(o.app.engine.resend_max_ns, o.app.engine.resend_timeout_ns);  // never below the first wait
   o.app.engine.max_connections = o.app.engine.max_jobs * 128;
   if (o.app.burst < 1 || o.app.burst > 64) {
     std::cerr << "inagg: --burst must be between 1 and 64 (got " << o.app.burst << ")\n";
@@ -221,13 +249,14 @@ std::string handle_request(const control::Request& r) {
         return control::format_error(err);
       }
       g_refused.forget(r.job.id);
-      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id, r.job.workers,
-                std::string(util::dtype_name(r.job.dtype)).c_str());
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id,
+                r.job.workers, std::string(util::dtype_name(r.job.dtype)).c_str());
       return control::format_job_added(r.job.id);
     }
     case control::Request::Verb::remove: {
       std::string err;
-      if (!g_app->remove_job(r.id, &err)) return g_refused.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
+      if (!g_app->remove_job(r.id, &err))
+        return g_refused.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
       g_refused.forget(r.id);
       util::log(util::LogModule::control, util::LogLevel::info, "job %u removed", r.id);
       return control::format_job_removed(r.id);
@@ -240,7 +269,8 @@ std::string handle_request(const control::Request& r) {
     case control::Request::Verb::stats: {
       if (!r.has_id) return control::format_counters(agg::counter_list(g_app->engine_totals()));
       control::JobStatus job;
-      if (!g_app->describe_job(r.id, &job)) return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
+      if (!g_app->describe_job(r.id, &job))
+        return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
       return control::format_job_stats(job);
     }
   }
@@ -280,8 +310,10 @@ struct ControlLoop {
     if (rx != last_rx) {
       last_rx = rx;
       last_rx_change = now;
-    } else if (idle_exit > 0 && rx > 0 && now - last_rx_change > std::chrono::milliseconds(static_cast<int64_t>(idle_exit * 1000))) {
-      util::log(util::LogModule::control, util::LogLevel::info, "no packet for %.1f s: exiting (--idle-exit)", idle_exit);
+    } else if (idle_exit > 0 && rx > 0 &&
+               now - last_rx_change > std::chrono::milliseconds(static_cast<int64_t>(idle_exit * 1000))) {
+      util::log(util::LogModule::control, util::LogLevel::info, "no packet for %.1f s: exiting (--idle-exit)",
+                idle_exit);
       dataplane::Appliance::request_stop();
     }
   }
@@ -289,9 +321,9 @@ struct ControlLoop {
 };
 
 std::string describe_spec(const agg::JobSpec& j) {
-  return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " + std::to_string(j.message_bytes) +
-         "-byte messages of " + std::to_string(j.payload_bytes) + "-byte packets, window " + std::to_string(j.window) +
-         (j.replay ? ", replay" : "");
+  return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " +
+         std::to_string(j.message_bytes) + "-byte messages of " + std::to_string(j.payload_bytes) +
+         "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "");
 }
 
 // --check-config: what can be checked without EAL, with the checks start-up makes.
@@ -305,11 +337,14 @@ int check_config(const Options& opt, const std::vector<agg::JobSpec>& jobs, std:
   const unsigned datapath = lc->datapath_lcores();
   if (!dataplane::check_mbuf_budget(opt.app, datapath, &err)) {
     std::cerr << "inagg: " << err << " (" << lc->lcores.size() << " EAL lcores: " << datapath
-              << (datapath == 1 && lc->lcores.size() == 1 ? " datapath lcore, the main one" : " datapath lcores and the main one") << ")\n";
+              << (datapath == 1 && lc->lcores.size() == 1 ? " datapath lcore, the main one"
+                                                          : " datapath lcores and the main one")
+              << ")\n";
     return 2;
   }
   const uint64_t frame = opt.app.mtu + 22ull, room = std::max<uint64_t>(2048, frame) + 128;
-  std::printf("config ok: mtu %u, mbufs %u (about %" PRIu64 " MiB of memory), burst %u, %u datapath lcore(s), mbuf budget %zu per lcore, "
+  std::printf("config ok: mtu %u, mbufs %u (about %" PRIu64
+              " MiB of memory), burst %u, %u datapath lcore(s), mbuf budget %zu per lcore, "
               "memory budget %zu MiB per lcore, %zu job(s)\n",
               opt.app.mtu, opt.app.mbufs, (uint64_t{opt.app.mbufs} * (room + 192)) >> 20, opt.app.burst, datapath,
               opt.app.engine.mbuf_budget, opt.app.engine.memory_budget_bytes >> 20, jobs.size());
@@ -327,8 +362,9 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
   }
   g_app = &app;
   util::log(util::LogModule::dataplane, util::LogLevel::info, "%zu ports, %s, kernels %s, crc32 %s", app.ports().size(),
-               app.single_lcore() ? "one lcore (main) for the datapath, a control thread beside it" : "datapath on the worker lcores",
-               std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
+            app.single_lcore() ? "one lcore (main) for the datapath, a control thread beside it"
+                               : "datapath on the worker lcores",
+            std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
   int status = 0;
   for (const agg::JobSpec& spec : jobs) {
     if (!app.add_job(spec, &err)) {
@@ -336,7 +372,8 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
       status = 2;
       break;
     }
-    util::log(util::LogModule::control, util::LogLevel::info, "job %u registered (%s)", spec.id, describe_spec(spec).c_str());
+    util::log(util::LogModule::control, util::LogLevel::info, "job %u registered (%s)", spec.id,
+              describe_spec(spec).c_str());
   }
   control::ControlServer server;
   if (status == 0 && !opt.socket_path.empty() && !server.open(opt.socket_path, &err)) {
@@ -348,18 +385,27 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
   std::mutex render_mutex;
   dataplane::MetricsServer metrics;
   if (status == 0 && !opt.metrics_listen.empty()) {
-    if (!metrics.start(opt.metrics_listen, [&] { std::lock_guard lock(render_mutex); return renderer.render(); }, &err)) {
+    if (!metrics.start(
+            opt.metrics_listen,
+            [&] {
+              std::lock_guard lock(render_mutex);
+              return renderer.render();
+            },
+            &err)) {
       util::log(util::LogModule::control, util::LogLevel::error, "--metrics: %s", err.c_str());
       status = 2;
     } else {
-      util::log(util::LogModule::control, util::LogLevel::info, "metrics at http://%s%s%s:%u/metrics", metrics.host().find(':') != std::string::npos ? "[" : "",
-                   metrics.host().c_str(), metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
+      util::log(util::LogModule::control, util::LogLevel::info, "metrics at http://%s%s%s:%u/metrics",
+                metrics.host().find(':') != std::string::npos ? "[" : "", metrics.host().c_str(),
+                metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
     }
   }
   if (status == 0) {
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
-    ControlLoop loop{&events, server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0, true};
+    ControlLoop loop{
+        &events, server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0,
+        true};
     if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
@@ -389,9 +435,12 @@ int main(int argc, char** argv) {
   std::vector<char*> app_argv{argv[0]};
   for (int i = sep + 1; i < argc; ++i) app_argv.push_back(argv[i]);
   for (int i = 1; i < sep; ++i)
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--version") == 0) app_argv.push_back(argv[i]);
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+        std::strcmp(argv[i], "--version") == 0)
+      app_argv.push_back(argv[i]);
   Options opt;
-  if (int rc = parse_app_options(static_cast<int>(app_argv.size()), app_argv.data(), opt); rc != 0) return rc == 1 ? 0 : rc;
+  if (int rc = parse_app_options(static_cast<int>(app_argv.size()), app_argv.data(), opt); rc != 0)
+    return rc == 1 ? 0 : rc;
 
   std::vector<agg::JobSpec> jobs;
   for (const std::string& path : opt.job_files) {
@@ -416,7 +465,9 @@ int main(int argc, char** argv) {
   dataplane::route_logs_to_rte_log();
   // dpdk-dumpcap and dpdk-pdump attach as secondary processes and capture from any port.
   const bool pdump = rte_pdump_init() == 0;
-  if (!pdump) util::log(util::LogModule::dataplane, util::LogLevel::warning, "packet capture (rte_pdump) unavailable: %s", rte_strerror(rte_errno));
+  if (!pdump)
+    util::log(util::LogModule::dataplane, util::LogLevel::warning, "packet capture (rte_pdump) unavailable: %s",
+              rte_strerror(rte_errno));
   const int status = run_appliance(opt, jobs);
   if (pdump) rte_pdump_uninit();
   rte_eal_cleanup();

@@ -135,18 +135,22 @@ int main(int argc, char** argv) {
   RunOptions o;
   bool off = false;
   po::options_description opts("Options");
-  opts.add_options()
-      ("help,h", "show this help")
-      ("version", "print the version and exit")
-      ("iface,i", po::value<std::string>(&o.iface)->value_name("IF"), "run, status, peer: the interface")
-      ("mode", po::value<std::string>(&o.mode)->default_value(o.mode)->value_name("M"), "run, peer: native (in the driver) or generic (skb, any interface)")
-      ("job,j", po::value<std::vector<std::string>>(&o.jobs)->value_name("FILE"), "run: a head job file to add at start (repeatable)")
-      ("port", po::value<unsigned>(&o.port)->default_value(o.port), "run: the tier's UDP port")
-      ("address", po::value<std::string>(&o.address)->value_name("IP"), "run: the head's IPv4 address (default: the interface's first)")
-      ("max-jobs", po::value<unsigned>(&o.max_jobs)->default_value(o.max_jobs), "run: jobs the head holds at once (about 260 KiB of slots each)")
-      ("stats-interval", po::value<double>(&o.stats_interval)->default_value(0)->value_name("S"), "run: print the job lines every S seconds (0: only at exit)")
-      ("socket,s", po::value<std::string>(&o.socket)->default_value(o.socket)->value_name("PATH"), "the agent's control socket (run: \"\" for none)")
-      ("off", po::bool_switch(&off), "peer: remove the XDP_PASS program instead");
+  opts.add_options()("help,h", "show this help")("version", "print the version and exit")(
+      "iface,i", po::value<std::string>(&o.iface)->value_name("IF"), "run, status, peer: the interface")(
+      "mode", po::value<std::string>(&o.mode)->default_value(o.mode)->value_name("M"),
+      "run, peer: native (in the driver) or generic (skb, any interface)")(
+      "job,j", po::value<std::vector<std::string>>(&o.jobs)->value_name("FILE"),
+      "run: a head job file to add at start (repeatable)")("port", po::value<unsigned>(&o.port)->default_value(o.port),
+                                                           "run: the tier's UDP port")(
+      "address", po::value<std::string>(&o.address)->value_name("IP"),
+      "run: the head's IPv4 address (default: the interface's first)")(
+      "max-jobs", po::value<unsigned>(&o.max_jobs)->default_value(o.max_jobs),
+      "run: jobs the head holds at once (about 260 KiB of slots each)")(
+      "stats-interval", po::value<double>(&o.stats_interval)->default_value(0)->value_name("S"),
+      "run: print the job lines every S seconds (0: only at exit)")(
+      "socket,s", po::value<std::string>(&o.socket)->default_value(o.socket)->value_name("PATH"),
+      "the agent's control socket (run: \"\" for none)")("off", po::bool_switch(&off),
+                                                         "peer: remove the XDP_PASS program instead");
   po::options_description hidden;
   hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
   po::options_description all;
@@ -167,7 +171,9 @@ int main(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "Usage: inagg-xdp run --iface IF [--job FILE]... | add FILE | remove ID | list | stats [ID]\n"
                  "       inagg-xdp status --iface IF | peer --iface IF [--off]\n\n"
-              << kCommands << "\n" << opts << "\n" << counter_help_text()
+              << kCommands << "\n"
+              << opts << "\n"
+              << counter_help_text()
               << "\nExit status: 0 ok, 1 the agent refused the request or the kernel refused the program,\n"
                  "2 a usage, job file or connection error.\n";
     return 0;
@@ -208,7 +214,8 @@ int main(int argc, char** argv) {
     if (!load_head_job(words[1], &err, &text)) return usage_error(err);
     request = "add\n" + text;
   } else if (cmd == "remove" || cmd == "stats") {
-    if (nargs > 1 || (cmd == "remove" && nargs == 0)) return usage_error(cmd + (cmd == "remove" ? " takes one job id" : " takes at most one job id"));
+    if (nargs > 1 || (cmd == "remove" && nargs == 0))
+      return usage_error(cmd + (cmd == "remove" ? " takes one job id" : " takes at most one job id"));
     request = cmd + (nargs ? " " + words[1] : "");
   } else if (cmd == "list") {
     if (nargs) return usage_error("list takes no arguments");

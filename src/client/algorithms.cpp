@@ -68,7 +68,8 @@ Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_
   return r;
 }
 
-Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes, uint64_t stride) {
+Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes,
+                       uint64_t stride) {
   const unsigned n = g.workers;
   const uint64_t chunk = g.chunk_of(bytes), pc = g.padded(chunk), msgs = pc / g.message;
   uint8_t* send = x.transport().send_region().data();
@@ -100,9 +101,12 @@ void element_of(util::Dtype dtype, unsigned v, uint8_t* out) {
   const float f = static_cast<float>(v);
   const int32_t i = static_cast<int32_t>(v);
   const uint16_t h = dtype == util::Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
-  if (dtype == util::Dtype::fp32) std::memcpy(out, &f, 4);
-  else if (dtype == util::Dtype::int32) std::memcpy(out, &i, 4);
-  else std::memcpy(out, &h, 2);
+  if (dtype == util::Dtype::fp32)
+    std::memcpy(out, &f, 4);
+  else if (dtype == util::Dtype::int32)
+    std::memcpy(out, &i, 4);
+  else
+    std::memcpy(out, &h, 2);
 }
 
 }  // namespace
@@ -133,7 +137,8 @@ Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* dat
   if (Outcome r = x.exchange(0, msgs * m_bytes, 0, msgs); !r.ok()) return r;
   for (uint64_t m = 0; m < msgs; ++m)
     if (Outcome r = tally_of(m); !r.ok()) return r;
-  for (uint64_t m = 0; m * per < bytes; ++m) std::memcpy(held + m * per, recv + m * m_bytes, std::min(per, bytes - m * per));
+  for (uint64_t m = 0; m * per < bytes; ++m)
+    std::memcpy(held + m * per, recv + m * m_bytes, std::min(per, bytes - m * per));
   *have_data = true;
   if (Outcome r = x.exchange(msgs * m_bytes, m_bytes, msgs * m_bytes, 1); !r.ok()) return r;
   return tally_of(msgs);
@@ -141,11 +146,15 @@ Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* dat
 
 bool TierAllreduce::run(uint8_t* data, uint64_t bytes, uint64_t deadline_ns, std::string* why) {
   const size_t count = bytes / util::dtype_size(dtype_);
-  if (dtype_ == util::Dtype::int32) std::memcpy(fixed_.data(), data, bytes);
-  else saturated_ += to_fixed(dtype_, data, count, scale_, workers_, fixed_.data());
+  if (dtype_ == util::Dtype::int32)
+    std::memcpy(fixed_.data(), data, bytes);
+  else
+    saturated_ += to_fixed(dtype_, data, count, scale_, workers_, fixed_.data());
   if (!tier_.allreduce(fixed_.data(), count, deadline_ns, why)) return false;
-  if (dtype_ == util::Dtype::int32) std::memcpy(data, fixed_.data(), bytes);
-  else from_fixed(dtype_, fixed_.data(), count, scale_, data);
+  if (dtype_ == util::Dtype::int32)
+    std::memcpy(data, fixed_.data(), bytes);
+  else
+    from_fixed(dtype_, fixed_.data(), count, scale_, data);
   return true;
 }
 

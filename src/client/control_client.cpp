@@ -18,7 +18,8 @@ std::optional<control::JobListLine> ControlClient::job_state(uint32_t id, std::s
   for (size_t start = 0; start < reply.size();) {
     size_t end = reply.find('\n', start);
     if (end == std::string::npos) end = reply.size();
-    const std::optional<control::JobListLine> l = control::parse_job_list_line(std::string_view(reply).substr(start, end - start));
+    const std::optional<control::JobListLine> l =
+        control::parse_job_list_line(std::string_view(reply).substr(start, end - start));
     if (l && l->id == id) return l;
     start = end + 1;
   }

@@ -4,13 +4,20 @@ namespace inagg::client {
 
 std::string_view cause_name(FallOverCause cause) {
   switch (cause) {
-    case FallOverCause::appliance_absent: return "appliance absent";
-    case FallOverCause::job_refused: return "job refused";
-    case FallOverCause::job_not_active: return "job not active";
-    case FallOverCause::tally_wrong: return "tally wrong";
-    case FallOverCause::retry_exceeded: return "connection broken";
-    case FallOverCause::predecessor_silent: return "predecessor silent";
-    case FallOverCause::timed_out: return "timed out";
+    case FallOverCause::appliance_absent:
+      return "appliance absent";
+    case FallOverCause::job_refused:
+      return "job refused";
+    case FallOverCause::job_not_active:
+      return "job not active";
+    case FallOverCause::tally_wrong:
+      return "tally wrong";
+    case FallOverCause::retry_exceeded:
+      return "connection broken";
+    case FallOverCause::predecessor_silent:
+      return "predecessor silent";
+    case FallOverCause::timed_out:
+      return "timed out";
   }
   return "unknown";
 }
@@ -22,12 +29,18 @@ void FallOver::fail(std::string why) {
 
 std::string_view FallOver::state_name(State s) {
   switch (s) {
-    case State::appliance: return "appliance";
-    case State::agreeing: return "agreeing";
-    case State::tier: return "tier";
-    case State::closing: return "closing";
-    case State::done: return "done";
-    case State::failed: return "failed";
+    case State::appliance:
+      return "appliance";
+    case State::agreeing:
+      return "agreeing";
+    case State::tier:
+      return "tier";
+    case State::closing:
+      return "closing";
+    case State::done:
+      return "done";
+    case State::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -91,17 +104,23 @@ void FallOver::tier_done() {
 
 void FallOver::tier_failed(const std::string& why) {
   switch (state_) {
-    case State::agreeing: return fail("fall-over agreement on the XDP tier: " + why);
+    case State::agreeing:
+      return fail("fall-over agreement on the XDP tier: " + why);
     case State::closing:
-      return fail("the job's closing agreement on the XDP tier (auto mode needs its heads up, as the fall-back it is): " + why);
-    case State::tier: return fail(why);
-    default: expect(State::tier, "tier_failed");
+      return fail(
+          "the job's closing agreement on the XDP tier (auto mode needs its heads up, as the fall-back it is): " + why);
+    case State::tier:
+      return fail(why);
+    default:
+      expect(State::tier, "tier_failed");
   }
 }
 
 void FallOver::finish() {
-  if (state_ == State::appliance) state_ = State::closing;
-  else if (expect(State::tier, "finish")) state_ = State::done;
+  if (state_ == State::appliance)
+    state_ = State::closing;
+  else if (expect(State::tier, "finish"))
+    state_ = State::done;
 }
 
 void FallOver::closing_agreed(const Agreement& sum) {

@@ -7,7 +7,8 @@ namespace inagg::client {
 std::string RackPlan::job_text() const {
   char buf[256];
   std::string t;
-  std::snprintf(buf, sizeof buf, "# inagg-worker --print-job: %u workers, rank r at %s + r + 1\nid = %u\ndtype = %s\nworkers = %u\n",
+  std::snprintf(buf, sizeof buf,
+                "# inagg-worker --print-job: %u workers, rank r at %s + r + 1\nid = %u\ndtype = %s\nworkers = %u\n",
                 workers, util::ip_text(ip_base).c_str(), job_id, std::string(util::dtype_name(dtype)).c_str(), workers);
   t += buf;
   std::snprintf(buf, sizeof buf, "message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", message, payload, window);

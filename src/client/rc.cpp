@@ -24,7 +24,8 @@ RcRequester::RcRequester(RoceSocket& sock, const RcConfig& cfg) : sock_(sock), c
   buf_.resize(cfg.mtu_payload + 256);
 }
 
-void RcRequester::post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey, std::optional<uint32_t> imm) {
+void RcRequester::post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey,
+                             std::optional<uint32_t> imm) {
   const uint32_t packets = std::max<uint32_t>(1, (len + cfg_.mtu_payload - 1) / cfg_.mtu_payload);
   messages_.push_back({src, len, va, rkey, imm, posted_seq_, packets});
   posted_seq_ += packets;
@@ -134,7 +135,8 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
 // ---------------------------------------------------------------------------------------------
 // Responder.
 
-RcResponder::RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, size_t mr_len, uint64_t mr_va, uint32_t rkey)
+RcResponder::RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, size_t mr_len, uint64_t mr_va,
+                         uint32_t rkey)
     : sock_(sock), cfg_(cfg), mr_(mr), mr_len_(mr_len), mr_va_(mr_va), rkey_(rkey) {
   buf_.resize(256);
 }

@@ -24,7 +24,9 @@ void fill_range(util::Dtype dtype, uint64_t key, uint8_t* buf, size_t first, siz
     // 24 random bits: k / 2^23 - 1 is exact in fp32 and uniform over [-1, 1).
     const float f = static_cast<float>(static_cast<uint32_t>(x >> 40)) * 0x1p-23f - 1.0f;
     switch (dtype) {
-      case util::Dtype::fp32: std::memcpy(buf + e * 4, &f, 4); break;
+      case util::Dtype::fp32:
+        std::memcpy(buf + e * 4, &f, 4);
+        break;
       case util::Dtype::int32: {
         const uint32_t v = static_cast<uint32_t>(x);
         std::memcpy(buf + e * 4, &v, 4);
@@ -69,13 +71,18 @@ const std::vector<uint8_t>& Reference::sum(Tier tier) {
       const size_t count = bytes_ / es;
       std::vector<int32_t> q(count), acc(count, 0);
       for (unsigned r = 0; r < n; ++r) {
-        if (c_.dtype == util::Dtype::int32) std::memcpy(q.data(), inputs_[r].data(), bytes_);
-        else to_fixed(c_.dtype, inputs_[r].data(), count, c_.xdp_scale, n, q.data());
-        for (size_t i = 0; i < count; ++i) acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+        if (c_.dtype == util::Dtype::int32)
+          std::memcpy(q.data(), inputs_[r].data(), bytes_);
+        else
+          to_fixed(c_.dtype, inputs_[r].data(), count, c_.xdp_scale, n, q.data());
+        for (size_t i = 0; i < count; ++i)
+          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
       }
       tier_.resize(bytes_);
-      if (c_.dtype == util::Dtype::int32) std::memcpy(tier_.data(), acc.data(), bytes_);
-      else from_fixed(c_.dtype, acc.data(), count, c_.xdp_scale, tier_.data());
+      if (c_.dtype == util::Dtype::int32)
+        std::memcpy(tier_.data(), acc.data(), bytes_);
+      else
+        from_fixed(c_.dtype, acc.data(), count, c_.xdp_scale, tier_.data());
     }
     return tier_;
   }
@@ -88,7 +95,8 @@ const std::vector<uint8_t>& Reference::sum(Tier tier) {
       const unsigned first = c_.ring ? static_cast<unsigned>(c0 / chunk) : 0;  // ring: chunk c starts at rank c
       if (c_.ring) {
         std::memcpy(want + c0, inputs_[first].data() + c0, len);
-        for (unsigned j = 1; j < n; ++j) agg::scalar::add_into(c_.dtype, want + c0, inputs_[(first + j) % n].data() + c0, len);
+        for (unsigned j = 1; j < n; ++j)
+          agg::scalar::add_into(c_.dtype, want + c0, inputs_[(first + j) % n].data() + c0, len);
       } else {
         std::vector<const uint8_t*> srcs;
         for (unsigned j = 0; j < n; ++j) srcs.push_back(inputs_[j].data() + c0);

@@ -28,8 +28,10 @@ bool UdpRcTransport::drain(uint64_t t) {
     any = true;
     if (!dg_.roce) continue;
     const uint32_t qpn = wire::bth_of(dg_.frame.data(), dg_.layout).dest_qp();
-    if (qpn == cfg_.send.local_qpn) req_->on_ack(dg_, t);
-    else if (qpn == cfg_.receive.local_qpn) rsp_->on_data(dg_, t);
+    if (qpn == cfg_.send.local_qpn)
+      req_->on_ack(dg_, t);
+    else if (qpn == cfg_.receive.local_qpn)
+      rsp_->on_data(dg_, t);
   }
   return any;
 }

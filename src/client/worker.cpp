@@ -32,10 +32,14 @@ std::string check_job_options(WorkerOptions& o) {
 
 std::string check_run_options(WorkerOptions& o) {
   if (!o.rank_given || o.rank >= o.workers) return "--rank must be given and below --workers";
-  if (o.mode_name == "ina") o.mode = Mode::ina;
-  else if (o.mode_name == "ring") o.mode = Mode::ring;
-  else if (o.mode_name == "xdp") o.mode = Mode::xdp;
-  else if (o.mode_name == "auto") o.mode = Mode::automatic;
+  if (o.mode_name == "ina")
+    o.mode = Mode::ina;
+  else if (o.mode_name == "ring")
+    o.mode = Mode::ring;
+  else if (o.mode_name == "xdp")
+    o.mode = Mode::xdp;
+  else if (o.mode_name == "auto")
+    o.mode = Mode::automatic;
   else
     return "--mode must be ina (through the appliance), ring (the classic ring allreduce), xdp (the XDP tier) or auto "
            "(ina, falling over to xdp)";
@@ -44,7 +48,8 @@ std::string check_run_options(WorkerOptions& o) {
   for (size_t start = 0; o.uses_tier() && start <= o.xdp_heads.size();) {
     const size_t comma = std::min(o.xdp_heads.find(',', start), o.xdp_heads.size());
     const std::optional<util::IpAddr> h = util::parse_ip(o.xdp_heads.substr(start, comma - start));
-    if (!h || h->version != util::IpVersion::v4) return "--xdp-heads must list the heads' IPv4 addresses, comma-separated";
+    if (!h || h->version != util::IpVersion::v4)
+      return "--xdp-heads must list the heads' IPv4 addresses, comma-separated";
     x.heads.push_back(*h);
     start = comma + 1;
   }
@@ -61,7 +66,8 @@ std::string check_run_options(WorkerOptions& o) {
       return "the XDP tier needs --job-id 0..255, --xdp-scale > 0, --xdp-timeout-ms > 0 and a UDP port";
     x.mcast = *mcast;
   }
-  if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.factor < 2) return "need 0 < minbytes <= maxbytes and stepfactor >= 2";
+  if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.factor < 2)
+    return "need 0 < minbytes <= maxbytes and stepfactor >= 2";
   x.values = o.xdp_values;
   x.window = o.xdp_window;
   x.port = static_cast<uint16_t>(o.xdp_port);
@@ -72,7 +78,8 @@ std::string check_run_options(WorkerOptions& o) {
 
 std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error) {
   auto t = std::make_unique<UdpRcTransport>();
-  if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error)) return nullptr;
+  if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error))
+    return nullptr;
   return t;
 }
 
@@ -90,7 +97,11 @@ bool Worker::fail(std::string why) {
 bool Worker::open(std::string* error) {
   deadline_ns_ = now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9);
   if (o_.mode != Mode::xdp) {
-    const TransportRequest r{o_.rack, o_.mode == Mode::ring, o_.ack_timeout_ms, o_.retry, geometry_.send_bytes(o_.max_bytes),
+    const TransportRequest r{o_.rack,
+                             o_.mode == Mode::ring,
+                             o_.ack_timeout_ms,
+                             o_.retry,
+                             geometry_.send_bytes(o_.max_bytes),
                              geometry_.receive_bytes(o_.max_bytes)};
     transport_ = open_transport_(r, error);
     if (!transport_) return false;
@@ -119,7 +130,8 @@ int Worker::register_job() {
   const Registration r = control.register_job(o_.rank == 0, o_.rack.job_text(), o_.job_id, wait_until);
   const std::string not_active = "job " + std::to_string(o_.job_id);
   switch (r.outcome) {
-    case Registration::Outcome::active: return 0;
+    case Registration::Outcome::active:
+      return 0;
     case Registration::Outcome::unreachable:
       if (!tallied) {
         fail(r.reason);
@@ -141,7 +153,8 @@ int Worker::register_job() {
         fail(not_active + " never became active on " + o_.register_socket);
         return 1;
       }
-      fallover_.registration_failed(FallOverCause::job_not_active, not_active + " is not active on " + o_.register_socket);
+      fallover_.registration_failed(FallOverCause::job_not_active,
+                                    not_active + " is not active on " + o_.register_socket);
       return 0;
   }
   return 0;
@@ -158,14 +171,17 @@ bool Worker::allreduce(uint64_t bytes) {
       if (Outcome r = ina_allreduce(*exchange_, geometry_, data(), bytes); !r.ok()) return fail(r.error);
       return true;
     case Mode::ring:
-      if (Outcome r = ring_allreduce(*exchange_, geometry_, o_.rank, data(), bytes, geometry_.ring_stride(o_.max_bytes)); !r.ok())
+      if (Outcome r =
+              ring_allreduce(*exchange_, geometry_, o_.rank, data(), bytes, geometry_.ring_stride(o_.max_bytes));
+          !r.ok())
         return fail(r.error);
       return true;
     case Mode::xdp: {
       std::string why;
       return tier_->run(data(), bytes, deadline_ns_, &why) || fail(why);
     }
-    case Mode::automatic: return auto_allreduce(bytes);
+    case Mode::automatic:
+      return auto_allreduce(bytes);
   }
   return fail("unknown mode");
 }
@@ -210,14 +226,16 @@ bool Worker::fall_over() {
   const FallOver::Resume resume = fallover_.agreed(a);
   if (on_note)
     on_note("# rank " + std::to_string(o_.rank) + ": falling over to the XDP tier at allreduce " +
-            std::to_string(fallover_.fell_over_at()) + " (" + fallover_.reason() + "); the tier takes over from allreduce " +
-            std::to_string(fallover_.resume_point()) + "\n");
+            std::to_string(fallover_.fell_over_at()) + " (" + fallover_.reason() +
+            "); the tier takes over from allreduce " + std::to_string(fallover_.resume_point()) + "\n");
   return resume != FallOver::Resume::error || fail(fallover_.error());
 }
 
 void Worker::serve(int wait_ms) {
-  if (transport_ && tier() == Tier::appliance && transport_->error().empty()) transport_->poll(wait_ms);
-  else std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  if (transport_ && tier() == Tier::appliance && transport_->error().empty())
+    transport_->poll(wait_ms);
+  else
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
 }
 
 bool Worker::finish() {

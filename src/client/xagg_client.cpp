@@ -22,7 +22,8 @@ static_assert(std::endian::native == std::endian::little, "the tier's values are
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 }  // namespace
@@ -59,7 +60,8 @@ bool XaggClient::open(const XaggConfig& cfg, std::string* error) {
   std::memcpy(&m.imr_multiaddr, cfg.group.bytes.data(), 4);
   std::memcpy(&m.imr_interface, cfg.local.bytes.data(), 4);
   if (::setsockopt(fd_, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
-    *error = "cannot join " + wire::ip_text(cfg.group) + " on " + wire::ip_text(cfg.local) + ": " + std::strerror(errno);
+    *error =
+        "cannot join " + wire::ip_text(cfg.group) + " on " + wire::ip_text(cfg.local) + ": " + std::strerror(errno);
     return false;
   }
   buf_.resize(sizeof(xagg_hdr) + 4 * XAGG_MAX_VALUES + 64);
@@ -68,8 +70,13 @@ bool XaggClient::open(const XaggConfig& cfg, std::string* error) {
 
 bool XaggClient::send_chunk(const int32_t* v, size_t n, uint32_t seq) {
   const size_t count = (n + XAGG_VALUE_ALIGN - 1) / XAGG_VALUE_ALIGN * XAGG_VALUE_ALIGN;  // the tail padded with zeros
-  xagg_hdr h{XAGG_VERSION, XAGG_DATA, htons(static_cast<uint16_t>(cfg_.job)), htons(static_cast<uint16_t>(cfg_.rank)),
-             htons(static_cast<uint16_t>(count)), htonl(seq), htonl(1)};
+  xagg_hdr h{XAGG_VERSION,
+             XAGG_DATA,
+             htons(static_cast<uint16_t>(cfg_.job)),
+             htons(static_cast<uint16_t>(cfg_.rank)),
+             htons(static_cast<uint16_t>(count)),
+             htonl(seq),
+             htonl(1)};
   std::memcpy(buf_.data(), &h, sizeof h);
   std::memcpy(buf_.data() + sizeof h, v, 4 * n);
   std::memset(buf_.data() + sizeof h + 4 * n, 0, 4 * (count - n));
@@ -143,8 +150,8 @@ bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::stri
         continue;
       }
       if (ntohl(h.weight) != cfg_.total_weight) {
-        *error = "XDP tier: the result of chunk " + std::to_string(base + k) + " sums " + std::to_string(ntohl(h.weight)) +
-                 " workers, the job has " + std::to_string(cfg_.total_weight) +
+        *error = "XDP tier: the result of chunk " + std::to_string(base + k) + " sums " +
+                 std::to_string(ntohl(h.weight)) + " workers, the job has " + std::to_string(cfg_.total_weight) +
                  " (the heads' members/total_weight do not match the workers)";
         return false;
       }

@@ -41,9 +41,12 @@ constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,STA
 std::string number_text(std::string_view what, std::string_view text, NumberError e, std::string_view range) {
   const std::string q = std::string(what) + quote_for_error(text);
   switch (e) {
-    case NumberError::negative: return q + " is negative; write a number in " + std::string(range);
-    case NumberError::out_of_range: return q + " is out of range; write a number in " + std::string(range);
-    default: return q + " is not a number (hex 0x... or decimal)";
+    case NumberError::negative:
+      return q + " is negative; write a number in " + std::string(range);
+    case NumberError::out_of_range:
+      return q + " is out of range; write a number in " + std::string(range);
+    default:
+      return q + " is not a number (hex 0x... or decimal)";
   }
 }
 
@@ -66,10 +69,12 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
     *problem = "expected 6 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
     return false;
   }
-  static constexpr std::array<std::string_view, 6> kNames = {"RANK", "SRC_IP", "SRC_QPN", "DST_IP", "DST_QPN", "START_PSN"};
+  static constexpr std::array<std::string_view, 6> kNames = {"RANK",   "SRC_IP",  "SRC_QPN",
+                                                             "DST_IP", "DST_QPN", "START_PSN"};
   for (size_t i = 0; i < f.size(); ++i) {
     if (f[i].empty()) {
-      *problem = "field " + std::to_string(i + 1) + " (" + std::string(kNames[i]) + ") is empty; write " + std::string(kConnFields);
+      *problem = "field " + std::to_string(i + 1) + " (" + std::string(kNames[i]) + ") is empty; write " +
+                 std::string(kConnFields);
       return false;
     }
   }
@@ -156,10 +161,13 @@ bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* pr
 std::optional<JobSpec> parse(std::string_view text, util::ParseProblem* p) {
   JobSpec spec;
   bool any_conn = false;
-  const bool ok = util::parse_key_values(text, kKeys, [&](size_t key, std::string_view value, std::string* problem) {
-    any_conn |= static_cast<Key>(key) == Key::conn;
-    return parse_value(static_cast<Key>(key), value, &spec, problem);
-  }, p);
+  const bool ok = util::parse_key_values(
+      text, kKeys,
+      [&](size_t key, std::string_view value, std::string* problem) {
+        any_conn |= static_cast<Key>(key) == Key::conn;
+        return parse_value(static_cast<Key>(key), value, &spec, problem);
+      },
+      p);
   if (ok) return spec;
   if (p->line == 0 && !any_conn) p->text += " (conn: one line per worker, " + std::string(kConnFields) + ")";
   return std::nullopt;
@@ -197,8 +205,8 @@ std::string format_job(const JobSpec& s) {
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
   out += "# conn = " + std::string(kConnFields) + "\n";
   for (const ConnectionSpec& c : s.conns) {
-    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank, util::ip_text(c.src_ip).c_str(),
-                  c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
+    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank,
+                  util::ip_text(c.src_ip).c_str(), c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
   }
   return out;

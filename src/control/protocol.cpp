@@ -14,9 +14,7 @@ namespace {
 
 constexpr std::string_view kValidVerbs = "add, remove, list, stats";
 
-bool is_blank(std::string_view s) {
-  return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
+bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
 std::vector<std::string_view> split_words(std::string_view s) {
   std::vector<std::string_view> out;
@@ -139,10 +137,14 @@ std::optional<Request> parse_request(std::string_view text, std::string* error) 
 
 std::string format_request(const Request& r) {
   switch (r.verb) {
-    case Request::Verb::add: return "add\n" + r.body;
-    case Request::Verb::remove: return "remove " + std::to_string(r.id) + "\n";
-    case Request::Verb::list: return "list\n";
-    case Request::Verb::stats: return r.has_id ? "stats " + std::to_string(r.id) + "\n" : "stats\n";
+    case Request::Verb::add:
+      return "add\n" + r.body;
+    case Request::Verb::remove:
+      return "remove " + std::to_string(r.id) + "\n";
+    case Request::Verb::list:
+      return "list\n";
+    case Request::Verb::stats:
+      return r.has_id ? "stats " + std::to_string(r.id) + "\n" : "stats\n";
   }
   return {};
 }
@@ -160,9 +162,12 @@ bool is_error_reply(std::string_view reply) { return reply.substr(0, 6) == "erro
 
 std::string_view state_name(JobStatus::State state) {
   switch (state) {
-    case JobStatus::State::active: return "active";
-    case JobStatus::State::failed: return "failed";
-    case JobStatus::State::refused: return "refused";
+    case JobStatus::State::active:
+      return "active";
+    case JobStatus::State::failed:
+      return "failed";
+    case JobStatus::State::refused:
+      return "refused";
   }
   return "unknown";
 }
@@ -246,7 +251,8 @@ std::optional<JobListLine> parse_job_list_line(std::string_view line) {
   if (line.substr(0, 3) != "id=") return std::nullopt;
   JobListLine j;
   const size_t sp = line.find(' ');  // at 3 or later: the line starts with "id="
-  const std::optional<uint64_t> id = util::parse_unsigned(line.substr(3, sp == std::string_view::npos ? sp : sp - 3), UINT32_MAX);
+  const std::optional<uint64_t> id =
+      util::parse_unsigned(line.substr(3, sp == std::string_view::npos ? sp : sp - 3), UINT32_MAX);
   if (!id) return std::nullopt;
   j.id = static_cast<uint32_t>(*id);
   // error="..." is the line's last field (the only one with spaces); the others come before it.
@@ -260,7 +266,8 @@ std::optional<JobListLine> parse_job_list_line(std::string_view line) {
   };
   j.state = std::string(field("state"));
   if (const std::string_view d = field("spec"); !d.empty()) {
-    if (const auto v = util::parse_unsigned("0x" + std::string(d), UINT32_MAX)) j.spec_digest = static_cast<uint32_t>(*v);
+    if (const auto v = util::parse_unsigned("0x" + std::string(d), UINT32_MAX))
+      j.spec_digest = static_cast<uint32_t>(*v);
   }
   if (er == std::string_view::npos) return j;
   // escape_quoted() wrote \" \\ \n and \xNN in it.

@@ -44,8 +44,9 @@ bool make_address(const std::string& path, sockaddr_un* addr, std::string* error
     return false;
   }
   if (path.size() >= sizeof addr->sun_path) {
-    *error = "control socket path '" + path + "' is " + std::to_string(path.size()) + " bytes; Unix socket paths are at most " +
-             std::to_string(sizeof addr->sun_path - 1) + " bytes, choose a shorter one";
+    *error = "control socket path '" + path + "' is " + std::to_string(path.size()) +
+             " bytes; Unix socket paths are at most " + std::to_string(sizeof addr->sun_path - 1) +
+             " bytes, choose a shorter one";
     return false;
   }
   std::memcpy(addr->sun_path, path.data(), path.size());
@@ -195,7 +196,8 @@ void ControlServer::serve(int conn, const TextHandler& handler) {
   socklen_t len = sizeof cred;
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid != 0 && cred.uid != ::geteuid()) {
     int err = 0;
-    write_all(conn, format_error("permission denied: only root may use the control socket"), deadline_after(kRequestTimeoutMs), &err);
+    write_all(conn, format_error("permission denied: only root may use the control socket"),
+              deadline_after(kRequestTimeoutMs), &err);
     return;
   }
 
@@ -259,7 +261,8 @@ bool send_request(const std::string& socket_path, const std::string& request, st
     ~FdCloser() { ::close(fd); }
   } closer{fd};
   const Clock::time_point deadline = deadline_after(timeout_ms);
-  const std::string no_reply = "no reply from " + socket_path + " within " + std::to_string(timeout_ms) + " ms (is inagg busy or stuck?)";
+  const std::string no_reply =
+      "no reply from " + socket_path + " within " + std::to_string(timeout_ms) + " ms (is inagg busy or stuck?)";
 
   while (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     const int err = errno;

@@ -68,9 +68,9 @@ void* control_thread_main(void* arg) {
 
 bool check_mbuf_budget(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error) {
   if (uint64_t{cfg.engine.mbuf_budget} * datapath_lcores < cfg.mbufs) return true;
-  *error = "the engines' mbuf budget (" + std::to_string(cfg.engine.mbuf_budget) + " x " + std::to_string(datapath_lcores) +
-           " lcores) must leave buffers for forwarding in a pool of " + std::to_string(cfg.mbufs) +
-           "; raise --mbufs or lower --mbuf-budget";
+  *error = "the engines' mbuf budget (" + std::to_string(cfg.engine.mbuf_budget) + " x " +
+           std::to_string(datapath_lcores) + " lcores) must leave buffers for forwarding in a pool of " +
+           std::to_string(cfg.mbufs) + "; raise --mbufs or lower --mbuf-budget";
   return false;
 }
 
@@ -169,7 +169,8 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
             I.ports.ids().size(), I.lcores.size());
   if (I.single) {
     pthread_t ctl;
-    if (int rc = rte_ctrl_thread_create(&ctl, "inagg-ctl", nullptr, control_thread_main, const_cast<ControlTick*>(&tick));
+    if (int rc =
+            rte_ctrl_thread_create(&ctl, "inagg-ctl", nullptr, control_thread_main, const_cast<ControlTick*>(&tick));
         rc != 0) {
       I.lcores[0]->serving.store(false, std::memory_order_release);
       *error = std::string("cannot start the control thread: ") + std::strerror(rc);

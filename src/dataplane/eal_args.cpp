@@ -83,10 +83,14 @@ bool parse_mask(std::string_view s, std::set<unsigned>* out) {
   for (size_t i = s.size(); i-- > 0; bit += 4) {
     const char c = s[i];
     unsigned v;
-    if (c >= '0' && c <= '9') v = static_cast<unsigned>(c - '0');
-    else if (c >= 'a' && c <= 'f') v = static_cast<unsigned>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') v = static_cast<unsigned>(c - 'A' + 10);
-    else return false;
+    if (c >= '0' && c <= '9')
+      v = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v = static_cast<unsigned>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      v = static_cast<unsigned>(c - 'A' + 10);
+    else
+      return false;
     for (unsigned k = 0; k < 4; ++k)
       if (v >> k & 1) out->insert(bit + k);
   }

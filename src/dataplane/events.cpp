@@ -16,11 +16,16 @@ int g_types[static_cast<size_t>(util::LogModule::count)];
 
 uint32_t rte_level(util::LogLevel l) {
   switch (l) {
-    case util::LogLevel::error: return RTE_LOG_ERR;
-    case util::LogLevel::warning: return RTE_LOG_WARNING;
-    case util::LogLevel::notice: return RTE_LOG_NOTICE;
-    case util::LogLevel::info: return RTE_LOG_INFO;
-    case util::LogLevel::debug: return RTE_LOG_DEBUG;
+    case util::LogLevel::error:
+      return RTE_LOG_ERR;
+    case util::LogLevel::warning:
+      return RTE_LOG_WARNING;
+    case util::LogLevel::notice:
+      return RTE_LOG_NOTICE;
+    case util::LogLevel::info:
+      return RTE_LOG_INFO;
+    case util::LogLevel::debug:
+      return RTE_LOG_DEBUG;
   }
   return RTE_LOG_INFO;
 }
@@ -30,14 +35,17 @@ void rte_log_sink(util::LogModule m, util::LogLevel l, const char* message) {
 }
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 }  // namespace
 
 void route_logs_to_rte_log() {
   for (size_t i = 0; i < static_cast<size_t>(util::LogModule::count); ++i) {
-    const int t = rte_log_register_type_and_pick_level(util::log_module_name(static_cast<util::LogModule>(i)), RTE_LOG_INFO);
+    const int t =
+        rte_log_register_type_and_pick_level(util::log_module_name(static_cast<util::LogModule>(i)), RTE_LOG_INFO);
     if (t < 0) return;  // keep the stderr sink
     g_types[i] = t;
   }
@@ -61,8 +69,8 @@ void EventWatcher::poll() {
       if (link.link_speed != RTE_ETH_SPEED_NUM_NONE && link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN)
         std::snprintf(speed, sizeof speed, "%u Mbit/s", link.link_speed);
       if (up)
-        util::log(LogModule::dataplane, it == link_up_.end() ? LogLevel::info : LogLevel::notice, "port %u (%s): link up, %s",
-                  p.port, p.name.c_str(), speed);
+        util::log(LogModule::dataplane, it == link_up_.end() ? LogLevel::info : LogLevel::notice,
+                  "port %u (%s): link up, %s", p.port, p.name.c_str(), speed);
       else
         util::log(LogModule::dataplane, LogLevel::warning, "port %u (%s): link down", p.port, p.name.c_str());
       link_up_[p.port] = up;
@@ -79,8 +87,8 @@ void EventWatcher::poll() {
       const LcoreCounters& was = it->second;
       auto report = [&](uint64_t a, uint64_t b, const char* name, const char* why) {
         if (a > b)
-          util::log(LogModule::dataplane, LogLevel::warning, "lcore %u: %" PRIu64 " packets dropped in %.1f s (%s: %s)", lc, a - b,
-                    secs, name, why);
+          util::log(LogModule::dataplane, LogLevel::warning, "lcore %u: %" PRIu64 " packets dropped in %.1f s (%s: %s)",
+                    lc, a - b, secs, name, why);
       };
       report(c.tx_dropped, was.tx_dropped, "tx_dropped", "a TX queue was full");
       report(c.handover_full, was.handover_full, "handover_full", "the ring to the lcore that owns their job was full");

@@ -94,9 +94,9 @@ struct Datapath {
   uint16_t burst = 32;
   uint64_t tsc_hz = 0;
   uint32_t drain_us = 100;
-  std::vector<uint16_t> port_ids;    // port index -> DPDK port id
-  std::vector<int> index_of_port;    // DPDK port id -> port index (-1)
-  std::vector<LcoreState*> lcores;   // by index, for handovers
+  std::vector<uint16_t> port_ids;   // port index -> DPDK port id
+  std::vector<int> index_of_port;   // DPDK port id -> port index (-1)
+  std::vector<LcoreState*> lcores;  // by index, for handovers
 };
 
 // lcore_loop.cpp: the run-to-completion loop, until Appliance::stop_requested().
@@ -109,7 +109,17 @@ bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold);
 // A control request to one lcore, answered in place. The caller owns it and keeps it (and what
 // `spec` points to) alive until the answer came back.
 struct LcoreRequest {
-  enum class Kind : uint8_t { add_job, remove_job, hold_closed, release_closed, set_owner, clear_owner, job_info, list_jobs, totals };
+  enum class Kind : uint8_t {
+    add_job,
+    remove_job,
+    hold_closed,
+    release_closed,
+    set_owner,
+    clear_owner,
+    job_info,
+    list_jobs,
+    totals
+  };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;
   const agg::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
@@ -119,8 +129,8 @@ struct LcoreRequest {
   // The answer.
   bool ok = false;
   std::string error;
-  std::vector<agg::JobInfo> infos;     // job_info, list_jobs
-  agg::EngineCounters counters;        // totals
+  std::vector<agg::JobInfo> infos;  // job_info, list_jobs
+  agg::EngineCounters counters;     // totals
 };
 
 // lcore_requests.cpp. The lcore side: applies whatever requests wait on its ring (between bursts).

@@ -112,8 +112,10 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     // The engine cannot look inside it. A RoCEv2 candidate may belong to a registered connection:
     // dropped, never bridged raw (its sender retransmits); anything else is bridged as it is.
     ++l.c.multiseg_linearize_failed;
-    if (!from_handover && !looks_like_roce(rte_pktmbuf_mtod(m, uint8_t*), m->data_len)) send(m, now_ns);
-    else rte_pktmbuf_free(m);
+    if (!from_handover && !looks_like_roce(rte_pktmbuf_mtod(m, uint8_t*), m->data_len))
+      send(m, now_ns);
+    else
+      rte_pktmbuf_free(m);
     return;
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);

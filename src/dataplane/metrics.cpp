@@ -20,9 +20,12 @@ class Family {
       : out_(out), name_(name) {
     out_ << "# HELP " << name << ' ';
     for (const char c : help) {  // HELP escapes backslash and newline
-      if (c == '\\') out_ << "\\\\";
-      else if (c == '\n') out_ << "\\n";
-      else out_ << c;
+      if (c == '\\')
+        out_ << "\\\\";
+      else if (c == '\n')
+        out_ << "\\n";
+      else
+        out_ << c;
     }
     out_ << "\n# TYPE " << name << ' ' << type << '\n';
   }
@@ -77,35 +80,40 @@ std::string PrometheusRenderer::render() {
   port_family("inagg_port_tx_packets_total", "packets sent by the port", &rte_eth_stats::opackets);
   port_family("inagg_port_rx_bytes_total", "bytes received by the port", &rte_eth_stats::ibytes);
   port_family("inagg_port_tx_bytes_total", "bytes sent by the port", &rte_eth_stats::obytes);
-  port_family("inagg_port_rx_missed_total", "packets the port dropped for want of RX descriptors", &rte_eth_stats::imissed);
+  port_family("inagg_port_rx_missed_total", "packets the port dropped for want of RX descriptors",
+              &rte_eth_stats::imissed);
   port_family("inagg_port_rx_nombuf_total", "packets the port dropped for want of mbufs", &rte_eth_stats::rx_nombuf);
   port_family("inagg_port_rx_errors_total", "erroneous packets received", &rte_eth_stats::ierrors);
   port_family("inagg_port_tx_errors_total", "packets the port failed to send", &rte_eth_stats::oerrors);
   {
-    Family f(o, "inagg_port_info", "the port's driver, MTU and whether RoCE is steered by rte_flow (hardware) or in software", "gauge");
+    Family f(o, "inagg_port_info",
+             "the port's driver, MTU and whether RoCE is steered by rte_flow (hardware) or in software", "gauge");
     for (const PortInfo& p : ports)
-      f.sample(label("port", std::to_string(p.port)) + "," + label("driver", p.name) + "," + label("mtu", std::to_string(p.mtu)) +
-                   "," + label("steering", p.flow_hardware ? "hardware" : "software"),
+      f.sample(label("port", std::to_string(p.port)) + "," + label("driver", p.name) + "," +
+                   label("mtu", std::to_string(p.mtu)) + "," +
+                   label("steering", p.flow_hardware ? "hardware" : "software"),
                uint64_t{1});
   }
 
   const auto lcores = app_.lcore_counters();
-#define X(name, text)                                                                  \
-  {                                                                                    \
-    Family f(o, "inagg_lcore_" #name "_total", text, "counter");                       \
+#define X(name, text)                                                                        \
+  {                                                                                          \
+    Family f(o, "inagg_lcore_" #name "_total", text, "counter");                             \
     for (const auto& [id, c] : lcores) f.sample(label("lcore", std::to_string(id)), c.name); \
   }
   INAGG_LCORE_COUNTERS(X)
 #undef X
   {
-    Family f(o, "inagg_lcore_busy_ratio",
-             "share of the lcore's loop cycles that moved packets, since the previous scrape (since start on the first)",
-             "gauge");
+    Family f(
+        o, "inagg_lcore_busy_ratio",
+        "share of the lcore's loop cycles that moved packets, since the previous scrape (since start on the first)",
+        "gauge");
     for (const auto& [id, c] : lcores) {
       auto& last = last_cycles_[id];
       const uint64_t busy = c.busy_cycles - last.first, idle = c.idle_cycles - last.second;
       last = {c.busy_cycles, c.idle_cycles};
-      f.sample(label("lcore", std::to_string(id)), busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : 0.0);
+      f.sample(label("lcore", std::to_string(id)),
+               busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : 0.0);
     }
   }
 
@@ -118,7 +126,8 @@ std::string PrometheusRenderer::render() {
   // inagg_job_up, each numeric field a gauge family, each engine counter a counter family.
   const std::vector<control::JobStatus> jobs = app_.describe_jobs();
   {
-    Family f(o, "inagg_job_up", "1 for a registered job, with its state (active or failed), dtype and why it failed", "gauge");
+    Family f(o, "inagg_job_up", "1 for a registered job, with its state (active or failed), dtype and why it failed",
+             "gauge");
     for (const control::JobStatus& j : jobs) {
       std::string labels = label("job", std::to_string(j.id));
       control::for_each_job_field(j, [&](std::string_view name, std::string_view, const control::JobFieldValue& v) {
@@ -128,14 +137,15 @@ std::string PrometheusRenderer::render() {
     }
   }
   if (!jobs.empty()) {
-    control::for_each_job_field(jobs[0], [&](std::string_view name, std::string_view help, const control::JobFieldValue& v) {
-      if (name == "id" || !std::holds_alternative<uint64_t>(v)) return;
-      Family f(o, "inagg_job_" + std::string(name), help, "gauge");
-      for (const control::JobStatus& j : jobs)
-        control::for_each_job_field(j, [&](std::string_view n, std::string_view, const control::JobFieldValue& x) {
-          if (n == name) f.sample(label("job", std::to_string(j.id)), std::get<uint64_t>(x));
+    control::for_each_job_field(
+        jobs[0], [&](std::string_view name, std::string_view help, const control::JobFieldValue& v) {
+          if (name == "id" || !std::holds_alternative<uint64_t>(v)) return;
+          Family f(o, "inagg_job_" + std::string(name), help, "gauge");
+          for (const control::JobStatus& j : jobs)
+            control::for_each_job_field(j, [&](std::string_view n, std::string_view, const control::JobFieldValue& x) {
+              if (n == name) f.sample(label("job", std::to_string(j.id)), std::get<uint64_t>(x));
+            });
         });
-    });
   }
   // One family per engine counter with a sample per job (a family's samples must not interleave
   // with another's).
@@ -203,7 +213,8 @@ bool MetricsServer::start(const std::string& listen, std::function<std::string()
   impl_->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("inagg: metrics at /metrics (Prometheus text format)\n", "text/plain");
   });
-  int bound = port == 0 ? impl_->server.bind_to_any_port(host.c_str()) : (impl_->server.bind_to_port(host.c_str(), port) ? port : -1);
+  int bound = port == 0 ? impl_->server.bind_to_any_port(host.c_str())
+                        : (impl_->server.bind_to_port(host.c_str(), port) ? port : -1);
   if (bound <= 0) {
     *error = "cannot listen on " + listen + " for metrics (address not local, or port in use?)";
     return false;

@@ -66,12 +66,15 @@ bool PortSet::select(const ApplianceConfig& cfg, std::string* error) {
     RTE_ETH_FOREACH_DEV(p) ids.push_back(p);
   }
   if (ids.empty()) {
-    *error = "no DPDK ports: bind NICs to a DPDK driver or pass --vdev=... EAL arguments (e.g. --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap)";
+    *error =
+        "no DPDK ports: bind NICs to a DPDK driver or pass --vdev=... EAL arguments (e.g. "
+        "--vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap)";
     return false;
   }
   for (uint16_t p : ids) {
     if (!rte_eth_dev_is_valid_port(p)) {
-      *error = "port " + std::to_string(p) + " does not exist (EAL found " + std::to_string(rte_eth_dev_count_avail()) + " ports)";
+      *error = "port " + std::to_string(p) + " does not exist (EAL found " + std::to_string(rte_eth_dev_count_avail()) +
+               " ports)";
       return false;
     }
     if (std::find(ids_.begin(), ids_.end(), p) == ids_.end()) ids_.push_back(p);
@@ -97,19 +100,21 @@ bool PortSet::open(const ApplianceConfig& cfg, uint16_t queues, std::string* err
     need = std::max(need, framesz - std::min(framesz, kAfPacketSlotOverhead));
     if (framesz < frame - RTE_ETHER_CRC_LEN + kAfPacketFrameOverhead)
       util::log(util::LogModule::dataplane, util::LogLevel::warning,
-                   "%s: framesz=%u carries frames of at most %u bytes, less than --mtu %u needs (%u); longer "
-                   "frames are cut short: give framesz=%u or more",
-                   port_name(p, info).c_str(), framesz, framesz - std::min(framesz, kAfPacketFrameOverhead), cfg.mtu,
-                   frame - RTE_ETHER_CRC_LEN, frame - RTE_ETHER_CRC_LEN + kAfPacketFrameOverhead);
+                "%s: framesz=%u carries frames of at most %u bytes, less than --mtu %u needs (%u); longer "
+                "frames are cut short: give framesz=%u or more",
+                port_name(p, info).c_str(), framesz, framesz - std::min(framesz, kAfPacketFrameOverhead), cfg.mtu,
+                frame - RTE_ETHER_CRC_LEN, frame - RTE_ETHER_CRC_LEN + kAfPacketFrameOverhead);
   }
   const uint32_t data_room = std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, need + RTE_PKTMBUF_HEADROOM);
   if (data_room > UINT16_MAX) {
-    *error = "mtu " + std::to_string(cfg.mtu) + " (or a port's framesz) is too large for an mbuf segment; use at most 9600";
+    *error =
+        "mtu " + std::to_string(cfg.mtu) + " (or a port's framesz) is too large for an mbuf segment; use at most 9600";
     return false;
   }
   if (!check_mbuf_budget(cfg, queues, error)) return false;
-  pool_ = rte_pktmbuf_pool_create("inagg_pool", cfg.mbufs, std::min<uint32_t>(cfg.mbuf_cache, RTE_MEMPOOL_CACHE_MAX_SIZE),
-                                  0, static_cast<uint16_t>(data_room), static_cast<int>(rte_socket_id()));
+  pool_ =
+      rte_pktmbuf_pool_create("inagg_pool", cfg.mbufs, std::min<uint32_t>(cfg.mbuf_cache, RTE_MEMPOOL_CACHE_MAX_SIZE),
+                              0, static_cast<uint16_t>(data_room), static_cast<int>(rte_socket_id()));
   if (pool_ == nullptr) {
     *error = "cannot create a pool of " + std::to_string(cfg.mbufs) + " mbufs of " + std::to_string(data_room) +
              " bytes (" + std::to_string(uint64_t{cfg.mbufs} * data_room >> 20) + " MiB): " + rte_strerror(rte_errno) +
@@ -155,17 +160,17 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
     // Some virtual devices refuse an MTU: retry with the default and say so.
     conf.rxmode.mtu = 0;
     if (int rc2 = rte_eth_dev_configure(p, nq, nq, &conf); rc2 != 0) {
-      *error = name + ": configure failed: " + rte_strerror(-rc) + " (with the device's default MTU too: " +
-               rte_strerror(-rc2) + "); check the device's EAL arguments";
+      *error = name + ": configure failed: " + rte_strerror(-rc) +
+               " (with the device's default MTU too: " + rte_strerror(-rc2) + "); check the device's EAL arguments";
       return false;
     }
     if (kernel_mtu)  // ethdev checks the MTU against the 1518-byte frames this driver claims, which it does not enforce
       util::log(util::LogModule::dataplane, util::LogLevel::info,
-                "%s: DPDK keeps its default MTU here; the interface's MTU (%u) and framesz decide which frames pass", name.c_str(),
-                kernel_mtu);
+                "%s: DPDK keeps its default MTU here; the interface's MTU (%u) and framesz decide which frames pass",
+                name.c_str(), kernel_mtu);
     else
-      util::log(util::LogModule::dataplane, util::LogLevel::warning, "%s: MTU %u refused (%s); using the device default",
-                name.c_str(), mtu, rte_strerror(-rc));
+      util::log(util::LogModule::dataplane, util::LogLevel::warning,
+                "%s: MTU %u refused (%s); using the device default", name.c_str(), mtu, rte_strerror(-rc));
   }
   configured_.push_back(p);
   uint16_t rxd = cfg.rx_desc, txd = cfg.tx_desc;
@@ -174,14 +179,16 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
   for (uint16_t q = 0; q < nq; ++q) {
     if (int rc = rte_eth_rx_queue_setup(p, q, rxd, rte_eth_dev_socket_id(p), nullptr, pool_); rc != 0) {
-      *error = name + ": RX queue " + std::to_string(q) + " setup failed: " + rte_strerror(-rc) + ". The packet buffers hold " +
-               std::to_string(room) + " bytes (sized for --mtu " + std::to_string(cfg.mtu) +
+      *error = name + ": RX queue " + std::to_string(q) + " setup failed: " + rte_strerror(-rc) +
+               ". The packet buffers hold " + std::to_string(room) + " bytes (sized for --mtu " +
+               std::to_string(cfg.mtu) +
                "); a driver that needs larger buffers says so above: raise --mtu to match the device's frames, or "
                "lower the device's frame size; with too few buffers raise --mbufs or lower --rx-desc";
       return false;
     }
     if (int rc = rte_eth_tx_queue_setup(p, q, txd, rte_eth_dev_socket_id(p), nullptr); rc != 0) {
-      *error = name + ": TX queue " + std::to_string(q) + " setup failed: " + rte_strerror(-rc) + "; try a smaller --tx-desc";
+      *error = name + ": TX queue " + std::to_string(q) + " setup failed: " + rte_strerror(-rc) +
+               "; try a smaller --tx-desc";
       return false;
     }
   }
@@ -198,8 +205,8 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
     sr = install_roce_steering(p, 0);
     if (sr.mode == SteeringMode::software)
       util::log(util::LogModule::dataplane, util::LogLevel::notice,
-                "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software", p, pi.name.c_str(),
-                sr.reason.c_str());
+                "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software", p,
+                pi.name.c_str(), sr.reason.c_str());
   } else {
     sr.reason = "disabled by --no-flow";
   }
@@ -220,8 +227,8 @@ void PortSet::wait_for_links(uint32_t ms) const {
     }
     if (down.empty()) return;
     if (std::chrono::steady_clock::now() > deadline || Appliance::stop_requested()) {
-      util::log(util::LogModule::dataplane, util::LogLevel::warning, "port %u still has no link after %u ms; starting anyway",
-                down[0], ms);
+      util::log(util::LogModule::dataplane, util::LogLevel::warning,
+                "port %u still has no link after %u ms; starting anyway", down[0], ms);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -235,8 +242,8 @@ std::string PortSet::stats_text() const {
     rte_eth_stats st{};
     rte_eth_stats_get(p.port, &st);
     std::snprintf(buf, sizeof buf,
-                  "port %u (%s, mtu %u, steering %s): rx %" PRIu64 " tx %" PRIu64 " rx_missed %" PRIu64 " rx_nombuf %" PRIu64
-                  " rx_errors %" PRIu64 " tx_errors %" PRIu64 "\n",
+                  "port %u (%s, mtu %u, steering %s): rx %" PRIu64 " tx %" PRIu64 " rx_missed %" PRIu64
+                  " rx_nombuf %" PRIu64 " rx_errors %" PRIu64 " tx_errors %" PRIu64 "\n",
                   p.port, p.name.c_str(), p.mtu, p.flow_hardware ? "rte_flow" : "software", st.ipackets, st.opackets,
                   st.imissed, st.rx_nombuf, st.ierrors, st.oerrors);
     s += buf;

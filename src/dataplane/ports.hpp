@@ -32,7 +32,9 @@ class PortSet {
   const std::vector<uint16_t>& ids() const { return ids_; }  // port index -> DPDK port id
   std::vector<int> index_of_port() const;                    // DPDK port id -> port index (-1)
   const std::vector<PortInfo>& info() const { return info_; }
-  const std::vector<uint16_t>& tx_ring_sizes() const { return tx_ring_size_; }  // port index -> TX descriptors per queue
+  const std::vector<uint16_t>& tx_ring_sizes() const {
+    return tx_ring_size_;
+  }                                // port index -> TX descriptors per queue
   std::string stats_text() const;  // one line per port: PMD counters
 
  private:

@@ -26,10 +26,14 @@ bool has_vpclmulqdq() { return cpuid_bit(7, 0, true, 10); }
 
 std::string_view tier_name(SimdTier tier) {
   switch (tier) {
-    case SimdTier::sse2: return "sse2";
-    case SimdTier::avx2: return "avx2";
-    case SimdTier::avx512: return "avx512";
-    case SimdTier::native: return "native";
+    case SimdTier::sse2:
+      return "sse2";
+    case SimdTier::avx2:
+      return "avx2";
+    case SimdTier::avx512:
+      return "avx512";
+    case SimdTier::native:
+      return "native";
   }
   return "unknown";
 }
@@ -38,16 +42,16 @@ bool cpu_supports(SimdTier tier) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   switch (tier) {
-    case SimdTier::sse2: return true;
+    case SimdTier::sse2:
+      return true;
     case SimdTier::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             has_f16c() && has_pclmul() &&
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() && has_pclmul() &&
              __builtin_cpu_supports("sse4.2");
     case SimdTier::avx512:
-      return cpu_supports(SimdTier::avx2) && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512dq");
-    case SimdTier::native: return false;
+      return cpu_supports(SimdTier::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case SimdTier::native:
+      return false;
   }
   return false;
 #else
@@ -69,8 +73,10 @@ SimdTier best_simd_tier() {
   SimdTier cap = SimdTier::avx512;
   if (const char* env = std::getenv("INAGG_SIMD")) {
     std::string_view v(env);
-    if (v == "sse2") cap = SimdTier::sse2;
-    else if (v == "avx2") cap = SimdTier::avx2;
+    if (v == "sse2")
+      cap = SimdTier::sse2;
+    else if (v == "avx2")
+      cap = SimdTier::avx2;
   }
   for (SimdTier t : {SimdTier::avx512, SimdTier::avx2}) {
     if (static_cast<int>(t) <= static_cast<int>(cap) && cpu_supports(t)) return t;

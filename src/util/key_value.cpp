@@ -49,7 +49,7 @@ std::string ParseProblem::message(std::string_view file) const {
 bool parse_key_values(std::string_view text, std::span<const KeySpec> keys,
                       const std::function<bool(size_t key, std::string_view value, std::string* problem)>& set,
                       ParseProblem* p) {
-  std::vector<size_t> seen_on(keys.size(), 0);  // line a key was first set on, 0 = not yet
+  std::vector<size_t> seen_on(keys.size(), 0);                     // line a key was first set on, 0 = not yet
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 BOM some editors add
   const bool ok = for_each_content_line(text, [&](size_t line_no, std::string_view line) {
     p->line = line_no;

@@ -15,10 +15,14 @@ std::atomic<LogSink> g_sink{stderr_sink};
 
 const char* log_module_name(LogModule m) {
   switch (m) {
-    case LogModule::dataplane: return "inagg.dataplane";
-    case LogModule::engine: return "inagg.engine";
-    case LogModule::control: return "inagg.control";
-    case LogModule::count: break;
+    case LogModule::dataplane:
+      return "inagg.dataplane";
+    case LogModule::engine:
+      return "inagg.engine";
+    case LogModule::control:
+      return "inagg.control";
+    case LogModule::count:
+      break;
   }
   return "inagg";
 }

@@ -28,9 +28,10 @@ bool read_pcap(const std::string& path, std::vector<PcapRecord>* records, std::s
     return false;
   }
   if (pcap_datalink(p.get()) != DLT_EN10MB) {
-    *error = "'" + path + "' has link type " + std::to_string(pcap_datalink(p.get())) + " (" +
-             (pcap_datalink_val_to_name(pcap_datalink(p.get())) ? pcap_datalink_val_to_name(pcap_datalink(p.get())) : "?") +
-             "); only Ethernet (1) is supported";
+    *error =
+        "'" + path + "' has link type " + std::to_string(pcap_datalink(p.get())) + " (" +
+        (pcap_datalink_val_to_name(pcap_datalink(p.get())) ? pcap_datalink_val_to_name(pcap_datalink(p.get())) : "?") +
+        "); only Ethernet (1) is supported";
     return false;
   }
   for (;;) {

@@ -12,7 +12,10 @@ namespace inagg::wire {
 namespace {
 
 size_t header_size(const RoceFrameSpec& s, const OpcodeInfo& info) {
-  return kEthHeaderLen + (s.l2_tags_len ? s.l2_tags_len : s.vlan_tci ? kVlanTagLen : 0) +
+  return kEthHeaderLen +
+         (s.l2_tags_len ? s.l2_tags_len
+          : s.vlan_tci  ? kVlanTagLen
+                        : 0) +
          (s.src_ip.version == IpVersion::v6 ? kIpv6HeaderLen : kIpv4HeaderLen) + kUdpHeaderLen + kBthLen +
          info.ext_bytes;
 }

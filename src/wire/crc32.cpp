@@ -9,13 +9,17 @@ namespace inagg::wire {
 namespace detail {
 
 #if defined(__x86_64__)
-namespace avx2 { extern const Crc32Update crc32_update_pclmul_tier; }
+namespace avx2 {
+extern const Crc32Update crc32_update_pclmul_tier;
+}
 namespace avx512 {
 extern const Crc32Update crc32_update_pclmul_tier;
 extern const Crc32Update crc32_update_vpclmul_tier;
-}
+}  // namespace avx512
 #else
-namespace native { extern const Crc32Update crc32_update_pclmul_tier; }
+namespace native {
+extern const Crc32Update crc32_update_pclmul_tier;
+}
 #endif
 
 namespace {
@@ -44,9 +48,8 @@ uint32_t crc32_update_slice8(uint32_t state, const uint8_t* p, size_t len) {
   while (len >= 8) {
     const uint32_t lo = load_le32(p) ^ state;
     const uint32_t hi = load_le32(p + 4);
-    state = kSlice[7][lo & 0xff] ^ kSlice[6][(lo >> 8) & 0xff] ^ kSlice[5][(lo >> 16) & 0xff] ^
-            kSlice[4][lo >> 24] ^ kSlice[3][hi & 0xff] ^ kSlice[2][(hi >> 8) & 0xff] ^
-            kSlice[1][(hi >> 16) & 0xff] ^ kSlice[0][hi >> 24];
+    state = kSlice[7][lo & 0xff] ^ kSlice[6][(lo >> 8) & 0xff] ^ kSlice[5][(lo >> 16) & 0xff] ^ kSlice[4][lo >> 24] ^
+            kSlice[3][hi & 0xff] ^ kSlice[2][(hi >> 8) & 0xff] ^ kSlice[1][(hi >> 16) & 0xff] ^ kSlice[0][hi >> 24];
     p += 8;
     len -= 8;
   }

@@ -134,7 +134,8 @@ inline simde__m512i load512(const uint8_t* p) { return simde_mm512_loadu_si512(p
 // Measured on this project's CI machine (AVX-512, bench/run kernels): see bench/README.md.
 uint32_t update_vpclmul(uint32_t state, const uint8_t* p, size_t len) {
   if (len < 256) return update_pclmul(state, p, len);
-  simde__m512i z0 = simde_mm512_xor_si512(load512(p), simde_mm512_castsi128_si512(simde_mm_cvtsi32_si128(static_cast<int32_t>(state))));
+  simde__m512i z0 = simde_mm512_xor_si512(
+      load512(p), simde_mm512_castsi128_si512(simde_mm_cvtsi32_si128(static_cast<int32_t>(state))));
   simde__m512i z1 = load512(p + 64), z2 = load512(p + 128), z3 = load512(p + 192);
   size_t off = 256;
   const simde__m512i k16 = k512<4 * 512>();

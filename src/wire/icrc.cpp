@@ -13,16 +13,16 @@ uint32_t icrc_header_crc(const uint8_t* frame, const Layout& l) {
   std::memcpy(buf + 8, frame + l.l3, len);
   uint8_t* ip = buf + 8;
   if (l.ip == IpVersion::v4) {
-    ip[1] = 0xff;                  // TOS (DSCP + ECN)
-    ip[8] = 0xff;                  // TTL
-    ip[10] = ip[11] = 0xff;        // header checksum
+    ip[1] = 0xff;            // TOS (DSCP + ECN)
+    ip[8] = 0xff;            // TTL
+    ip[10] = ip[11] = 0xff;  // header checksum
   } else {
     ip[0] |= 0x0f;                 // traffic class, high nibble
     ip[1] = ip[2] = ip[3] = 0xff;  // traffic class, low nibble + flow label
     ip[7] = 0xff;                  // hop limit
   }
   uint8_t* udp = buf + 8 + (l.l4 - l.l3);
-  udp[6] = udp[7] = 0xff;          // UDP checksum
+  udp[6] = udp[7] = 0xff;              // UDP checksum
   buf[8 + (l.bth - l.l3) + 4] = 0xff;  // BTH FECN, BECN, resv6
   return crc32({buf, 8 + len});
 }

@@ -45,7 +45,8 @@ bool HeadAgent::add_job(HeadJob job, std::string* error) {
     std::memcpy(&m.imr_multiaddr, job.parent_group->bytes.data(), 4);
     m.imr_ifindex = iface_.ifindex;
     if (fd < 0 || ::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
-      *error = "cannot join parent_group " + wire::ip_text(*job.parent_group) + " on " + iface_.name + ": " + std::strerror(errno);
+      *error = "cannot join parent_group " + wire::ip_text(*job.parent_group) + " on " + iface_.name + ": " +
+               std::strerror(errno);
       if (fd >= 0) ::close(fd);
       return false;
     }
@@ -74,14 +75,15 @@ std::string HeadAgent::format_jobs() const {
   std::string out;
   for (const auto& [id, j] : prog_.jobs()) {
     const Counters c = prog_.counters(id);
-    out += "id=" + std::to_string(id) + " members=" + std::to_string(j.members) + " values=" + std::to_string(j.values) +
-           " window=" + std::to_string(j.window) + " total_weight=" + std::to_string(j.total_weight) +
-           " group=" + wire::ip_text(j.group);
+    out += "id=" + std::to_string(id) + " members=" + std::to_string(j.members) +
+           " values=" + std::to_string(j.values) + " window=" + std::to_string(j.window) +
+           " total_weight=" + std::to_string(j.total_weight) + " group=" + wire::ip_text(j.group);
     if (j.parent)
       out += " parent=" + wire::ip_text(*j.parent) + " parent_group=" + wire::ip_text(*j.parent_group) +
              " parent_rank=" + std::to_string(j.parent_rank);
     out += j.unicast ? " fanout=unicast" : " fanout=multicast";
-    out += " completed=" + std::to_string(c[XAGG_C_completed]) + " results_sent=" + std::to_string(c[XAGG_C_results_sent]) + "\n";
+    out += " completed=" + std::to_string(c[XAGG_C_completed]) +
+           " results_sent=" + std::to_string(c[XAGG_C_results_sent]) + "\n";
   }
   return out;
 }
@@ -110,7 +112,8 @@ std::string HeadAgent::handle(std::string_view request) {
     if (!job || !add_job(*job, &error)) return control::format_error(error);
     return control::format_job_added(job->id);
   }
-  if (body.find_first_not_of(" \t\r\n") != std::string_view::npos) return control::format_error("only add takes lines after the first");
+  if (body.find_first_not_of(" \t\r\n") != std::string_view::npos)
+    return control::format_error("only add takes lines after the first");
   if (verb == "remove") {
     unsigned id = 0;
     if (!job_id(true, &id)) return control::format_error(error);

@@ -73,7 +73,9 @@ const std::array<Key, 12>& keys() {
       {{"parent_group", false, false, "parent_group = 239.77.0.100"},
        [](HeadJob& j, std::string_view v, std::string* w) { return multicast(v, &j.parent_group, w); }},
       {{"parent_rank", false, false, "parent_rank = 0"},
-       [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_MEMBERS - 1, &j.parent_rank, w); }},
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         return number(v, 0, XAGG_MAX_MEMBERS - 1, &j.parent_rank, w);
+       }},
       {{"parent_mac", false, false, "parent_mac = 02:77:00:00:00:01"},
        [](HeadJob& j, std::string_view v, std::string* w) {
          j.parent_mac = parse_mac(v);
@@ -146,10 +148,13 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
     return a;
   }();
   util::ParseProblem problem;
-  const bool ok = util::parse_key_values(text, specs, [&](size_t k, std::string_view value, std::string* why) {
-    seen[k] = true;
-    return keys()[k].set(job, value, why);
-  }, &problem);
+  const bool ok = util::parse_key_values(
+      text, specs,
+      [&](size_t k, std::string_view value, std::string* why) {
+        seen[k] = true;
+        return keys()[k].set(job, value, why);
+      },
+      &problem);
   if (!ok) {
     *error = problem.message();
     if (problem.line == 0) *error += " (see conf/xdp/*.job for commented examples)";
@@ -164,14 +169,16 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
     return std::nullopt;
   }
   if (job.member.size() > job.members) {
-    *error = "member " + std::to_string(job.member.size() - 1) + " is not below members = " + std::to_string(job.members);
+    *error =
+        "member " + std::to_string(job.member.size() - 1) + " is not below members = " + std::to_string(job.members);
     return std::nullopt;
   }
   if (job.unicast) {
     job.member.resize(job.members);
     for (unsigned r = 0; r < job.members; ++r) {
       if (!job.member[r]) {
-        *error = "fanout = unicast needs a 'member = RANK, IP' line for every rank; rank " + std::to_string(r) + " has none";
+        *error =
+            "fanout = unicast needs a 'member = RANK, IP' line for every rank; rank " + std::to_string(r) + " has none";
         return std::nullopt;
       }
     }
@@ -195,9 +202,9 @@ std::optional<HeadJob> load_head_job(const std::string& path, std::string* error
 
 std::string format_head_job(const HeadJob& j) {
   std::string out = "# inagg-xdp head job " + std::to_string(j.id) + "\n";
-  out += "id = " + std::to_string(j.id) + "\nmembers = " + std::to_string(j.members) + "\nvalues = " +
-         std::to_string(j.values) + "\nwindow = " + std::to_string(j.window) + "\ntotal_weight = " +
-         std::to_string(j.total_weight) + "\ngroup = " + wire::ip_text(j.group) + "\n";
+  out += "id = " + std::to_string(j.id) + "\nmembers = " + std::to_string(j.members) +
+         "\nvalues = " + std::to_string(j.values) + "\nwindow = " + std::to_string(j.window) +
+         "\ntotal_weight = " + std::to_string(j.total_weight) + "\ngroup = " + wire::ip_text(j.group) + "\n";
   if (j.parent) {
     out += "parent = " + wire::ip_text(*j.parent) + "\nparent_group = " + wire::ip_text(*j.parent_group) +
            "\nparent_rank = " + std::to_string(j.parent_rank) + "\n";

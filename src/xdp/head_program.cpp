@@ -29,7 +29,8 @@ constexpr std::array<std::string_view, XAGG_NUM_COUNTERS> kHelp = {
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
 std::string bpf_hint(int err) {
-  if ((err == -EPERM || err == -EACCES) && ::geteuid() != 0) return " (loading BPF programs needs root: CAP_BPF and CAP_NET_ADMIN)";
+  if ((err == -EPERM || err == -EACCES) && ::geteuid() != 0)
+    return " (loading BPF programs needs root: CAP_BPF and CAP_NET_ADMIN)";
   return "";
 }
 
@@ -157,7 +158,8 @@ bool HeadProgram::attach(int ifindex, AttachMode mode, std::string* error) {
     *error = "cannot attach xagg_head in " + std::string(attach_mode_name(mode)) + " mode: " + errno_text(fd);
     if (fd == -EBUSY || fd == -EEXIST)
       *error += " (the interface already has an XDP program: `inagg-xdp status --iface` shows it)";
-    if (fd == -EOPNOTSUPP && mode == AttachMode::native) *error += " (the driver has no native XDP: use --mode generic)";
+    if (fd == -EOPNOTSUPP && mode == AttachMode::native)
+      *error += " (the driver has no native XDP: use --mode generic)";
     return false;
   }
   link_fd_ = fd;
@@ -323,7 +325,8 @@ TestRun HeadProgram::test_run(std::span<const uint8_t> frame, uint32_t repeat) c
 int HeadProgram::program_fd() const { return prog_fd_; }
 
 bool attach_pass_program(int ifindex, AttachMode mode, std::string* error) {
-  bpf_object* obj = load_object(embedded::xagg_pass, embedded::xagg_pass_size, "xagg_pass", [](bpf_object*) { return true; }, error);
+  bpf_object* obj = load_object(
+      embedded::xagg_pass, embedded::xagg_pass_size, "xagg_pass", [](bpf_object*) { return true; }, error);
   if (!obj) return false;
   bpf_program* prog = bpf_object__find_program_by_name(obj, "xagg_pass");
   const int err = prog ? bpf_xdp_attach(ifindex, bpf_program__fd(prog), mode_flags(mode), nullptr) : -ENOENT;
@@ -342,7 +345,8 @@ bool detach_pass_program(int ifindex, std::string* error) {
     *error = "cannot query the interface's XDP program: " + errno_text(err);
     return false;
   }
-  for (const auto& [id, flags] : {std::pair{q.drv_prog_id, XDP_FLAGS_DRV_MODE}, std::pair{q.skb_prog_id, XDP_FLAGS_SKB_MODE}}) {
+  for (const auto& [id, flags] :
+       {std::pair{q.drv_prog_id, XDP_FLAGS_DRV_MODE}, std::pair{q.skb_prog_id, XDP_FLAGS_SKB_MODE}}) {
     if (!id) continue;
     if (const std::string name = program_info(id).name; name != "xagg_pass") {
       *error = "the interface's XDP program (id " + std::to_string(id) + ", " + name + ") is not xagg_pass; left alone";
@@ -360,13 +364,18 @@ std::string xdp_status(int ifindex) {
   LIBBPF_OPTS(bpf_xdp_query_opts, q);
   if (bpf_xdp_query(ifindex, 0, &q) != 0) return "unknown (query failed)";
   std::string out;
-  for (const auto& [id, mode] : {std::pair{q.drv_prog_id, "native"}, std::pair{q.skb_prog_id, "generic"}, std::pair{q.hw_prog_id, "offload"}}) {
+  for (const auto& [id, mode] :
+       {std::pair{q.drv_prog_id, "native"}, std::pair{q.skb_prog_id, "generic"}, std::pair{q.hw_prog_id, "offload"}}) {
     if (!id) continue;
     if (!out.empty()) out += ", ";
     const ProgramInfo p = program_info(id);
     out += p.name + " (id " + std::to_string(id) + ", " + mode + ")";
     if (p.run_cnt)
-      out.append(": ").append(std::to_string(p.run_cnt)).append(" runs, ").append(std::to_string(p.run_time_ns / p.run_cnt)).append(" ns each");
+      out.append(": ")
+          .append(std::to_string(p.run_cnt))
+          .append(" runs, ")
+          .append(std::to_string(p.run_time_ns / p.run_cnt))
+          .append(" ns each");
   }
   return out.empty() ? "none" : out;
 }

@@ -73,7 +73,8 @@ std::optional<wire::MacAddr> resolve_neighbor(const Interface& iface, const wire
   const std::string text = wire::ip_text(ip);
   if (auto mac = arp_entry(iface.name, text)) return mac;
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) ::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, iface.name.c_str(), static_cast<socklen_t>(iface.name.size()));
+  if (fd >= 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, iface.name.c_str(), static_cast<socklen_t>(iface.name.size()));
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_port = htons(9);  // discard: only the ARP request it causes matters
@@ -81,7 +82,8 @@ std::optional<wire::MacAddr> resolve_neighbor(const Interface& iface, const wire
   const auto start = std::chrono::steady_clock::now();
   std::optional<wire::MacAddr> mac;
   for (int round = 0; !mac; ++round) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
     if (ms > timeout_ms) break;
     if (fd >= 0 && round % 10 == 0) ::sendto(fd, "", 0, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
     ::poll(nullptr, 0, 20);

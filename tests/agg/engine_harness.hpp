@@ -323,5 +323,4 @@ class EngineTest : public ::testing::Test {
   }
 };
 
-
 }  // namespace inagg::enginetest

@@ -10,7 +10,6 @@ using agg::Dtype;
 using agg::Engine;
 using agg::EngineConfig;
 
-
 // ---- in order, all n ------------------------------------------------------------------------
 
 class EngineInOrder : public EngineTest, public ::testing::WithParamInterface<std::tuple<unsigned, Dtype>> {};
@@ -63,13 +62,12 @@ TEST_F(EngineTest, ACompleteSlotWaitsForEarlierIncompleteSlots) {
   // Rank 0 sends seq 0..2; rank 1 sends 1 and 2 first, completing slots 1 and 2 but not 0.
   for (uint64_t seq = 0; seq < 3; ++seq) ASSERT_TRUE(send(j.data_frame(0, seq)).empty());
   ASSERT_EQ(send(j.data_frame(1, 1)).size(), 1u);  // rank 1 jumped past seq 0: a NAK to it
-  ASSERT_TRUE(send(j.data_frame(1, 2)).empty());    // one NAK per gap
+  ASSERT_TRUE(send(j.data_frame(1, 2)).empty());   // one NAK per gap
   EXPECT_EQ(info(1).counters.slots_completed, 2u);
   // Slot 0 completes: 0, 1, 2 go out together, in PSN order per connection.
   auto outs = send(j.data_frame(1, 0));
   ASSERT_EQ(outs.size(), 6u);
-  for (uint64_t seq = 0; seq < 3; ++seq)
-    expect_released(j, seq, {outs.begin() + 2 * seq, outs.begin() + 2 * seq + 2});
+  for (uint64_t seq = 0; seq < 3; ++seq) expect_released(j, seq, {outs.begin() + 2 * seq, outs.begin() + 2 * seq + 2});
 }
 
 // ---- duplicates -----------------------------------------------------------------------------
@@ -78,7 +76,7 @@ TEST_F(EngineTest, DuplicateWhileCollectingReplacesTheHeldPacketAndIsNotAddedTwi
   JobFixture j(1, 3, Dtype::int32, 256, 256, 1);
   add(j);
   ASSERT_TRUE(send(j.data_frame(0, 0, /*variant=*/99)).empty());  // an older copy with other bytes
-  ASSERT_TRUE(send(j.data_frame(0, 0)).empty());                   // its retransmission replaces it
+  ASSERT_TRUE(send(j.data_frame(0, 0)).empty());                  // its retransmission replaces it
   ASSERT_TRUE(send(j.data_frame(1, 0)).empty());
   ASSERT_TRUE(send(j.data_frame(1, 0)).empty());
   expect_released(j, 0, send(j.data_frame(2, 0)));  // sum of one copy per rank, the newest
@@ -93,7 +91,7 @@ TEST_F(EngineTest, DuplicateForACompleteSlotIsDropped) {
   ASSERT_TRUE(send(j.data_frame(0, 0)).empty());
   ASSERT_TRUE(send(j.data_frame(0, 1)).empty());
   ASSERT_EQ(send(j.data_frame(1, 1)).size(), 1u);  // slot 1 complete, waiting for slot 0 (and a NAK: rank 1 jumped)
-  ASSERT_TRUE(send(j.data_frame(1, 1)).empty());  // duplicate: dropped
+  ASSERT_TRUE(send(j.data_frame(1, 1)).empty());   // duplicate: dropped
   EXPECT_EQ(info(1).counters.duplicates_dropped, 1u);
   auto outs = send(j.data_frame(1, 0));
   ASSERT_EQ(outs.size(), 4u);
@@ -158,7 +156,8 @@ TEST_F(EngineTest, PsnJumpNaksTheSenderAtItsReceiversAckedPsnNotTheMissingOne) {
     released.insert(released.end(), o.begin(), o.end());
   }
   ASSERT_EQ(released.size(), 8u);
-  for (uint64_t seq = 1; seq < 5; ++seq) expect_released(j, seq, {released.begin() + 2 * (seq - 1), released.begin() + 2 * seq});
+  for (uint64_t seq = 1; seq < 5; ++seq)
+    expect_released(j, seq, {released.begin() + 2 * (seq - 1), released.begin() + 2 * seq});
 }
 
 TEST_F(EngineTest, UnacknowledgedReleasedPacketsAreSentAgainAfterTheResendTimeout) {
@@ -168,7 +167,7 @@ TEST_F(EngineTest, UnacknowledgedReleasedPacketsAreSentAgainAfterTheResendTimeou
   add(j);
   for (uint64_t seq = 0; seq < 2; ++seq)
     for (unsigned r = 0; r < 2; ++r) send(j.data_frame(r, seq));
-  send(j.ack_frame(0, 1));  // rank 0's receiver has both; rank 1's acknowledged nothing (tail lost)
+  send(j.ack_frame(0, 1));                  // rank 0's receiver has both; rank 1's acknowledged nothing (tail lost)
   EXPECT_TRUE(poll(now + 50'000).empty());  // not yet
   auto outs = poll(now + 100'000);
   ASSERT_EQ(outs.size(), 2u);

@@ -26,13 +26,15 @@ class FailClosed : public EngineTest {
   }
   // Every rank sends `seq` (rank 0 last) on its port (port = rank): the sum is released.
   void complete(uint64_t seq) {
-    for (unsigned r = 1; r < j.spec.workers; ++r) ASSERT_TRUE(send(j.data_frame(r, seq), static_cast<uint16_t>(r)).empty());
+    for (unsigned r = 1; r < j.spec.workers; ++r)
+      ASSERT_TRUE(send(j.data_frame(r, seq), static_cast<uint16_t>(r)).empty());
     expect_released(j, seq, send(j.data_frame(0, seq), 0));
   }
   std::vector<uint8_t> forged(unsigned rank, uint64_t seq, const char* from) {
     auto s = j.frame_spec(rank, seq);
     s.src_ip = *wire::parse_ip(from);
-    return JobFixture::build(s, std::vector<uint8_t>(j.spec.payload_bytes, 0x66));  // a valid ICRC: forgers compute it too
+    return JobFixture::build(s,
+                             std::vector<uint8_t>(j.spec.payload_bytes, 0x66));  // a valid ICRC: forgers compute it too
   }
   std::vector<uint8_t> ack_from(unsigned rank, uint64_t seq, const char* from, uint8_t syndrome) {
     auto f = j.ack_frame(rank, seq, syndrome);
@@ -134,8 +136,9 @@ TEST_F(FailClosed, ARegistrationThatIsNotARingIsRefused) {
   k.spec.conns[2].dst_ip = *wire::parse_ip("10.0.2.9");  // rank 2 writes to a host rank 3 is not on
   std::string err;
   EXPECT_FALSE(engine->add_job(k.spec, &err));
-  EXPECT_EQ(err, "job 2: not a ring: rank 2 writes to 10.0.2.9 but rank 3, its successor, sends from 10.0.2.4 "
-                 "(each rank's destination must be its successor's source; check the conn lines' addresses)");
+  EXPECT_EQ(err,
+            "job 2: not a ring: rank 2 writes to 10.0.2.9 but rank 3, its successor, sends from 10.0.2.4 "
+            "(each rank's destination must be its successor's source; check the conn lines' addresses)");
   JobFixture one(3, 1, Dtype::fp32, 64, 64, 1);  // one rank writes to itself: a ring of one
   add(one);
 }
@@ -307,7 +310,8 @@ TEST_F(FailClosed, AReadRequestOnADataQpEndsTheJobAtOnce) {
   s.opcode = wire::op::kRc | wire::op::kReadRequest;
   EXPECT_TRUE(send(JobFixture::build(s, {})).empty());
   EXPECT_EQ(info(1).state, agg::JobState::failed);
-  EXPECT_NE(info(1).error.find("rule 'writes only': rank 2 sent RC_RDMA_READ_REQUEST"), std::string::npos) << info(1).error;
+  EXPECT_NE(info(1).error.find("rule 'writes only': rank 2 sent RC_RDMA_READ_REQUEST"), std::string::npos)
+      << info(1).error;
 }
 
 TEST_F(FailClosed, ARequestOnTheReverseDirectionEndsTheJob) {
@@ -318,7 +322,8 @@ TEST_F(FailClosed, ARequestOnTheReverseDirectionEndsTheJob) {
   s.dest_qp = j.spec.conns[1].src_qpn;
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(1, 0))).empty());
   EXPECT_EQ(info(1).state, agg::JobState::failed);
-  EXPECT_NE(info(1).error.find("rule 'writes only': the receiver of rank 1 sent RC_RDMA_WRITE_FIRST"), std::string::npos)
+  EXPECT_NE(info(1).error.find("rule 'writes only': the receiver of rank 1 sent RC_RDMA_WRITE_FIRST"),
+            std::string::npos)
       << info(1).error;
 }
 
@@ -330,7 +335,9 @@ TEST_F(FailClosed, EveryJobErrorNamesItsRule) {
   const std::vector<Case> cases = {
       {"window", [](JobFixture& k) { return k.data_frame(0, 4 * k.ppm); }},
       {"message size",
-       [](JobFixture& k) { return JobFixture::build(k.frame_spec(0, 0), std::vector<uint8_t>(k.spec.payload_bytes - 4, 1)); }},
+       [](JobFixture& k) {
+         return JobFixture::build(k.frame_spec(0, 0), std::vector<uint8_t>(k.spec.payload_bytes - 4, 1));
+       }},
       {"RC only",
        [](JobFixture& k) {
          auto s = k.frame_spec(0, 0);
@@ -396,7 +403,8 @@ TEST_F(FailClosed, NaksKeepTheTagsAndTpidsOfTheFrameTheyAnswer) {
   ASSERT_TRUE(w.write(again[0].frame.data(), again[0].frame.size(), 0));
   ASSERT_TRUE(w.close());
   // scapy decodes the tag stacks (Dot1AD / Dot1Q layers) and recomputes the NAKs' ICRCs.
-  const std::string cmd = "/usr/bin/python3 " + std::string(INAGG_SOURCE_DIR) + "/tests/agg/check_nak_tags_scapy.py " + path + " 3";
+  const std::string cmd =
+      "/usr/bin/python3 " + std::string(INAGG_SOURCE_DIR) + "/tests/agg/check_nak_tags_scapy.py " + path + " 3";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::remove(path.c_str());
 }

@@ -36,7 +36,7 @@ TEST_F(Recovery, ADeadReceiverEndsTheJobAfterItsTimeoutWithAHandfulOfResends) {
   for (uint64_t seq = 0; seq < 4; ++seq)
     for (unsigned r = 0; r < 3; ++r) send(j.data_frame(r, seq));
   for (unsigned r : {0u, 2u}) send(j.ack_frame(r, 3));  // rank 1's receiver is dead: it never ACKs
-  std::vector<uint64_t> rounds;                          // when each resend round went out
+  std::vector<uint64_t> rounds;                         // when each resend round went out
   uint64_t resent = 0, failed_at = 0;
   for (uint64_t t = t0; t <= t0 + cfg.abort_timeout_ns + 10 * kPollNs; t += kPollNs) {
     auto outs = poll(t);
@@ -183,7 +183,7 @@ TEST_F(Recovery, ReorderingThatFillsTheGapNeedsNoMoreNaks) {
   add(j);
   send(j.data_frame(0, 0));
   ASSERT_EQ(send(j.data_frame(0, 2)).size(), 1u);  // 1 looks lost ...
-  send(j.data_frame(0, 1));                         // ... but was only late
+  send(j.data_frame(0, 1));                        // ... but was only late
   send(j.data_frame(0, 3));
   const uint64_t t0 = now;
   for (uint64_t t = t0; t < t0 + 10'000'000; t += kPollNs) EXPECT_TRUE(poll(t).empty());

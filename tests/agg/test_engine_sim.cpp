@@ -16,7 +16,7 @@ using agg::Dtype;
 
 namespace {
 
-constexpr uint64_t kStepNs = 1000;                 // one simulated microsecond per step
+constexpr uint64_t kStepNs = 1000;                   // one simulated microsecond per step
 constexpr uint64_t kSenderAckTimeoutNs = 2'000'000;  // the NICs' RC retransmission timer
 
 struct RunParams {
@@ -291,9 +291,11 @@ TEST_P(EngineSim, RandomArrivalsLossesAndRetransmissionsKeepEverySumExact) {
     answered += r.counters.retransmits_answered;
     stale += r.counters.stale;
   }
-  std::printf("loss %.0f%%: %d runs, sender timeouts %llu, NAKs sent %llu, resends %llu, retransmits answered %llu, stale %llu\n",
-              loss * 100, runs, (unsigned long long)timeouts, (unsigned long long)naks, (unsigned long long)resends,
-              (unsigned long long)answered, (unsigned long long)stale);
+  std::printf(
+      "loss %.0f%%: %d runs, sender timeouts %llu, NAKs sent %llu, resends %llu, retransmits answered %llu, stale "
+      "%llu\n",
+      loss * 100, runs, (unsigned long long)timeouts, (unsigned long long)naks, (unsigned long long)resends,
+      (unsigned long long)answered, (unsigned long long)stale);
   if (loss > 0) {
     EXPECT_GT(naks, 0u);
     EXPECT_GT(resends + answered, 0u);
@@ -323,11 +325,12 @@ TEST(EngineSimRecovery, FastRecoverySavesSenderTimeoutsAtOnePercentLoss) {
     steps_with += a.steps;
     steps_without += b.steps;
   }
-  std::printf("1%% loss, 300 runs: sender timeouts %llu with fast recovery, %llu without (%.0f%% saved); "
-              "simulated time %.1f ms vs %.1f ms\n",
-              (unsigned long long)with, (unsigned long long)without,
-              without ? 100.0 * (double)(without - std::min(with, without)) / (double)without : 0.0,
-              (double)steps_with / 1000, (double)steps_without / 1000);
+  std::printf(
+      "1%% loss, 300 runs: sender timeouts %llu with fast recovery, %llu without (%.0f%% saved); "
+      "simulated time %.1f ms vs %.1f ms\n",
+      (unsigned long long)with, (unsigned long long)without,
+      without ? 100.0 * (double)(without - std::min(with, without)) / (double)without : 0.0, (double)steps_with / 1000,
+      (double)steps_without / 1000);
   EXPECT_LT(with, without);
 }
 

@@ -52,10 +52,14 @@ void set_element_bits(Dtype dtype, uint8_t* p, size_t i, uint32_t bits) {
 
 bool is_nan_bits(Dtype dtype, uint32_t bits) {
   switch (dtype) {
-    case Dtype::fp32: return (bits & 0x7FFFFFFFu) > 0x7F800000u;
-    case Dtype::fp16: return (bits & 0x7FFFu) > 0x7C00u;
-    case Dtype::bf16: return (bits & 0x7FFFu) > 0x7F80u;
-    case Dtype::int32: return false;
+    case Dtype::fp32:
+      return (bits & 0x7FFFFFFFu) > 0x7F800000u;
+    case Dtype::fp16:
+      return (bits & 0x7FFFu) > 0x7C00u;
+    case Dtype::bf16:
+      return (bits & 0x7FFFu) > 0x7F80u;
+    case Dtype::int32:
+      return false;
   }
   return false;
 }
@@ -115,19 +119,28 @@ uint32_t random_element(Dtype dtype, std::mt19937& rng, bool allow_nan = true) {
     uint32_t bits = 0;
     switch (dtype) {
       case Dtype::fp32:
-        if (kind < 3) bits = fp32_special[r % std::size(fp32_special)];
-        else if (kind < 5) bits = r;
-        else bits = (r & 0x807FFFFFu) | ((120u + (r >> 23) % 16) << 23);  // |x| in [2^-7, 2^9)
+        if (kind < 3)
+          bits = fp32_special[r % std::size(fp32_special)];
+        else if (kind < 5)
+          bits = r;
+        else
+          bits = (r & 0x807FFFFFu) | ((120u + (r >> 23) % 16) << 23);  // |x| in [2^-7, 2^9)
         break;
       case Dtype::fp16:
-        if (kind < 3) bits = fp16_special[r % std::size(fp16_special)];
-        else if (kind < 5) bits = r & 0xFFFF;
-        else bits = (r & 0x83FFu) | ((8u + (r >> 10) % 16) << 10);  // |x| in [2^-7, 2^9)
+        if (kind < 3)
+          bits = fp16_special[r % std::size(fp16_special)];
+        else if (kind < 5)
+          bits = r & 0xFFFF;
+        else
+          bits = (r & 0x83FFu) | ((8u + (r >> 10) % 16) << 10);  // |x| in [2^-7, 2^9)
         break;
       case Dtype::bf16:
-        if (kind < 3) bits = bf16_special[r % std::size(bf16_special)];
-        else if (kind < 5) bits = r & 0xFFFF;
-        else bits = (r & 0x807Fu) | ((120u + (r >> 7) % 16) << 7);  // |x| in [2^-7, 2^9)
+        if (kind < 3)
+          bits = bf16_special[r % std::size(bf16_special)];
+        else if (kind < 5)
+          bits = r & 0xFFFF;
+        else
+          bits = (r & 0x807Fu) | ((120u + (r >> 7) % 16) << 7);  // |x| in [2^-7, 2^9)
         break;
       case Dtype::int32:
         bits = kind < 4 ? int32_special[r % std::size(int32_special)] : r;
@@ -422,10 +435,13 @@ INSTANTIATE_TEST_SUITE_P(Tiers, KernelsTest,
                          ::testing::Combine(::testing::ValuesIn(kImplementations), ::testing::ValuesIn(kAllDtypes)),
                          implementation_test_name);
 INSTANTIATE_TEST_SUITE_P(Tiers, TierTest, ::testing::ValuesIn(kImplementations),
-                         [](const ::testing::TestParamInfo<Implementation>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<Implementation>& info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST(KernelDispatch, EverySupportedTierIsBuiltAndTheBestIsUsed) {
-  for (util::SimdTier tier : {util::SimdTier::sse2, util::SimdTier::avx2, util::SimdTier::avx512, util::SimdTier::native}) {
+  for (util::SimdTier tier :
+       {util::SimdTier::sse2, util::SimdTier::avx2, util::SimdTier::avx512, util::SimdTier::native}) {
     EXPECT_EQ(detail::kernel_ops_for(tier) != nullptr, util::cpu_supports(tier)) << util::tier_name(tier);
   }
   EXPECT_EQ(kernels_tier_name(), util::tier_name(util::best_simd_tier()));
@@ -468,8 +484,8 @@ std::vector<float> half_conversion_inputs() {
     }
   }
   for (float f : {65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e10f, std::numeric_limits<float>::max(),
-                  std::numeric_limits<float>::infinity(), 0x1p-24f, 0x1p-25f, 0x1.000002p-25f, 0x1.8p-24f,
-                  0x1p-26f, 0x1p-14f, 0x1.ffcp-15f, 0x1.ffep-15f, std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::infinity(), 0x1p-24f, 0x1p-25f, 0x1.000002p-25f, 0x1.8p-24f, 0x1p-26f,
+                  0x1p-14f, 0x1.ffcp-15f, 0x1.ffep-15f, std::numeric_limits<float>::denorm_min(),
                   std::numeric_limits<float>::min(), 0.0f, -0.0f}) {
     in.push_back(f);
     in.push_back(-f);

@@ -32,7 +32,8 @@ namespace control = inagg::control;
 
 namespace {
 
-const char* kRefusal = "job 1: needs up to 16384 held packet buffers (n x window x M / P) but only 8192 of the mbuf budget are free";
+const char* kRefusal =
+    "job 1: needs up to 16384 held packet buffers (n x window x M / P) but only 8192 of the mbuf budget are free";
 
 // A stand-in for the appliance's control thread: jobs in a map, refusals remembered.
 class FakeAppliance {
@@ -61,7 +62,9 @@ class FakeAppliance {
           refused_.record(r.job, kRefusal);
           return control::format_error(kRefusal);
         }
-        if (jobs_.count(r.job.id)) return control::format_error("job " + std::to_string(r.job.id) + ": already exists and is active; remove it first");
+        if (jobs_.count(r.job.id))
+          return control::format_error("job " + std::to_string(r.job.id) +
+                                       ": already exists and is active; remove it first");
         refused_.forget(r.job.id);
         if (activate) jobs_[r.job.id] = r.job;
         return control::format_job_added(r.job.id);
@@ -77,7 +80,8 @@ class FakeAppliance {
         refused_.add_to(&list);
         return control::format_job_list(list);
       }
-      default: return control::format_error("not in this test");
+      default:
+        return control::format_error("not in this test");
     }
   }
 
@@ -157,11 +161,13 @@ TEST_F(ControlClientTest, AnEarlierRefusalOfAnotherJobWithTheSameIdIsNotOurs) {
   app.refuse = true;
   RackPlan big = plan_;
   big.window = 64;
-  EXPECT_EQ(ControlClient(path_).register_job(true, big.job_text(), 1, now_ns() + 1'000'000'000ull).outcome, Outcome::refused);
+  EXPECT_EQ(ControlClient(path_).register_job(true, big.job_text(), 1, now_ns() + 1'000'000'000ull).outcome,
+            Outcome::refused);
   // The rerun with a window that fits: its ranks 1..3 poll before rank 0 adds and see the old
   // refusal in `list`, which names another spec; they wait, and the new job becomes active.
   app.refuse = false;
-  for (const Registration& r : register_all(now_ns() + 10'000'000'000ull)) EXPECT_EQ(r.outcome, Outcome::active) << r.reason;
+  for (const Registration& r : register_all(now_ns() + 10'000'000'000ull))
+    EXPECT_EQ(r.outcome, Outcome::active) << r.reason;
 }
 
 TEST_F(ControlClientTest, AbsentApplianceAndInactiveJobAreToldApart) {

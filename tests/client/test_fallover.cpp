@@ -49,7 +49,8 @@ TEST(FallOver, HealthyJobEndsWithTheClosingAgreement) {
 }
 
 TEST(FallOver, RegistrationFailuresMeanTheTierFromAllreduceZero) {
-  for (FallOverCause cause : {FallOverCause::appliance_absent, FallOverCause::job_refused, FallOverCause::job_not_active}) {
+  for (FallOverCause cause :
+       {FallOverCause::appliance_absent, FallOverCause::job_refused, FallOverCause::job_not_active}) {
     FallOver a(2), b(2);
     a.registration_failed(cause, "the appliance refused the job: error: needs 16384 buffers");
     b.registration_failed(cause, "same");
@@ -76,7 +77,8 @@ TEST(FallOver, WrongTallyOnEveryRankRedoesTheAllreduceOnTheTier) {
   for (FallOver* x : ranks) {
     x->appliance_done();
     x->appliance_done();
-    x->appliance_failed(FallOverCause::tally_wrong, "message 0 arrived without the appliance's sum (tally 1, want 3)", false);
+    x->appliance_failed(FallOverCause::tally_wrong, "message 0 arrived without the appliance's sum (tally 1, want 3)",
+                        false);
   }
   const FallOver::Agreement sum = tier_sum(ranks);
   EXPECT_EQ(sum[0], 3);
@@ -138,8 +140,9 @@ TEST(FallOver, HeadSilentFailsTheJobWithTheStepItHappenedIn) {
   c.appliance_done();
   c.finish();
   c.tier_failed("no result");
-  EXPECT_EQ(c.error(),
-            "the job's closing agreement on the XDP tier (auto mode needs its heads up, as the fall-back it is): no result");
+  EXPECT_EQ(
+      c.error(),
+      "the job's closing agreement on the XDP tier (auto mode needs its heads up, as the fall-back it is): no result");
 }
 
 TEST(FallOver, AgreementsBeyondTheProtocolAreErrors) {
@@ -147,11 +150,13 @@ TEST(FallOver, AgreementsBeyondTheProtocolAreErrors) {
   a.appliance_done();
   a.appliance_failed(FallOverCause::tally_wrong, "x", false);
   EXPECT_EQ(a.agreed({4, 16, 0, 0}), Resume::error);  // everyone else claims allreduce 4
-  EXPECT_EQ(a.error(), "fall-over agreement: the ranks resume at allreduce 4, this rank is at 1 (a rank that does not follow the protocol?)");
+  EXPECT_EQ(a.error(),
+            "fall-over agreement: the ranks resume at allreduce 4, this rank is at 1 (a rank that does not follow the "
+            "protocol?)");
 
   FallOver b(2);
   b.appliance_failed(FallOverCause::tally_wrong, "x", false);  // h = 0
-  EXPECT_EQ(b.agreed({2, 1, 0, 0}), Resume::redo_on_tier);    // sum 1 != 2 x 0: floor(1 / 2) = 0
+  EXPECT_EQ(b.agreed({2, 1, 0, 0}), Resume::redo_on_tier);     // sum 1 != 2 x 0: floor(1 / 2) = 0
   FallOver c(2);
   c.appliance_failed(FallOverCause::tally_wrong, "x", false);
   EXPECT_EQ(c.agreed({2, 2, 0, 0}), Resume::error);  // all say "after this one", but this rank lacks the sums
@@ -201,7 +206,8 @@ TEST(FallOver, SimulatedJobsAgreeOnEveryAllreduce) {
         r[i].appliance_done();
         done[i].push_back(Tier::appliance);
       }
-      const bool have_data = phase == 1 || (phase == 2 && !committed) || (phase == 3 && (i == 0 || (i != 1 && rng() % 2)));
+      const bool have_data =
+          phase == 1 || (phase == 2 && !committed) || (phase == 3 && (i == 0 || (i != 1 && rng() % 2)));
       r[i].appliance_failed(have_data ? FallOverCause::retry_exceeded : FallOverCause::tally_wrong, "x", have_data);
     }
     const FallOver::Agreement sum = tier_sum(ranks);

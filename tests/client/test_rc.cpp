@@ -16,7 +16,8 @@ namespace {
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 struct Pair {
@@ -71,7 +72,8 @@ TEST(RcLoopback, WritesLandInOrderWithImmediatesAndValidIcrcs) {
   std::vector<uint8_t> src(kMsg * kCount);
   std::mt19937 rng(1);
   for (auto& x : src) x = static_cast<uint8_t>(rng());
-  for (size_t i = 0; i < kCount; ++i) p.req->post_write(src.data() + i * kMsg, kMsg, 0x10000 + i * kMsg, 0x77, static_cast<uint32_t>(i));
+  for (size_t i = 0; i < kCount; ++i)
+    p.req->post_write(src.data() + i * kMsg, kMsg, 0x10000 + i * kMsg, 0x77, static_cast<uint32_t>(i));
   ASSERT_TRUE(p.run(10)) << p.req->error();
   EXPECT_EQ(p.mr, src);
   EXPECT_EQ(p.rsp->messages(), kCount);
@@ -91,7 +93,8 @@ TEST(RcLoopback, GoBackNRecoversFromLossInBothDirections) {
   p.b.set_loss(0.05, 2);
   std::vector<uint8_t> src(kMsg * kCount);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
-  for (size_t i = 0; i < kCount; ++i) p.req->post_write(src.data() + i * kMsg, kMsg, 0x10000 + i * kMsg, 0x77, std::nullopt);
+  for (size_t i = 0; i < kCount; ++i)
+    p.req->post_write(src.data() + i * kMsg, kMsg, 0x10000 + i * kMsg, 0x77, std::nullopt);
   ASSERT_TRUE(p.run(30)) << p.req->error();
   EXPECT_EQ(p.mr, src);
   EXPECT_GT(p.a.dropped() + p.b.dropped(), 0u);

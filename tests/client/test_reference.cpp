@@ -52,7 +52,7 @@ TEST(Reference, InputsDoNotDependOnHowTheyAreSplit) {
     fill(0, cuts.size() / 2);
     t.join();
     EXPECT_EQ(split, whole);
-    EXPECT_NE(input(d, 3, kBytes), whole);  // another rank, another input
+    EXPECT_NE(input(d, 3, kBytes), whole);                  // another rank, another input
     const std::vector<uint8_t> prefix = input(d, 2, 4096);  // a shorter buffer is the start of a longer one
     EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), whole.begin()));
   }

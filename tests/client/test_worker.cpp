@@ -169,7 +169,8 @@ uint64_t run_job(const char* mode, Dtype dtype, unsigned n, uint64_t max_bytes, 
 // not, with every dtype and n = 2..5).
 TEST(Worker, RingOverAnotherTransport) {
   for (Dtype d : {Dtype::fp32, Dtype::int32, Dtype::bf16, Dtype::fp16})
-    for (unsigned n : {2u, 3u, 4u, 5u}) EXPECT_EQ(run_job("ring", d, n, 100000), 0u) << inagg::util::dtype_name(d) << ", " << n << " ranks";
+    for (unsigned n : {2u, 3u, 4u, 5u})
+      EXPECT_EQ(run_job("ring", d, n, 100000), 0u) << inagg::util::dtype_name(d) << ", " << n << " ranks";
 }
 
 TEST(Worker, InaOverAnotherTransportAndAnApplianceStandIn) {

@@ -42,7 +42,8 @@ std::string with(const std::string& old_line, const std::string& new_line) {
 
 bool operator_eq(const JobSpec& a, const JobSpec& b) {
   if (a.id != b.id || a.dtype != b.dtype || a.workers != b.workers || a.message_bytes != b.message_bytes ||
-      a.payload_bytes != b.payload_bytes || a.window != b.window || a.replay != b.replay || a.conns.size() != b.conns.size())
+      a.payload_bytes != b.payload_bytes || a.window != b.window || a.replay != b.replay ||
+      a.conns.size() != b.conns.size())
     return false;
   for (size_t i = 0; i < a.conns.size(); ++i) {
     const ConnectionSpec &x = a.conns[i], &y = b.conns[i];
@@ -132,7 +133,8 @@ TEST(JobFile, Ipv4MappedGidsMeanTheIpv4Address) {
   EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("10.0.0.2"));
   EXPECT_EQ(s->conns[0].src_ip.version, wire::IpVersion::v4);
   // Mixed with a plain IPv4 address on the same line: both IPv4.
-  s = parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,::ffff:10.0.0.1,0xABCDEF,0"), &err);
+  s = parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,::ffff:10.0.0.1,0xABCDEF,0"),
+                &err);
   ASSERT_TRUE(s) << err;
   EXPECT_EQ(s->conns[1].dst_ip, *wire::parse_ip("10.0.0.1"));
   // And the engine takes the job: both ranks' addresses form a ring of IPv4 hosts.
@@ -201,7 +203,8 @@ TEST(JobFile, LoadErrorsNameTheFile) {
   const std::string dir = ::testing::TempDir();
   std::string err;
   EXPECT_FALSE(load_job_file(dir + "/no-such.job", &err));
-  EXPECT_NE(err.find("cannot open job file '" + dir + "/no-such.job': No such file or directory"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot open job file '" + dir + "/no-such.job': No such file or directory"), std::string::npos)
+      << err;
   EXPECT_FALSE(load_job_file(dir, &err));
   EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
 
@@ -233,17 +236,21 @@ TEST(JobFile, ErrorMessages) {
   };
   const std::string conn1 = "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0";
   const Case cases[] = {
-      {with("conn = 1,10.0.0.2,19,", "conn = 1,10.0.0.2,0xzz,"), "line 11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)"},
-      {with("workers = 2", "worker = 2"), "line 5: unknown key 'worker' (did you mean 'workers'?); valid keys: id, dtype, workers, "
-                                          "message_bytes, payload_bytes, window, replay, conn"},
+      {with("conn = 1,10.0.0.2,19,", "conn = 1,10.0.0.2,0xzz,"),
+       "line 11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)"},
+      {with("workers = 2", "worker = 2"),
+       "line 5: unknown key 'worker' (did you mean 'workers'?); valid keys: id, dtype, workers, "
+       "message_bytes, payload_bytes, window, replay, conn"},
       {with("", "color = blue"), "line 12: unknown key 'color'; valid keys: id, dtype"},
       {with("id = 7", "ID = 7"), "unknown key 'ID' (did you mean 'id'?)"},
       {with("", "window = 9"), "line 12: duplicate key 'window' (first set on line 8); keep one of the two lines"},
       {with("window = 4\n", ""), "missing required key; add a line like `window = 8`"},
       {with("id = 7\n", ""), "missing required key; add a line like `id = 7`"},
-      {"dtype = fp32\n", "missing required keys; add lines like `id = 7`, `workers = 4`, `message_bytes = 65536`, "
-                         "`payload_bytes = 1024`, `window = 8`, `conn = "},
-      {std::string(kGood).substr(0, std::string(kGood).find("conn")), "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN)"},
+      {"dtype = fp32\n",
+       "missing required keys; add lines like `id = 7`, `workers = 4`, `message_bytes = 65536`, "
+       "`payload_bytes = 1024`, `window = 8`, `conn = "},
+      {std::string(kGood).substr(0, std::string(kGood).find("conn")),
+       "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN)"},
       {with("id = 7", "id = 7x"), "line 3: id: '7x' is not a number (hex 0x... or decimal)"},
       {with("id = 7", "id = 4294967296"), "line 3: id: '4294967296' is out of range; write a number in 0..4294967295"},
       {with("id = 7", "id = 99999999999999999999999"), "is out of range"},
@@ -267,7 +274,8 @@ TEST(JobFile, ErrorMessages) {
        "line 11: conn: '10.0.0.256' is not an IPv4 or IPv6 address (e.g. 10.0.0.1 or fd00::1)"},
       {with(conn1, "conn = 1,10.0.0.2,19,fd00::1::2,0xABCDEF,0"), "conn: 'fd00::1::2' is not an IPv4 or IPv6 address"},
       {with(conn1, "conn = 1,10.0.0.2,19,fd00::1,0xABCDEF,0"),
-       "line 11: conn: source 10.0.0.2 and destination fd00::1 are of different IP versions; use IPv4 for both or IPv6 for both"},
+       "line 11: conn: source 10.0.0.2 and destination fd00::1 are of different IP versions; use IPv4 for both or IPv6 "
+       "for both"},
       {with(conn1, "conn = 1,10.0.0.2,0x1000000,10.0.0.1,0xABCDEF,0"),
        "line 11: conn: QPN '0x1000000' is out of range; write a number in 0..0xffffff (QPNs are 24-bit)"},
       {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,16777216,0"), "QPN '16777216' is out of range"},
@@ -275,7 +283,8 @@ TEST(JobFile, ErrorMessages) {
        "line 11: conn: PSN '0x1000000' is out of range; write a number in 0..0xffffff (PSNs are 24-bit)"},
       {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,-3"), "conn: PSN '-3' is negative"},
       {with(conn1, "conn = x,10.0.0.2,19,10.0.0.1,0xABCDEF,0"), "line 11: conn: rank 'x' is not a number"},
-      {with(conn1, "conn = 64,10.0.0.2,19,10.0.0.1,0xABCDEF,0"), "conn: rank '64' is out of range; write a number in 0..63"},
+      {with(conn1, "conn = 64,10.0.0.2,19,10.0.0.1,0xABCDEF,0"),
+       "conn: rank '64' is out of range; write a number in 0..63"},
       {with(conn1, "conn ="), "line 11: conn: no value; write e.g. `conn = 0, 10.0.0.1"},
       {with("", "[job]"), "line 12: sections such as '[job]' are not used"},
       {with("", "just some words"), "line 12: expected `key = value`, got 'just some words'"},

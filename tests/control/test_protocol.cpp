@@ -64,9 +64,10 @@ TEST(Protocol, ParsesEachVerb) {
 
 TEST(Protocol, ARegistrationWithIpv4MappedGidsRegistersIpv4Addresses) {
   std::string err;
-  auto r = parse_request("add\nid = 9\ndtype = fp32\nworkers = 1\nmessage_bytes = 1024\npayload_bytes = 1024\n"
-                         "window = 2\nconn = 0, ::ffff:10.0.0.1, 0x11, ::ffff:10.0.0.1, 0x12, 0\n",
-                         &err);
+  auto r = parse_request(
+      "add\nid = 9\ndtype = fp32\nworkers = 1\nmessage_bytes = 1024\npayload_bytes = 1024\n"
+      "window = 2\nconn = 0, ::ffff:10.0.0.1, 0x11, ::ffff:10.0.0.1, 0x12, 0\n",
+      &err);
   ASSERT_TRUE(r) << err;
   ASSERT_EQ(r->job.conns.size(), 1u);
   EXPECT_EQ(r->job.conns[0].src_ip.version, util::IpVersion::v4);
@@ -122,10 +123,12 @@ TEST(Protocol, MalformedRequests) {
   EXPECT_EQ(refused("list\nsomething"), "list takes nothing after its first line");
   EXPECT_EQ(refused("add"), "add needs a job file: send its text on the lines after 'add'");
   EXPECT_EQ(refused("add\n\n  \n"), "add needs a job file: send its text on the lines after 'add'");
-  EXPECT_EQ(refused(std::string("add 9\n") + kJob), "add takes no arguments; send the job file text on the lines after 'add'");
-  EXPECT_EQ(refused(std::string("add\n") + kJob + "windw = 3\n"),
-            "job file: line 8: unknown key 'windw' (did you mean 'window'?); valid keys: id, dtype, workers, message_bytes, "
-            "payload_bytes, window, replay, conn");
+  EXPECT_EQ(refused(std::string("add 9\n") + kJob),
+            "add takes no arguments; send the job file text on the lines after 'add'");
+  EXPECT_EQ(
+      refused(std::string("add\n") + kJob + "windw = 3\n"),
+      "job file: line 8: unknown key 'windw' (did you mean 'window'?); valid keys: id, dtype, workers, message_bytes, "
+      "payload_bytes, window, replay, conn");
 }
 
 TEST(Protocol, Replies) {
@@ -153,13 +156,14 @@ TEST(Protocol, Replies) {
   c.id = 3;
   c.state = JobStatus::State::refused;
   c.error = "needs 16384 buffers\\x";
-  EXPECT_EQ(format_job_list({a, b, c}),
-            "id=1 state=active dtype=bf16 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
-            "mbuf_quota=0 error=\"\"\n"
-            "id=2 state=failed dtype=int32 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
-            "mbuf_quota=0 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n"
-            "id=3 state=refused dtype=bf16 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
-            "mbuf_quota=0 error=\"needs 16384 buffers\\\\x\"\n");
+  EXPECT_EQ(
+      format_job_list({a, b, c}),
+      "id=1 state=active dtype=bf16 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
+      "mbuf_quota=0 error=\"\"\n"
+      "id=2 state=failed dtype=int32 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
+      "mbuf_quota=0 error=\"rank 1 sent \\\"late\\\"\\npacket\"\n"
+      "id=3 state=refused dtype=bf16 workers=4 released_slots=12 held_packets=3 retained_packets=0 memory_bytes=0 "
+      "mbuf_quota=0 error=\"needs 16384 buffers\\\\x\"\n");
 
   EXPECT_EQ(format_counters({{"rx_packets", 10}, {"tx_full", 2}}), "rx_packets 10\ntx_full 2\n");
   EXPECT_EQ(format_counters({}), "");
@@ -171,12 +175,14 @@ TEST(Protocol, Replies) {
   s.counters = {{"slots_released", 5}};
   s.workers = 2;
   EXPECT_EQ(format_job_stats(s),
-            "id 4\nstate active\ndtype fp32\nworkers 2\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\n"
+            "id 4\nstate active\ndtype fp32\nworkers 2\nreleased_slots 0\nheld_packets 0\nretained_packets "
+            "0\nmemory_bytes 4096\n"
             "mbuf_quota 0\nslots_released 5\n");
   s.state = JobStatus::State::failed;
   s.error = "timed out\nafter 30 s";
   EXPECT_EQ(format_job_stats(s),
-            "id 4\nstate failed\ndtype fp32\nworkers 2\nreleased_slots 0\nheld_packets 0\nretained_packets 0\nmemory_bytes 4096\n"
+            "id 4\nstate failed\ndtype fp32\nworkers 2\nreleased_slots 0\nheld_packets 0\nretained_packets "
+            "0\nmemory_bytes 4096\n"
             "mbuf_quota 0\nerror timed out after 30 s\nslots_released 5\n");
   s.counters.push_back({"naks_sent", 0});
   EXPECT_EQ(format_job_summary(s),

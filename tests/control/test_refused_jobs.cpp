@@ -34,8 +34,10 @@ TEST(RefusedJobs, ListedUntilAddedOrRemoved) {
   EXPECT_EQ(jobs[1].spec_digest, job_digest(spec(8, 2)));
   jobs[0].spec_digest = jobs[1].spec_digest = std::nullopt;
   EXPECT_EQ(format_job_list(jobs),
-            "id=7 state=refused dtype=int32 workers=4 released_slots=0 held_packets=0 retained_packets=0 memory_bytes=0 mbuf_quota=0 error=\"needs up to 16384 held packet buffers\"\n"
-            "id=8 state=refused dtype=int32 workers=2 released_slots=0 held_packets=0 retained_packets=0 memory_bytes=0 mbuf_quota=0 error=\"second reason\"\n");
+            "id=7 state=refused dtype=int32 workers=4 released_slots=0 held_packets=0 retained_packets=0 "
+            "memory_bytes=0 mbuf_quota=0 error=\"needs up to 16384 held packet buffers\"\n"
+            "id=8 state=refused dtype=int32 workers=2 released_slots=0 held_packets=0 retained_packets=0 "
+            "memory_bytes=0 mbuf_quota=0 error=\"second reason\"\n");
 
   // An existing job of the same id says more than an older refusal ("already exists").
   jobs.clear();

@@ -120,7 +120,10 @@ TEST_F(ControlSocket, AddListStatsRemove) {
   std::string perr;
   std::snprintf(spec, sizeof spec, "%08x", job_digest(*parse_job(kJob, &perr)));
   const std::string list = exchange(server, h, "list\n");
-  EXPECT_EQ(list.rfind("id=9 state=active dtype=fp32 workers=1 released_slots=0 held_packets=0 retained_packets=0 memory_bytes=", 0), 0u)
+  EXPECT_EQ(
+      list.rfind(
+          "id=9 state=active dtype=fp32 workers=1 released_slots=0 held_packets=0 retained_packets=0 memory_bytes=", 0),
+      0u)
       << list;
   EXPECT_TRUE(list.ends_with(" spec=" + std::string(spec) + " error=\"\"\n")) << list;
   const std::string totals = exchange(server, h, "stats\n");
@@ -167,11 +170,15 @@ TEST_F(ControlSocket, HandlerFailuresAreReplies) {
   ControlServer server;
   std::string err;
   ASSERT_TRUE(server.open(path_, &err)) << err;
-  EXPECT_EQ(exchange(server, [](const Request&) -> std::string { throw std::runtime_error("boom"); }, "list\n"),
+  EXPECT_EQ(exchange(
+                server, [](const Request&) -> std::string { throw std::runtime_error("boom"); }, "list\n"),
             "error: internal error: boom\n");
-  EXPECT_EQ(exchange(server, [](const Request&) { return std::string(); }, "list\n"),
+  EXPECT_EQ(exchange(
+                server, [](const Request&) { return std::string(); }, "list\n"),
             "error: internal error: the server produced no reply\n");
-  EXPECT_EQ(exchange(server, [](const Request&) { return std::string("ok"); }, "list\n"), "ok\n");
+  EXPECT_EQ(exchange(
+                server, [](const Request&) { return std::string("ok"); }, "list\n"),
+            "ok\n");
 }
 
 TEST_F(ControlSocket, UnfinishedRequestTimesOut) {
@@ -186,7 +193,11 @@ TEST_F(ControlSocket, UnfinishedRequestTimesOut) {
   ASSERT_EQ(::write(c, "list\n", 5), 5);  // and never shut down the write side
   int calls = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(server.poll([&](const Request&) { ++calls; return std::string("ok\n"); }), 1u);
+  EXPECT_EQ(server.poll([&](const Request&) {
+    ++calls;
+    return std::string("ok\n");
+  }),
+            1u);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GE(ms, kRequestTimeoutMs - 5);
   EXPECT_LT(ms, 4 * kRequestTimeoutMs);
@@ -263,7 +274,8 @@ TEST_F(ControlSocket, RefusesPathsThatAreNotSockets) {
   EXPECT_FALSE(server.open(dir_ + "/" + std::string(120, 'x'), &err));
   EXPECT_NE(err.find("Unix socket paths are at most 107 bytes"), std::string::npos) << err;
   EXPECT_FALSE(server.open(dir_ + "/no/such/dir/ctl.sock", &err));
-  EXPECT_NE(err.find("cannot create directory '" + dir_ + "/no/such/dir' for the control socket"), std::string::npos) << err;
+  EXPECT_NE(err.find("cannot create directory '" + dir_ + "/no/such/dir' for the control socket"), std::string::npos)
+      << err;
 }
 
 TEST_F(ControlSocket, ClosingDoesNotUnlinkAReplacement) {

@@ -5,13 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FUZZ_CHECK(cond, ...)                                                                      \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      std::printf("fuzz invariant broken: %s (%s:%d): ", #cond, __FILE__, __LINE__);              \
-      std::printf(__VA_ARGS__);                                                                    \
-      std::printf("\n");                                                                           \
-      std::fflush(stdout);                                                                         \
-      std::abort();                                                                                \
-    }                                                                                              \
+#define FUZZ_CHECK(cond, ...)                                                        \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::printf("fuzz invariant broken: %s (%s:%d): ", #cond, __FILE__, __LINE__); \
+      std::printf(__VA_ARGS__);                                                      \
+      std::printf("\n");                                                             \
+      std::fflush(stdout);                                                           \
+      std::abort();                                                                  \
+    }                                                                                \
   } while (0)

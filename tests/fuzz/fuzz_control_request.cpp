@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string err2;
   const auto back = parse_request(formatted, &err2);
   FUZZ_CHECK(back.has_value(), "accepted, formatted, then refused: %s", err2.c_str());
-  FUZZ_CHECK(back->verb == r->verb && back->has_id == r->has_id && back->id == r->id, "the request changed in a round trip");
+  FUZZ_CHECK(back->verb == r->verb && back->has_id == r->has_id && back->id == r->id,
+             "the request changed in a round trip");
   if (r->verb == Request::Verb::add)
     FUZZ_CHECK(format_job(back->job) == format_job(r->job), "the job changed in a round trip");
   return 0;

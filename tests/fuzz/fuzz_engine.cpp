@@ -117,7 +117,9 @@ class Run {
     cfg_.ecn_threshold_packets = 1;
     agg::BufferOps ops = pool_.ops;
     ops.queue_ctx = this;
-    ops.tx_queue_above = [](void* ctx, uint16_t port, uint32_t) { return ((static_cast<Run*>(ctx)->now_ >> 14) + port) % 3 == 0; };
+    ops.tx_queue_above = [](void* ctx, uint16_t port, uint32_t) {
+      return ((static_cast<Run*>(ctx)->now_ >> 14) + port) % 3 == 0;
+    };
     engine_ = std::make_unique<agg::Engine>(cfg_, ops);
     std::string err;
     FUZZ_CHECK(engine_->add_job(spec_, &err), "the job was refused: %s", err.c_str());
@@ -169,7 +171,8 @@ class Run {
         auto f = data(r, b % limit);
         // At most 3 bits: CRC-32 catches every such error in a frame this size (Hamming distance 4),
         // so a copy the engine accepts differs from the honest one in masked or L2 bytes only.
-        for (int k = 0; k <= c % 3; ++k) f[(b * 131 + c * 7 + k * 61) % f.size()] ^= static_cast<uint8_t>(1u << ((c + k) % 8));
+        for (int k = 0; k <= c % 3; ++k)
+          f[(b * 131 + c * 7 + k * 61) % f.size()] ^= static_cast<uint8_t>(1u << ((c + k) % 8));
         if (still_honest(f, r, b % limit)) presented_[r][b % limit] = true;
         send(f, r);
         break;
@@ -297,7 +300,9 @@ class Run {
   }
   const std::vector<uint8_t>& payload(unsigned r, uint64_t seq) const { return payloads_[r][seq]; }
   const std::vector<uint8_t>& sum(uint64_t seq) const { return sums_[seq]; }
-  uint32_t psn(unsigned r, uint64_t seq) const { return static_cast<uint32_t>((spec_.conns[r].start_psn + seq) & 0xffffff); }
+  uint32_t psn(unsigned r, uint64_t seq) const {
+    return static_cast<uint32_t>((spec_.conns[r].start_psn + seq) & 0xffffff);
+  }
   wire::RoceFrameSpec spec(unsigned r, uint64_t seq) const {
     const control::ConnectionSpec& c = spec_.conns[r];
     wire::RoceFrameSpec s;
@@ -342,8 +347,8 @@ class Run {
     if (l.ip != wire::IpVersion::v4) return false;
     const control::ConnectionSpec& c = spec_.conns[r];
     return std::memcmp(f.data() + l.l3 + 12, c.src_ip.bytes.data(), 4) == 0 &&
-           std::memcmp(f.data() + l.l3 + 16, c.dst_ip.bytes.data(), 4) == 0 && wire::bth_of(f.data(), l).dest_qp() == c.dst_qpn &&
-           wire::bth_of(f.data(), l).psn() == psn(r, seq);
+           std::memcmp(f.data() + l.l3 + 16, c.dst_ip.bytes.data(), 4) == 0 &&
+           wire::bth_of(f.data(), l).dest_qp() == c.dst_qpn && wire::bth_of(f.data(), l).psn() == psn(r, seq);
   }
 
   void send_data(unsigned r, uint64_t seq, uint16_t port) {
@@ -354,7 +359,8 @@ class Run {
     engine_->process(pool_.wrap(f, port), now_, tx_);
     ++processed_;
     FUZZ_CHECK(engine_->counters().rx_packets == processed_, "rx_packets %llu != %llu",
-               static_cast<unsigned long long>(engine_->counters().rx_packets), static_cast<unsigned long long>(processed_));
+               static_cast<unsigned long long>(engine_->counters().rx_packets),
+               static_cast<unsigned long long>(processed_));
     drain();
   }
 
@@ -380,28 +386,32 @@ class Run {
       };
       const bool data_conn = is(c.dst_ip, c.dst_qpn), ack_conn = is(c.src_ip, c.src_qpn);
       if (!data_conn && !ack_conn) continue;
-      FUZZ_CHECK(st == wire::ParseStatus::roce && !mapped, "a frame the engine cannot place went out on rank %u's %s connection (%s)",
-                 r, data_conn ? "data" : "ACK", wire::parse_status_name(st).data());
+      FUZZ_CHECK(st == wire::ParseStatus::roce && !mapped,
+                 "a frame the engine cannot place went out on rank %u's %s connection (%s)", r,
+                 data_conn ? "data" : "ACK", wire::parse_status_name(st).data());
       if (l.opcode == wire::op::kCnp) return;
       FUZZ_CHECK(wire::icrc_verify(f.data(), l), "a bad ICRC went out on rank %u's connection", r);
       if (ack_conn) {
-        FUZZ_CHECK(l.opcode == (wire::op::kRc | wire::op::kAcknowledge), "opcode 0x%02x went to rank %u's sender", l.opcode, r);
-        FUZZ_CHECK(std::memcmp(f.data() + l.l3 + 12, c.dst_ip.bytes.data(), 4) == 0, "an ACK/NAK not from rank %u's receiver went out", r);
+        FUZZ_CHECK(l.opcode == (wire::op::kRc | wire::op::kAcknowledge), "opcode 0x%02x went to rank %u's sender",
+                   l.opcode, r);
+        FUZZ_CHECK(std::memcmp(f.data() + l.l3 + 12, c.dst_ip.bytes.data(), 4) == 0,
+                   "an ACK/NAK not from rank %u's receiver went out", r);
         return;
       }
       FUZZ_CHECK(wire::is_rdma_write(l.opcode), "opcode 0x%02x went out on rank %u's data connection", l.opcode, r);
       uint64_t& first = first_unseen_[r];
       const int64_t s = static_cast<int64_t>(first) + sext24(wire::bth_of(f.data(), l).psn() - psn(r, first));
-      FUZZ_CHECK(s >= 0 && s < static_cast<int64_t>(presented_[r].size()), "rank %u: a WRITE for sequence %lld went out", r,
-                 static_cast<long long>(s));
+      FUZZ_CHECK(s >= 0 && s < static_cast<int64_t>(presented_[r].size()),
+                 "rank %u: a WRITE for sequence %lld went out", r, static_cast<long long>(s));
       const uint64_t seq = static_cast<uint64_t>(s);
       for (unsigned k = 0; k < n_; ++k)
         FUZZ_CHECK(presented_[k][seq], "rank %u: the sum of sequence %llu went out before rank %u's packet came in", r,
                    static_cast<unsigned long long>(seq), k);
       FUZZ_CHECK(l.payload_len == kPayload && std::memcmp(f.data() + l.payload, sum(seq).data(), kPayload) == 0,
-                 "rank %u: sequence %llu went out without its full sum (raw or partial)", r, static_cast<unsigned long long>(seq));
-      FUZZ_CHECK(seq <= first, "rank %u: sequence %llu went out before %llu (PSN order)", r, static_cast<unsigned long long>(seq),
-                 static_cast<unsigned long long>(first));
+                 "rank %u: sequence %llu went out without its full sum (raw or partial)", r,
+                 static_cast<unsigned long long>(seq));
+      FUZZ_CHECK(seq <= first, "rank %u: sequence %llu went out before %llu (PSN order)", r,
+                 static_cast<unsigned long long>(seq), static_cast<unsigned long long>(first));
       if (seq == first) ++first;
       return;
     }

@@ -23,9 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(l.info != nullptr, "no opcode info");
     FUZZ_CHECK(l.end <= size, "end %u past the frame (%zu)", l.end, size);
     FUZZ_CHECK(l.l3 < l.l4 && l.l4 < l.bth && l.bth < l.payload && l.payload <= l.icrc && l.icrc + 4u == l.end,
-               "offsets out of order: l3 %u l4 %u bth %u payload %u icrc %u end %u", l.l3, l.l4, l.bth, l.payload, l.icrc, l.end);
-    FUZZ_CHECK(static_cast<size_t>(l.payload) + l.padded_payload_len() == l.icrc, "payload %u + %zu != icrc %u", l.payload,
-               l.padded_payload_len(), l.icrc);
+               "offsets out of order: l3 %u l4 %u bth %u payload %u icrc %u end %u", l.l3, l.l4, l.bth, l.payload,
+               l.icrc, l.end);
+    FUZZ_CHECK(static_cast<size_t>(l.payload) + l.padded_payload_len() == l.icrc, "payload %u + %zu != icrc %u",
+               l.payload, l.padded_payload_len(), l.icrc);
     (void)icrc_verify(f, l);
     (void)bth_of(f, l).psn();
     if (l.aeth) (void)aeth_of(f, l).msn();
@@ -36,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                parse_status_name(st).data());
     RoceDestination d;
     FUZZ_CHECK(roce_destination(f, l, &d), "BTH but no destination");
-    FUZZ_CHECK(d.addr >= f && d.addr + (d.ip == IpVersion::v4 ? 4 : 16) <= f + size, "destination address outside the frame");
+    FUZZ_CHECK(d.addr >= f && d.addr + (d.ip == IpVersion::v4 ? 4 : 16) <= f + size,
+               "destination address outside the frame");
     FUZZ_CHECK(static_cast<size_t>(l.bth) + 12 <= size, "BTH past the frame");
   }
   return 0;

@@ -63,7 +63,8 @@ TEST(Crc32, EveryImplementationMatchesZlibOnAllOnesAndZeros) {
   for (uint8_t fill : {0x00, 0xff}) {
     std::vector<uint8_t> v(4096, fill);
     for (const Impl& impl : implementations())
-      for (size_t n : {64, 256, 257, 4096}) EXPECT_EQ(~impl.update(~0u, v.data(), n), zlib_crc(v.data(), n)) << impl.name;
+      for (size_t n : {64, 256, 257, 4096})
+        EXPECT_EQ(~impl.update(~0u, v.data(), n), zlib_crc(v.data(), n)) << impl.name;
   }
 }
 

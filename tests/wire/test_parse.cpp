@@ -327,7 +327,8 @@ TEST(Parse, PreFilterPassesEveryFrameWithABth) {
     auto g = packets[rng() % packets.size()].frame;
     if (rng() % 3 == 0) g = retag(g, {{0x88a8, 1}, {0x8100, 2}});
     const int flips = rng() % 4;
-    for (int k = 0; k < flips; ++k) g[rng() % std::min<size_t>(g.size(), 80)] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    for (int k = 0; k < flips; ++k)
+      g[rng() % std::min<size_t>(g.size(), 80)] ^= static_cast<uint8_t>(1u << (rng() % 8));
     const size_t len = rng() % 4 ? g.size() : rng() % (g.size() + 1);
     Layout l;
     parse_exact(g, len, &l);

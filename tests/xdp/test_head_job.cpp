@@ -30,13 +30,15 @@ TEST(HeadJob, ParsesAndFormatsBack) {
 
 TEST(HeadJob, ParentWithAndWithoutMac) {
   std::string err;
-  std::optional<HeadJob> j = parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_rank = 1\n", &err);
+  std::optional<HeadJob> j =
+      parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_rank = 1\n", &err);
   ASSERT_TRUE(j) << err;
   EXPECT_EQ(wire::ip_text(*j->parent), "10.0.0.9");
   EXPECT_EQ(j->parent_rank, 1u);
   EXPECT_EQ(wire::ip_text(*j->parent_group), "239.77.0.100");
   EXPECT_FALSE(j->parent_mac);
-  j = parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_mac = 02:AA:00:00:00:0f\n", &err);
+  j = parse_head_job(
+      std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_mac = 02:AA:00:00:00:0f\n", &err);
   ASSERT_TRUE(j) << err;
   EXPECT_EQ(mac_text(*j->parent_mac), "02:aa:00:00:00:0f");
   EXPECT_EQ(format_head_job(*parse_head_job(format_head_job(*j), &err)), format_head_job(*j));
@@ -44,8 +46,10 @@ TEST(HeadJob, ParentWithAndWithoutMac) {
 
 TEST(HeadJob, UnicastFanoutNeedsEveryMember) {
   std::string err;
-  const std::string base = "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\nfanout = unicast\n";
-  std::optional<HeadJob> j = parse_head_job(base + "member = 1, 10.0.0.2, 02:00:00:00:00:02\nmember = 0, 10.0.0.1\n", &err);
+  const std::string base =
+      "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\nfanout = unicast\n";
+  std::optional<HeadJob> j =
+      parse_head_job(base + "member = 1, 10.0.0.2, 02:00:00:00:00:02\nmember = 0, 10.0.0.1\n", &err);
   ASSERT_TRUE(j) << err;
   EXPECT_TRUE(j->unicast);
   ASSERT_EQ(j->member.size(), 2u);
@@ -65,9 +69,7 @@ TEST(HeadJob, UnicastFanoutNeedsEveryMember) {
   EXPECT_NE(err.find("is not multicast or unicast"), std::string::npos) << err;
 }
 
-TEST(HeadJob, MulticastMac) {
-  EXPECT_EQ(mac_text(multicast_mac(*wire::parse_ip("239.205.1.2"))), "01:00:5e:4d:01:02");
-}
+TEST(HeadJob, MulticastMac) { EXPECT_EQ(mac_text(multicast_mac(*wire::parse_ip("239.205.1.2"))), "01:00:5e:4d:01:02"); }
 
 struct Bad {
   std::string text, message;
@@ -89,9 +91,12 @@ TEST(HeadJob, EachMistakeSaysWhatToWrite) {
       {"just words\n", "line 1: expected `key = value`"},
       {base + "group = 239.0.0.1\nparent_rank = 1\n", "parent_group, parent_rank and parent_mac need 'parent = IP'"},
       {base + "group = 239.0.0.1\nparent = 10.0.0.1\n", "a head with a parent needs 'parent_group = IP'"},
-      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 10.0.0.2\n", "parent_group: '10.0.0.2' is not a multicast address"},
-      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 239.0.0.2\nparent_mac = 02:00\n", "is not an Ethernet address"},
-      {"id = 1\nmembers = 4\nvalues = 256\nwindow = 8\ntotal_weight = 3\ngroup = 239.0.0.1\n", "total_weight 3 is below members 4"},
+      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 10.0.0.2\n",
+       "parent_group: '10.0.0.2' is not a multicast address"},
+      {base + "group = 239.0.0.1\nparent = 10.0.0.1\nparent_group = 239.0.0.2\nparent_mac = 02:00\n",
+       "is not an Ethernet address"},
+      {"id = 1\nmembers = 4\nvalues = 256\nwindow = 8\ntotal_weight = 3\ngroup = 239.0.0.1\n",
+       "total_weight 3 is below members 4"},
   };
   for (const Bad& b : cases) {
     std::string err;

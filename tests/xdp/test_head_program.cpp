@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -83,7 +83,8 @@ Fixtures& fixtures() {
     for (std::string line; std::getline(in, line);) {
       const std::vector<std::string> r = split(line, '|');
       if (r[0] == "identity") {
-        if (!f.prog->set_identity(static_cast<uint16_t>(std::stoi(r[3])), *wire::parse_ip(r[1]), *parse_mac(r[2]), &f.error))
+        if (!f.prog->set_identity(static_cast<uint16_t>(std::stoi(r[3])), *wire::parse_ip(r[1]), *parse_mac(r[2]),
+                                  &f.error))
           return f;
       } else if (r[0] == "job") {
         std::string text = r[1];
@@ -91,8 +92,12 @@ Fixtures& fixtures() {
         const std::optional<HeadJob> job = parse_head_job(text, &f.error);
         if (!job || !f.prog->add_job(*job, &f.error)) return f;
       } else if (r[0] == "step" && r.size() == 7) {
-        Step s{r[1], static_cast<unsigned>(std::stoul(r[2])), r[3].empty() ? std::vector<std::string>{} : split(r[3], '+'),
-               r[4], unhex(r[5]), r[6]};
+        Step s{r[1],
+               static_cast<unsigned>(std::stoul(r[2])),
+               r[3].empty() ? std::vector<std::string>{} : split(r[3], '+'),
+               r[4],
+               unhex(r[5]),
+               r[6]};
         f.steps.push_back(std::move(s));
       } else {
         f.error = "bad fixture line: " + line.substr(0, 80);
@@ -152,7 +157,8 @@ std::vector<uint8_t> data_frame(unsigned job, unsigned rank, uint32_t seq, const
   std::memcpy(f.data(), eth, 14);
   uint8_t* ip = f.data() + 14;
   ip[0] = 0x45;
-  const uint16_t ip_len = htons(static_cast<uint16_t>(f.size() - 14)), udp_len = htons(static_cast<uint16_t>(f.size() - 34));
+  const uint16_t ip_len = htons(static_cast<uint16_t>(f.size() - 14)),
+                 udp_len = htons(static_cast<uint16_t>(f.size() - 34));
   std::memcpy(ip + 2, &ip_len, 2);
   ip[8] = 64;
   ip[9] = 17;
@@ -164,8 +170,13 @@ std::vector<uint8_t> data_frame(unsigned job, unsigned rank, uint32_t seq, const
   std::memcpy(udp, &port, 2);
   std::memcpy(udp + 2, &port, 2);
   std::memcpy(udp + 4, &udp_len, 2);
-  xagg_hdr h{XAGG_VERSION, XAGG_DATA, htons(static_cast<uint16_t>(job)), htons(static_cast<uint16_t>(rank)),
-             htons(static_cast<uint16_t>(values.size())), htonl(seq), htonl(1)};
+  xagg_hdr h{XAGG_VERSION,
+             XAGG_DATA,
+             htons(static_cast<uint16_t>(job)),
+             htons(static_cast<uint16_t>(rank)),
+             htons(static_cast<uint16_t>(values.size())),
+             htonl(seq),
+             htonl(1)};
   std::memcpy(udp + 8, &h, sizeof h);
   std::memcpy(udp + 8 + sizeof h, values.data(), 4 * values.size());
   return f;
@@ -175,7 +186,8 @@ TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
   std::string err;
   std::unique_ptr<HeadProgram> prog = HeadProgram::load(1, &err);
   ASSERT_TRUE(prog) << err;
-  ASSERT_TRUE(prog->set_identity(XAGG_UDP_PORT, *wire::parse_ip("10.77.0.201"), *parse_mac("02:77:00:00:01:01"), &err)) << err;
+  ASSERT_TRUE(prog->set_identity(XAGG_UDP_PORT, *wire::parse_ip("10.77.0.201"), *parse_mac("02:77:00:00:01:01"), &err))
+      << err;
   HeadJob job;
   job.id = 3;
   job.members = 64;

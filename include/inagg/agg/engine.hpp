@@ -71,43 +71,48 @@ class TxList {
 
 // Counters, per job and for the engine as a whole (X-macro: the struct and the printed names come
 // from one list).
-#define INAGG_ENGINE_COUNTERS(X)                                                                   \
-  X(rx_packets, "packets seen by the engine")                                                      \
-  X(passthrough, "packets forwarded untouched (not RoCEv2, or of no registered connection)")        \
-  X(malformed, "RoCEv2 packets that failed to parse, dropped")                                     \
-  X(bad_icrc, "packets of registered connections with a bad ICRC, dropped")                        \
-  X(drop_wrong_source, "packets on a registered connection not from its registered source address, dropped") \
-  X(drop_wrong_port, "packets on a registered connection from another port than its rank was first seen on, dropped") \
-  X(drop_unplaceable, "packets addressed to a registered connection that cannot be placed (IPv6 extension headers, an IPv4-mapped IPv6 address), dropped") \
-  X(drop_closed, "packets addressed to a connection held closed (its job being added, or removed a short while ago), dropped") \
-  X(cnp_forwarded, "CNPs on registered connections, forwarded (congestion control stays end to end)") \
-  X(aggregated_packets, "data packets added to a slot")                                            \
-  X(aggregated_bytes, "payload bytes added to a slot")                                             \
-  X(slots_completed, "slots that received all n ranks")                                            \
-  X(slots_released, "slots whose sums were sent")                                                  \
-  X(released_packets, "packets sent with a sum")                                                   \
-  X(duplicates_collecting, "duplicates that replaced a held packet of a collecting slot")          \
-  X(duplicates_dropped, "duplicates for a complete slot, dropped")                                 \
-  X(retransmits_answered, "retransmissions of released slots answered from the retained sum")      \
-  X(stale, "packets older than their slot's epoch, dropped")                                       \
-  X(acks_observed, "ACK/NAK of registered connections, forwarded")                                 \
-  X(naks_sent, "NAKs the engine sent after a PSN jump (loss before the appliance)")               \
-  X(tail_naks, "NAKs the engine sent for a message whose tail never arrived")                      \
-  X(naks_resent, "NAKs sent again because the sender had not gone back (the first one lost)")      \
-  X(nak_alloc_failed, "NAKs not sent for want of a buffer")                                        \
-  X(resends, "released packets sent again after no ACK within the (backed-off) resend timeout")    \
-  X(resend_budget_spent, "times a connection used up its resend budget without its receiver making progress") \
-  X(ecn_marked, "released packets CE-marked because an input of their slot was")                  \
-  X(ecn_marked_queue, "released packets CE-marked because the TX queue towards their receiver was past the ECN threshold") \
-  X(failed_job_drops, "packets of a failed job, dropped")                                          \
-  X(job_errors, "job errors (each aborts its job)")                                                \
-  X(err_length_or_opcode, "job error (rule 'message size'): a packet's length or opcode class does not fit its slot") \
-  X(err_ahead_of_window, "job error (rule 'window'): a packet ahead of the window")                \
-  X(err_ack_bypass, "job error (rule 'every packet crosses the appliance'): an ACK for a PSN never released") \
-  X(err_not_write, "job error (rule 'writes only'): a SEND, READ or atomic on a data QP, or a request on its reverse direction") \
-  X(err_not_rc, "job error (rule 'RC only'): a UC WRITE on a data QP")                             \
-  X(timeouts, "jobs aborted after their no-progress timeout")                                      \
-  X(generations, "replay jobs restarted at their start PSN")                                       \
+#define INAGG_ENGINE_COUNTERS(X)                                                                                       \
+  X(rx_packets, "packets seen by the engine")                                                                          \
+  X(passthrough, "packets forwarded untouched (not RoCEv2, or of no registered connection)")                           \
+  X(malformed, "RoCEv2 packets that failed to parse, dropped")                                                         \
+  X(bad_icrc, "packets of registered connections with a bad ICRC, dropped")                                            \
+  X(drop_wrong_source, "packets on a registered connection not from its registered source address, dropped")           \
+  X(drop_wrong_port, "packets on a registered connection from another port than its rank was first seen on, dropped")  \
+  X(drop_unplaceable,                                                                                                  \
+    "packets addressed to a registered connection that cannot be placed (IPv6 extension headers, an IPv4-mapped IPv6 " \
+    "address), dropped")                                                                                               \
+  X(drop_closed,                                                                                                       \
+    "packets addressed to a connection held closed (its job being added, or removed a short while ago), dropped")      \
+  X(cnp_forwarded, "CNPs on registered connections, forwarded (congestion control stays end to end)")                  \
+  X(aggregated_packets, "data packets added to a slot")                                                                \
+  X(aggregated_bytes, "payload bytes added to a slot")                                                                 \
+  X(slots_completed, "slots that received all n ranks")                                                                \
+  X(slots_released, "slots whose sums were sent")                                                                      \
+  X(released_packets, "packets sent with a sum")                                                                       \
+  X(duplicates_collecting, "duplicates that replaced a held packet of a collecting slot")                              \
+  X(duplicates_dropped, "duplicates for a complete slot, dropped")                                                     \
+  X(retransmits_answered, "retransmissions of released slots answered from the retained sum")                          \
+  X(stale, "packets older than their slot's epoch, dropped")                                                           \
+  X(acks_observed, "ACK/NAK of registered connections, forwarded")                                                     \
+  X(naks_sent, "NAKs the engine sent after a PSN jump (loss before the appliance)")                                    \
+  X(tail_naks, "NAKs the engine sent for a message whose tail never arrived")                                          \
+  X(naks_resent, "NAKs sent again because the sender had not gone back (the first one lost)")                          \
+  X(nak_alloc_failed, "NAKs not sent for want of a buffer")                                                            \
+  X(resends, "released packets sent again after no ACK within the (backed-off) resend timeout")                        \
+  X(resend_budget_spent, "times a connection used up its resend budget without its receiver making progress")          \
+  X(ecn_marked, "released packets CE-marked because an input of their slot was")                                       \
+  X(ecn_marked_queue,                                                                                                  \
+    "released packets CE-marked because the TX queue towards their receiver was past the ECN threshold")               \
+  X(failed_job_drops, "packets of a failed job, dropped")                                                              \
+  X(job_errors, "job errors (each aborts its job)")                                                                    \
+  X(err_length_or_opcode, "job error (rule 'message size'): a packet's length or opcode class does not fit its slot")  \
+  X(err_ahead_of_window, "job error (rule 'window'): a packet ahead of the window")                                    \
+  X(err_ack_bypass, "job error (rule 'every packet crosses the appliance'): an ACK for a PSN never released")          \
+  X(err_not_write,                                                                                                     \
+    "job error (rule 'writes only'): a SEND, READ or atomic on a data QP, or a request on its reverse direction")      \
+  X(err_not_rc, "job error (rule 'RC only'): a UC WRITE on a data QP")                                                 \
+  X(timeouts, "jobs aborted after their no-progress timeout")                                                          \
+  X(generations, "replay jobs restarted at their start PSN")                                                           \
   X(tx_full, "packets freed because the TX list was full")
 
 struct EngineCounters {
@@ -133,9 +138,9 @@ enum class JobState : uint8_t { active, failed };
 
 struct EngineConfig {
   size_t max_jobs = 64;
-  size_t max_connections = 4096;          // both directions of every rank count
+  size_t max_connections = 4096;  // both directions of every rank count
   size_t memory_budget_bytes = 1ull << 30;
-  size_t mbuf_budget = 65536;             // held + retained packets over all jobs
+  size_t mbuf_budget = 65536;  // held + retained packets over all jobs
   // Released but unacknowledged: send again after this, then after twice as long each round, up to
   // resend_max_ns; at most resend_budget rounds until the receiver acknowledges something. NAKs
   // the sender has not acted on are sent again on the same schedule and budget.
@@ -160,10 +165,10 @@ struct EngineConfig {
 struct JobInfo {
   uint32_t id;
   JobState state;
-  std::string error;          // why it failed, when it did
-  uint64_t released_slots;    // the job's release cursor (current generation)
-  size_t held_packets;        // packets in collecting/complete slots
-  size_t retained_packets;    // released packets kept for resend
+  std::string error;        // why it failed, when it did
+  uint64_t released_slots;  // the job's release cursor (current generation)
+  size_t held_packets;      // packets in collecting/complete slots
+  size_t retained_packets;  // released packets kept for resend
   size_t memory_bytes;
   size_t mbuf_quota;
   EngineCounters counters;

@@ -81,7 +81,8 @@ Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_
 // up to n-1 steps ahead (it sends step j once step j-1 arrived from its own predecessor, which
 // round the ring needs this rank's step j-n+1), already in the next size; with a stride that grew
 // with the size its writes would land on a step this rank has not read yet.
-Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes, uint64_t stride);
+Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes,
+                       uint64_t stride);
 
 // auto's appliance path: the data messages with a tally, then the commit. ok() when both arrived
 // summed; otherwise the cause (tally_wrong, or the transport's), and *have_data says whether every

@@ -61,8 +61,8 @@ class FallOver {
   uint64_t index() const { return index_; }  // allreduces done in this job
   FallOverCause cause() const { return cause_; }
   const std::string& reason() const { return reason_; }  // why it fell over
-  uint64_t fell_over_at() const { return fell_at_; }      // the allreduce in progress when it fell over
-  uint64_t resume_point() const { return resume_; }       // where the tier took over
+  uint64_t fell_over_at() const { return fell_at_; }     // the allreduce in progress when it fell over
+  uint64_t resume_point() const { return resume_; }      // where the tier took over
   const std::string& error() const { return error_; }
 
   // Before allreduce 0: the job could not be registered; allreduce 0 starts with the agreement.

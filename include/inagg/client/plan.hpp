@@ -39,7 +39,8 @@ struct RackPlan {
   std::string job_text() const;
 
   // The software transport's two connections (ring: the ring QPs), with regions of the given sizes.
-  UdpRcConfig rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes, uint64_t receive_bytes) const;
+  UdpRcConfig rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes,
+                        uint64_t receive_bytes) const;
 };
 
 struct XdpPlan {

@@ -25,21 +25,21 @@ struct RcConfig {
   unsigned window = 2;          // RDMA WRITE messages in flight
   uint64_t ack_timeout_ns = 4'000'000;
   unsigned retry_count = 7;
-  unsigned ack_every = 16;      // responder: ACK at least every N in-order packets
+  unsigned ack_every = 16;         // responder: ACK at least every N in-order packets
   uint64_t ack_delay_ns = 20'000;  // responder: flush a pending ACK after this
 };
 
-#define INAGG_RC_COUNTERS(X)                                               \
+#define INAGG_RC_COUNTERS(X)                                                     \
   X(packets_sent, "data packets sent (first transmissions and retransmissions)") \
-  X(retransmitted, "data packets sent again")                              \
-  X(timeouts, "ACK timer expirations")                                     \
-  X(naks_received, "NAKs (PSN sequence error) received")                  \
-  X(acks_sent, "ACKs sent")                                                \
-  X(naks_sent, "NAKs sent")                                                \
-  X(accepted, "data packets accepted in order")                            \
-  X(duplicates, "data packets below the expected PSN (re-ACKed)")          \
-  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)") \
-  X(bad_icrc, "packets with a bad ICRC, dropped")                          \
+  X(retransmitted, "data packets sent again")                                    \
+  X(timeouts, "ACK timer expirations")                                           \
+  X(naks_received, "NAKs (PSN sequence error) received")                         \
+  X(acks_sent, "ACKs sent")                                                      \
+  X(naks_sent, "NAKs sent")                                                      \
+  X(accepted, "data packets accepted in order")                                  \
+  X(duplicates, "data packets below the expected PSN (re-ACKed)")                \
+  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)")   \
+  X(bad_icrc, "packets with a bad ICRC, dropped")                                \
   X(messages_completed, "messages completed")
 
 struct RcCounters {

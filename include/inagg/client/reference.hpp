@@ -26,8 +26,8 @@ class Reference {
     util::Dtype dtype = util::Dtype::fp32;
     unsigned workers = 2;
     uint32_t seed = 1;
-    bool ring = false;       // the sum in the ring's hop order instead of the appliance's
-    double xdp_scale = 1;    // the tier's fixed point
+    bool ring = false;     // the sum in the ring's hop order instead of the appliance's
+    double xdp_scale = 1;  // the tier's fixed point
   };
   Reference(const Config& c, uint64_t bytes) : c_(c), bytes_(bytes) {}
 

@@ -31,9 +31,9 @@ struct TransportCounters {
   uint64_t timeouts = 0;       // ACK timer expirations
   uint64_t naks_received = 0;  // NAKs (PSN sequence error) received
   // The predecessor's writes to us.
-  uint64_t accepted = 0;       // data packets accepted in order
-  uint64_t duplicates = 0;     // data packets seen again (re-acknowledged)
-  uint64_t bad_icrc = 0;       // packets with a bad ICRC, dropped
+  uint64_t accepted = 0;    // data packets accepted in order
+  uint64_t duplicates = 0;  // data packets seen again (re-acknowledged)
+  uint64_t bad_icrc = 0;    // packets with a bad ICRC, dropped
 };
 
 class Transport {

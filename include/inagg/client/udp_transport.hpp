@@ -17,10 +17,10 @@ namespace inagg::client {
 
 struct UdpRcConfig {
   util::IpAddr local;
-  uint8_t tos = 2;            // ECT(0)
-  RcConfig send;              // the requester: our QP -> the successor's receive QP
-  RcConfig receive;           // the responder: the predecessor's QP -> our receive QP
-  uint64_t send_bytes = 0;    // sizes of the two regions
+  uint8_t tos = 2;          // ECT(0)
+  RcConfig send;            // the requester: our QP -> the successor's receive QP
+  RcConfig receive;         // the responder: the predecessor's QP -> our receive QP
+  uint64_t send_bytes = 0;  // sizes of the two regions
   uint64_t receive_bytes = 0;
 };
 

@@ -26,19 +26,19 @@ struct XaggConfig {
   wire::IpAddr head;   // its head
   wire::IpAddr group;  // multicast group the head sends results to
   uint16_t port = 4792;
-  unsigned job = 0;    // 0..255, as in the heads' job files
-  unsigned rank = 0;   // this worker's rank in its head's group
-  unsigned values = 256;  // per packet; a multiple of 4 (the heads' `values`)
-  unsigned window = 8;    // chunks without a result (the heads' `window`)
+  unsigned job = 0;           // 0..255, as in the heads' job files
+  unsigned rank = 0;          // this worker's rank in its head's group
+  unsigned values = 256;      // per packet; a multiple of 4 (the heads' `values`)
+  unsigned window = 8;        // chunks without a result (the heads' `window`)
   uint32_t total_weight = 0;  // workers in the job: every result must say so
   uint64_t timeout_ns = 20'000'000;
 };
 
-#define INAGG_XAGG_CLIENT_COUNTERS(X)                                   \
-  X(chunks, "chunks completed")                                         \
-  X(sent, "DATA packets sent (first sends and repeats)")                \
-  X(repeats, "DATA sent again after a timeout")                         \
-  X(results, "RESULT packets taken")                                    \
+#define INAGG_XAGG_CLIENT_COUNTERS(X)                                                           \
+  X(chunks, "chunks completed")                                                                 \
+  X(sent, "DATA packets sent (first sends and repeats)")                                        \
+  X(repeats, "DATA sent again after a timeout")                                                 \
+  X(results, "RESULT packets taken")                                                            \
   X(results_ignored, "RESULT packets for chunks not outstanding (late duplicates, other jobs)") \
   X(malformed, "packets on the tier's port that were not a valid RESULT")
 

@@ -24,11 +24,11 @@ struct ConnectionSpec {
 struct JobSpec {
   uint32_t id = 0;
   util::Dtype dtype = util::Dtype::fp32;
-  unsigned workers = 0;           // n, 1..64
-  uint32_t message_bytes = 0;     // M, a multiple of payload_bytes
-  uint32_t payload_bytes = 0;     // P, the path MTU payload, a multiple of 4
-  unsigned window = 0;            // W messages outstanding per QP
-  bool replay = false;            // a FIRST/ONLY at start_psn after all is released restarts the job
+  unsigned workers = 0;               // n, 1..64
+  uint32_t message_bytes = 0;         // M, a multiple of payload_bytes
+  uint32_t payload_bytes = 0;         // P, the path MTU payload, a multiple of 4
+  unsigned window = 0;                // W messages outstanding per QP
+  bool replay = false;                // a FIRST/ONLY at start_psn after all is released restarts the job
   std::vector<ConnectionSpec> conns;  // one per rank
 };
 

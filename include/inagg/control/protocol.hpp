@@ -30,10 +30,10 @@ namespace inagg::control {
 struct Request {
   enum class Verb { add, remove, list, stats };
   Verb verb = Verb::list;
-  uint32_t id = 0;      // remove, stats <id>; for add, the job file's id
+  uint32_t id = 0;  // remove, stats <id>; for add, the job file's id
   bool has_id = false;
-  std::string body;     // add: the job file text, verbatim
-  JobSpec job;          // add: the body, already parsed (parse_request refuses a bad one)
+  std::string body;  // add: the job file text, verbatim
+  JobSpec job;       // add: the body, already parsed (parse_request refuses a bad one)
 };
 
 // Parses a whole request. A malformed one (unknown verb, bad or missing id, extra arguments, a body
@@ -78,7 +78,7 @@ struct JobStatus {
   uint64_t memory_bytes = 0;
   uint64_t mbuf_quota = 0;
   std::optional<uint32_t> spec_digest;  // job_digest() of the spec it was added (or refused) with
-  std::vector<Counter> counters;  // stats <id>: the job's counters, in the engine's order
+  std::vector<Counter> counters;        // stats <id>: the job's counters, in the engine's order
 };
 std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused"
 
@@ -87,16 +87,16 @@ std::string_view state_name(JobStatus::State state);  // "active", "failed", "re
 // /inagg/job,<id> (a JSON dict) and the Prometheus job families; each form is generated from this
 // list, so a field added here shows everywhere. X(name, text, value): `value` is an expression of
 // `j` (a JobStatus), a number or a string.
-#define INAGG_JOB_FIELDS(X)                                                                                    \
-  X(id, "the job id", uint64_t{j.id})                                                                          \
-  X(state, "active, failed (error says why) or refused (error is the refusal)", std::string(state_name(j.state))) \
-  X(dtype, "element type of the gradients", std::string(util::dtype_name(j.dtype)))                            \
-  X(workers, "ranks in the ring", uint64_t{j.workers})                                                         \
-  X(released_slots, "slots whose sums went out (the release cursor of this generation)", j.released_slots)     \
-  X(held_packets, "packets held in collecting or complete slots", j.held_packets)                              \
-  X(retained_packets, "released packets kept for resends", j.retained_packets)                                 \
-  X(memory_bytes, "slot memory the job holds", j.memory_bytes)                                                 \
-  X(mbuf_quota, "packet buffers the job may hold", j.mbuf_quota)                                               \
+#define INAGG_JOB_FIELDS(X)                                                                                         \
+  X(id, "the job id", uint64_t{j.id})                                                                               \
+  X(state, "active, failed (error says why) or refused (error is the refusal)", std::string(state_name(j.state)))   \
+  X(dtype, "element type of the gradients", std::string(util::dtype_name(j.dtype)))                                 \
+  X(workers, "ranks in the ring", uint64_t{j.workers})                                                              \
+  X(released_slots, "slots whose sums went out (the release cursor of this generation)", j.released_slots)          \
+  X(held_packets, "packets held in collecting or complete slots", j.held_packets)                                   \
+  X(retained_packets, "released packets kept for resends", j.retained_packets)                                      \
+  X(memory_bytes, "slot memory the job holds", j.memory_bytes)                                                      \
+  X(mbuf_quota, "packet buffers the job may hold", j.mbuf_quota)                                                    \
   X(spec, "job_digest() of the spec it was added or refused with, 8 hex digits (empty: not known)", digest_text(j)) \
   X(error, "why the job failed or was refused (empty while it is active)", j.error)
 

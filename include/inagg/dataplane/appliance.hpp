@@ -16,37 +16,38 @@
 namespace inagg::dataplane {
 
 struct ApplianceConfig {
-  std::vector<uint16_t> ports;      // empty: every port EAL probed
-  uint32_t mtu = 9000;              // jumbo frames so 4 KiB RoCE payloads fit
-  uint32_t mbufs = 32768;           // packet buffers in the pool
+  std::vector<uint16_t> ports;  // empty: every port EAL probed
+  uint32_t mtu = 9000;          // jumbo frames so 4 KiB RoCE payloads fit
+  uint32_t mbufs = 32768;       // packet buffers in the pool
   uint32_t mbuf_cache = 256;
   uint16_t rx_desc = 1024, tx_desc = 1024;
   uint16_t burst = 32;
-  uint32_t drain_us = 100;          // TX buffers are flushed at least this often
-  bool flow_steering = true;        // try rte_flow for UDP 4791 (falls back to software)
+  uint32_t drain_us = 100;    // TX buffers are flushed at least this often
+  bool flow_steering = true;  // try rte_flow for UDP 4791 (falls back to software)
   uint64_t mac_ageing_ns = 300'000'000'000ull;
   size_t mac_table_size = 4096;
-  agg::EngineConfig engine;         // per lcore; budgets are per lcore too
-  std::string capture_path;         // pcap of every RoCEv2 packet the engines emit; "" = off
-  uint32_t wait_link_ms = 0;        // before starting the loops, wait this long for every link to be up
+  agg::EngineConfig engine;   // per lcore; budgets are per lcore too
+  std::string capture_path;   // pcap of every RoCEv2 packet the engines emit; "" = off
+  uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up
 };
 
 // Per-lcore counters, written only by their lcore. The control thread reads them without a lock
 // for display: each is a naturally aligned 64-bit word, so a read sees an old or a new value,
 // never a torn one.
-#define INAGG_LCORE_COUNTERS(X)                                                      \
-  X(rx, "packets received")                                                          \
-  X(tx, "packets handed to the PMDs")                                                \
-  X(tx_dropped, "packets a PMD did not take, freed")                                 \
-  X(bridged, "frames forwarded by the L2 table")                                     \
-  X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")               \
-  X(same_port_drops, "frames whose destination is behind their ingress port")        \
-  X(roce, "RoCEv2 packets given to an engine")                                       \
-  X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")          \
-  X(handover_in, "packets received from other lcores")                               \
-  X(handover_full, "handovers dropped: the owner's ring was full")                   \
-  X(multiseg_linearize_failed, "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)") \
-  X(busy_cycles, "TSC cycles of loop iterations that moved packets")                  \
+#define INAGG_LCORE_COUNTERS(X)                                                              \
+  X(rx, "packets received")                                                                  \
+  X(tx, "packets handed to the PMDs")                                                        \
+  X(tx_dropped, "packets a PMD did not take, freed")                                         \
+  X(bridged, "frames forwarded by the L2 table")                                             \
+  X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")                       \
+  X(same_port_drops, "frames whose destination is behind their ingress port")                \
+  X(roce, "RoCEv2 packets given to an engine")                                               \
+  X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")                  \
+  X(handover_in, "packets received from other lcores")                                       \
+  X(handover_full, "handovers dropped: the owner's ring was full")                           \
+  X(multiseg_linearize_failed,                                                               \
+    "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)") \
+  X(busy_cycles, "TSC cycles of loop iterations that moved packets")                         \
   X(idle_cycles, "TSC cycles of loop iterations that found nothing")
 
 struct LcoreCounters {
@@ -85,7 +86,7 @@ class Appliance {
   bool run(void (*control_tick)(void*), void* arg, unsigned tick_ms, std::string* error);
   bool single_lcore() const;  // the main lcore runs the datapath
 
-  static void request_stop();    // async-signal-safe
+  static void request_stop();  // async-signal-safe
   static bool stop_requested();
 
   // Control side; any thread, serialised among themselves, applied by the owning lcores between

@@ -11,9 +11,9 @@
 
 namespace inagg::dataplane {
 
-inline constexpr uint16_t kFlood = 0xffff;  // send on every port but the ingress one
-inline constexpr uint16_t kDrop = 0xfffe;   // destination is behind the ingress port
-inline constexpr uint16_t kNoPort = 0xffff; // a frame the appliance made itself (no ingress port)
+inline constexpr uint16_t kFlood = 0xffff;   // send on every port but the ingress one
+inline constexpr uint16_t kDrop = 0xfffe;    // destination is behind the ingress port
+inline constexpr uint16_t kNoPort = 0xffff;  // a frame the appliance made itself (no ingress port)
 
 class MacTable {
  public:
@@ -31,15 +31,15 @@ class MacTable {
 
   size_t size(uint64_t now_ns) const;  // live entries
   uint64_t learned() const { return learned_; }
-  uint64_t moves() const { return moves_; }   // an address seen on a new port
-  uint64_t full() const { return full_; }     // could not learn: table full of live entries
+  uint64_t moves() const { return moves_; }  // an address seen on a new port
+  uint64_t full() const { return full_; }    // could not learn: table full of live entries
 
- static uint64_t key(const uint8_t* mac);  // the table's key of an address (the lcore caches use it too)
- static constexpr uint64_t kZeroKey = 1ull << 63;  // key(00:00:00:00:00:00)
+  static uint64_t key(const uint8_t* mac);          // the table's key of an address (the lcore caches use it too)
+  static constexpr uint64_t kZeroKey = 1ull << 63;  // key(00:00:00:00:00:00)
 
  private:
   struct Entry {
-    uint64_t mac = 0;      // 48 bits; 0 = empty
+    uint64_t mac = 0;  // 48 bits; 0 = empty
     uint64_t seen_ns = 0;
     uint16_t port = 0;
   };

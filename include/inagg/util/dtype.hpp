@@ -19,10 +19,14 @@ enum class Dtype : uint8_t {
 
 constexpr size_t dtype_size(Dtype dtype) {
   switch (dtype) {
-    case Dtype::fp32: return 4;
-    case Dtype::fp16: return 2;
-    case Dtype::bf16: return 2;
-    case Dtype::int32: return 4;
+    case Dtype::fp32:
+      return 4;
+    case Dtype::fp16:
+      return 2;
+    case Dtype::bf16:
+      return 2;
+    case Dtype::int32:
+      return 4;
   }
   return 0;
 }
@@ -30,10 +34,14 @@ constexpr size_t dtype_size(Dtype dtype) {
 // The names used in config files, the control socket and logs.
 constexpr std::string_view dtype_name(Dtype dtype) {
   switch (dtype) {
-    case Dtype::fp32: return "fp32";
-    case Dtype::fp16: return "fp16";
-    case Dtype::bf16: return "bf16";
-    case Dtype::int32: return "int32";
+    case Dtype::fp32:
+      return "fp32";
+    case Dtype::fp16:
+      return "fp16";
+    case Dtype::bf16:
+      return "bf16";
+    case Dtype::int32:
+      return "int32";
   }
   return "unknown";
 }

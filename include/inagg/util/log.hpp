@@ -28,7 +28,8 @@ void log(LogModule module, LogLevel level, const char* format, ...) __attribute_
 //   if (limit.allow(now_ns)) util::log(..., "... (%llu like it suppressed)", limit.take_suppressed());
 class LogRateLimit {
  public:
-  explicit LogRateLimit(uint32_t burst = 5, uint64_t window_ns = 1'000'000'000ull) : burst_(burst), window_ns_(window_ns) {}
+  explicit LogRateLimit(uint32_t burst = 5, uint64_t window_ns = 1'000'000'000ull)
+      : burst_(burst), window_ns_(window_ns) {}
   bool allow(uint64_t now_ns);
   uint64_t take_suppressed();  // messages refused since the last call
 

@@ -14,7 +14,7 @@ namespace inagg::util {
 
 struct PcapRecord {
   uint64_t ts_ns = 0;
-  uint32_t orig_len = 0;      // length on the wire; > data.size() when the capture was cut
+  uint32_t orig_len = 0;  // length on the wire; > data.size() when the capture was cut
   std::vector<uint8_t> data;
 };
 

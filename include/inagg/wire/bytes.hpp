@@ -10,15 +10,11 @@ inline uint16_t load_be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] 
 inline uint32_t load_be24(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) << 16 | static_cast<uint32_t>(p[1]) << 8 | p[2];
 }
-inline uint32_t load_be32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) << 24 | load_be24(p + 1);
-}
-inline uint64_t load_be64(const uint8_t* p) {
-  return static_cast<uint64_t>(load_be32(p)) << 32 | load_be32(p + 4);
-}
+inline uint32_t load_be32(const uint8_t* p) { return static_cast<uint32_t>(p[0]) << 24 | load_be24(p + 1); }
+inline uint64_t load_be64(const uint8_t* p) { return static_cast<uint64_t>(load_be32(p)) << 32 | load_be32(p + 4); }
 inline uint32_t load_le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
 }
 
 inline void store_be16(uint8_t* p, uint16_t v) {

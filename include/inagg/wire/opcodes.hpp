@@ -9,13 +9,12 @@ namespace inagg::wire {
 // Opcode = transport (top 3 bits) | operation (low 5 bits), IBTA Vol 1 §9.2.
 namespace op {
 inline constexpr uint8_t kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60;
-inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendLastImm = 0x03,
-                         kSendOnly = 0x04, kSendOnlyImm = 0x05, kWriteFirst = 0x06, kWriteMiddle = 0x07,
-                         kWriteLast = 0x08, kWriteLastImm = 0x09, kWriteOnly = 0x0a, kWriteOnlyImm = 0x0b,
-                         kReadRequest = 0x0c, kReadResponseFirst = 0x0d, kReadResponseMiddle = 0x0e,
-                         kReadResponseLast = 0x0f, kReadResponseOnly = 0x10, kAcknowledge = 0x11,
-                         kAtomicAcknowledge = 0x12, kCompareSwap = 0x13, kFetchAdd = 0x14,
-                         kSendLastInv = 0x16, kSendOnlyInv = 0x17;
+inline constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendLastImm = 0x03, kSendOnly = 0x04,
+                         kSendOnlyImm = 0x05, kWriteFirst = 0x06, kWriteMiddle = 0x07, kWriteLast = 0x08,
+                         kWriteLastImm = 0x09, kWriteOnly = 0x0a, kWriteOnlyImm = 0x0b, kReadRequest = 0x0c,
+                         kReadResponseFirst = 0x0d, kReadResponseMiddle = 0x0e, kReadResponseLast = 0x0f,
+                         kReadResponseOnly = 0x10, kAcknowledge = 0x11, kAtomicAcknowledge = 0x12, kCompareSwap = 0x13,
+                         kFetchAdd = 0x14, kSendLastInv = 0x16, kSendOnlyInv = 0x17;
 inline constexpr uint8_t kCnp = 0x81;  // RoCEv2 congestion notification packet
 }  // namespace op
 

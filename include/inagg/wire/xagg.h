@@ -25,13 +25,13 @@
 
 #include <linux/types.h>
 
-#define XAGG_UDP_PORT 4792      /* default UDP port of the tier (RoCEv2 is 4791) */
+#define XAGG_UDP_PORT 4792 /* default UDP port of the tier (RoCEv2 is 4791) */
 #define XAGG_VERSION 1
-#define XAGG_MAX_VALUES 1024    /* int32 values per packet: 4 KiB of payload */
-#define XAGG_VALUE_ALIGN 4      /* count is a multiple of this (the client pads with zeros) */
-#define XAGG_MAX_MEMBERS 64     /* contributors per head (bits of the arrival bitmap) */
-#define XAGG_MAX_JOBS 256       /* job ids 0..255 index the job table directly */
-#define XAGG_MAX_SLOTS 64       /* slots per job: window <= 32 */
+#define XAGG_MAX_VALUES 1024 /* int32 values per packet: 4 KiB of payload */
+#define XAGG_VALUE_ALIGN 4   /* count is a multiple of this (the client pads with zeros) */
+#define XAGG_MAX_MEMBERS 64  /* contributors per head (bits of the arrival bitmap) */
+#define XAGG_MAX_JOBS 256    /* job ids 0..255 index the job table directly */
+#define XAGG_MAX_SLOTS 64    /* slots per job: window <= 32 */
 
 enum xagg_type {
   XAGG_DATA = 1,   /* a contribution: member -> head, or head -> parent */

@@ -37,15 +37,15 @@ struct HeadJob {
   unsigned values = 0;
   unsigned window = 0;
   unsigned total_weight = 0;
-  wire::IpAddr group;                      // IPv4 multicast
-  std::optional<wire::IpAddr> parent;      // IPv4 unicast
+  wire::IpAddr group;                        // IPv4 multicast
+  std::optional<wire::IpAddr> parent;        // IPv4 unicast
   std::optional<wire::IpAddr> parent_group;  // IPv4 multicast, required with parent
   unsigned parent_rank = 0;
-  std::optional<wire::MacAddr> parent_mac; // nullopt: resolve
+  std::optional<wire::MacAddr> parent_mac;  // nullopt: resolve
   bool unicast = false;                     // fanout = unicast
   struct Member {
     wire::IpAddr ip;
-    std::optional<wire::MacAddr> mac;       // nullopt: resolve
+    std::optional<wire::MacAddr> mac;  // nullopt: resolve
   };
   std::vector<std::optional<Member>> member;  // by rank; required for every rank with unicast
 };

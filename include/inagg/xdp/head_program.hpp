@@ -38,8 +38,8 @@ std::string_view counter_help(size_t index);
 
 // One BPF_PROG_TEST_RUN of a program on a frame.
 struct TestRun {
-  int error = 0;          // 0, or -errno from the kernel
-  uint32_t verdict = 0;   // XDP_DROP, XDP_PASS, XDP_TX, ...
+  int error = 0;         // 0, or -errno from the kernel
+  uint32_t verdict = 0;  // XDP_DROP, XDP_PASS, XDP_TX, ...
   std::vector<uint8_t> out;
   uint32_t duration_ns = 0;  // mean per repetition, as the kernel measured it
 };
@@ -84,7 +84,7 @@ class HeadProgram {
   // Attaches xagg_fanout while a job uses unicast fan-out (or `also_needed`), detaches it when
   // none does.
   bool update_fanout(bool also_needed = false, std::string* error = nullptr);
-  int link_fd_ = -1;  // the bpf_link
+  int link_fd_ = -1;         // the bpf_link
   int fanout_link_fd_ = -1;  // xagg_fanout's TCX link, while a job uses unicast fan-out
   int ifindex_ = 0;
   int prog_fd_ = -1, fanout_fd_ = -1, config_fd_ = -1, jobs_fd_ = -1, slots_fd_ = -1, stats_fd_ = -1, members_fd_ = -1;

@@ -55,7 +55,7 @@ struct xagg_job {
   __u16 fanout;       /* enum xagg_fanout */
   __be32 group_ip;    /* multicast group of our members: results go there */
   __be32 parent_ip;
-  __u8 group_mac[6];  /* 01:00:5e + low 23 bits of group_ip */
+  __u8 group_mac[6]; /* 01:00:5e + low 23 bits of group_ip */
   __u8 parent_mac[6];
 };
 
@@ -64,43 +64,45 @@ struct xagg_slot {
   struct bpf_spin_lock lock; /* taken by the head program; the agent never writes live slots */
   __u32 gen;                 /* the job generation that filled it */
   __u32 seq;
-  __u32 state;               /* enum xagg_slot_state */
-  __u32 weight;              /* sum of the contributors' weights */
-  __u32 count;               /* values per packet of this chunk */
-  __u64 bitmap;              /* ranks already added */
+  __u32 state;  /* enum xagg_slot_state */
+  __u32 weight; /* sum of the contributors' weights */
+  __u32 count;  /* values per packet of this chunk */
+  __u64 bitmap; /* ranks already added */
   __s32 acc[XAGG_MAX_VALUES];
 };
 
 /* Counters: one row per job id plus a last row (index XAGG_MAX_JOBS) for packets of no known job.
  * Declared once here; the BPF side uses the enum, the agent prints the names and help texts. */
-#define XAGG_COUNTERS(X)                                                                              \
-  X(rx_data, "DATA packets received")                                                                 \
-  X(rx_result, "RESULT packets received from the parent")                                             \
-  X(added, "contributions added to a slot")                                                           \
-  X(completed, "slots that received every member")                                                    \
-  X(results_sent, "finished sums sent to the group")                                                  \
-  X(up_sent, "partial sums sent to the parent")                                                       \
-  X(up_resent, "partial sums sent to the parent again, because a member asked again")                 \
-  X(retained_answers, "late DATA of a finished slot answered with the retained result")               \
-  X(parent_results, "results from the parent passed down to the group")                               \
-  X(duplicates, "DATA for a rank already in a collecting slot, dropped (never added twice)")          \
-  X(parent_duplicates, "results from the parent for a slot already final, dropped")                   \
-  X(stale, "packets older than their slot's epoch, dropped")                                          \
-  X(ahead, "DATA beyond the next epoch of an unfinished slot (window contract broken), dropped")     \
-  X(bad_rank, "DATA with a rank outside the job's members, or weight 0, dropped")                     \
-  X(bad_count, "DATA with more values than the job's packets carry, or another count than its slot's") \
-  X(wrong_source, "DATA not from its rank's member address, or a RESULT to us not from the parent")   \
-  X(weight_mismatch, "finished sums whose weight is not the job's total_weight (sent anyway)")        \
-  X(unknown_job, "packets for a job id this head has no job for, dropped")                            \
-  X(fanout_copies, "unicast fan-out: copies of results sent to members (TC clone-redirect)")         \
-  X(fanout_errors, "unicast fan-out: a result the TC program could not copy or readdress")           \
-  X(malformed, "packets to the tier's port with a bad version, type or count, or not the UDP length (IPv4 with options is not looked at)")
+#define XAGG_COUNTERS(X)                                                                                             \
+  X(rx_data, "DATA packets received")                                                                                \
+  X(rx_result, "RESULT packets received from the parent")                                                            \
+  X(added, "contributions added to a slot")                                                                          \
+  X(completed, "slots that received every member")                                                                   \
+  X(results_sent, "finished sums sent to the group")                                                                 \
+  X(up_sent, "partial sums sent to the parent")                                                                      \
+  X(up_resent, "partial sums sent to the parent again, because a member asked again")                                \
+  X(retained_answers, "late DATA of a finished slot answered with the retained result")                              \
+  X(parent_results, "results from the parent passed down to the group")                                              \
+  X(duplicates, "DATA for a rank already in a collecting slot, dropped (never added twice)")                         \
+  X(parent_duplicates, "results from the parent for a slot already final, dropped")                                  \
+  X(stale, "packets older than their slot's epoch, dropped")                                                         \
+  X(ahead, "DATA beyond the next epoch of an unfinished slot (window contract broken), dropped")                     \
+  X(bad_rank, "DATA with a rank outside the job's members, or weight 0, dropped")                                    \
+  X(bad_count, "DATA with more values than the job's packets carry, or another count than its slot's")               \
+  X(wrong_source, "DATA not from its rank's member address, or a RESULT to us not from the parent")                  \
+  X(weight_mismatch, "finished sums whose weight is not the job's total_weight (sent anyway)")                       \
+  X(unknown_job, "packets for a job id this head has no job for, dropped")                                           \
+  X(fanout_copies, "unicast fan-out: copies of results sent to members (TC clone-redirect)")                         \
+  X(fanout_errors, "unicast fan-out: a result the TC program could not copy or readdress")                           \
+  X(malformed,                                                                                                       \
+    "packets to the tier's port with a bad version, type or count, or not the UDP length (IPv4 with options is not " \
+    "looked at)")
 
 enum xagg_counter {
 #define XAGG_COUNTER_ENUM(name, text) XAGG_C_##name,
   XAGG_COUNTERS(XAGG_COUNTER_ENUM)
 #undef XAGG_COUNTER_ENUM
-  XAGG_NUM_COUNTERS
+      XAGG_NUM_COUNTERS
 };
 
 /* xagg_stats (per-CPU array, XAGG_MAX_JOBS + 1 entries). */

@@ -20,13 +20,11 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-static __always_inline void bump(struct xagg_counters *c, enum xagg_counter k) {
+static __always_inline void bump(struct xagg_counters* c, enum xagg_counter k) {
   if (c) c->c[k]++;
 }
 
-static __always_inline struct xagg_counters *counters_of(__u32 row) {
-  return bpf_map_lookup_elem(&xagg_stats, &row);
-}
+static __always_inline struct xagg_counters* counters_of(__u32 row) { return bpf_map_lookup_elem(&xagg_stats, &row); }
 
 /* The slot loops run under the slot's lock, where no calls are allowed, between the slot and the
  * packet's values copied into a per-CPU scratch value (xagg_scratch): map memory needs no packet
@@ -52,8 +50,8 @@ enum slot_op {
  * 2 * WORDS): harmless, since only `count` values ever leave the slot. */
 #define WORDS 8
 
-static __always_inline void slot_values(struct xagg_slot *s, struct xagg_values *sc, __u32 count, enum slot_op op) {
-  __u64 *acc = (__u64 *)s->acc, *v = (__u64 *)sc->v;
+static __always_inline void slot_values(struct xagg_slot* s, struct xagg_values* sc, __u32 count, enum slot_op op) {
+  __u64 *acc = (__u64*)s->acc, *v = (__u64*)sc->v;
   for (__u32 i = 0; i < XAGG_MAX_VALUES / 2; i += WORDS) {
     if (2 * i >= count) break;
 #pragma clang loop unroll(full)
@@ -77,13 +75,13 @@ static __always_inline void slot_values(struct xagg_slot *s, struct xagg_values 
 }
 
 /* The packet's values <-> scratch. count is 1..XAGG_MAX_VALUES (xagg_parse checked it). */
-static __always_inline int values_in(struct xdp_md *ctx, struct xagg_pkt *p, struct xagg_values *sc) {
+static __always_inline int values_in(struct xdp_md* ctx, struct xagg_pkt* p, struct xagg_values* sc) {
   const __u32 len = p->count * 4;
   if (len == 0 || len > sizeof(sc->v)) return -1;
   return bpf_xdp_load_bytes(ctx, p->values_off, sc->v, len);
 }
 
-static __always_inline int values_out(struct xdp_md *ctx, struct xagg_pkt *p, struct xagg_values *sc) {
+static __always_inline int values_out(struct xdp_md* ctx, struct xagg_pkt* p, struct xagg_values* sc) {
   const __u32 len = p->count * 4;
   if (len == 0 || len > sizeof(sc->v)) return -1;
   return bpf_xdp_store_bytes(ctx, p->values_off, sc->v, len);
@@ -91,16 +89,16 @@ static __always_inline int values_out(struct xdp_md *ctx, struct xagg_pkt *p, st
 
 /* Everything a handler needs about the packet in hand. */
 struct xagg_ctx {
-  struct xdp_md *xdp;
+  struct xdp_md* xdp;
   struct xagg_pkt p;
-  const struct xagg_config *cfg;
-  const struct xagg_job *job;
+  const struct xagg_config* cfg;
+  const struct xagg_job* job;
   __u32 job_id;
-  struct xagg_counters *c;
-  struct xagg_values *sc;
+  struct xagg_counters* c;
+  struct xagg_values* sc;
 };
 
-static __always_inline void set_header(struct xagg_hdr *h, __u8 type, __u16 rank, __u32 weight) {
+static __always_inline void set_header(struct xagg_hdr* h, __u8 type, __u16 rank, __u32 weight) {
   h->type = type;
   h->rank = bpf_htons(rank);
   h->weight = bpf_htonl(weight);
@@ -108,12 +106,12 @@ static __always_inline void set_header(struct xagg_hdr *h, __u8 type, __u16 rank
 
 /* The packet in hand leaves with the values in scratch; the headers are rewritten first because
  * storing the values may invalidate packet pointers. */
-static __always_inline int transmit(struct xagg_ctx *x) {
+static __always_inline int transmit(struct xagg_ctx* x) {
   if (values_out(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
   return XDP_TX;
 }
 
-static __always_inline int send_up(struct xagg_ctx *x, __u32 weight) {
+static __always_inline int send_up(struct xagg_ctx* x, __u32 weight) {
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->parent_mac, x->cfg->self_ip, x->job->parent_ip, x->cfg->port);
   set_header(x->p.hdr, XAGG_DATA, x->job->parent_rank, weight);
   return transmit(x);
@@ -121,7 +119,7 @@ static __always_inline int send_up(struct xagg_ctx *x, __u32 weight) {
 
 /* The finished sum to the whole group: one multicast frame, or (unicast fan-out) the frame passed
  * up with a mark for xagg_fanout, which copies it to each member. */
-static __always_inline int send_to_group(struct xagg_ctx *x, __u32 weight, __u32 job_id) {
+static __always_inline int send_to_group(struct xagg_ctx* x, __u32 weight, __u32 job_id) {
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->group_mac, x->cfg->self_ip, x->job->group_ip, x->cfg->port);
   set_header(x->p.hdr, XAGG_RESULT, 0, weight);
   if (weight != x->job->total_weight) bump(x->c, XAGG_C_weight_mismatch);
@@ -135,8 +133,8 @@ static __always_inline int send_to_group(struct xagg_ctx *x, __u32 weight, __u32
     bump(x->c, XAGG_C_fanout_errors);
     return XDP_DROP;
   }
-  struct xagg_fanout_meta *m = (void *)(long)x->xdp->data_meta;
-  if ((void *)(m + 1) > (void *)(long)x->xdp->data) {
+  struct xagg_fanout_meta* m = (void*)(long)x->xdp->data_meta;
+  if ((void*)(m + 1) > (void*)(long)x->xdp->data) {
     bump(x->c, XAGG_C_fanout_errors);
     return XDP_DROP;
   }
@@ -146,7 +144,7 @@ static __always_inline int send_to_group(struct xagg_ctx *x, __u32 weight, __u32
   return XDP_PASS;
 }
 
-static __always_inline int send_back(struct xagg_ctx *x, __u32 weight) {
+static __always_inline int send_back(struct xagg_ctx* x, __u32 weight) {
   __u8 mac[ETH_ALEN];
   __builtin_memcpy(mac, x->p.eth->h_source, ETH_ALEN);
   xagg_readdress(&x->p, x->cfg->self_mac, mac, x->cfg->self_ip, x->p.ip->saddr, x->cfg->port);
@@ -154,7 +152,7 @@ static __always_inline int send_back(struct xagg_ctx *x, __u32 weight) {
   return transmit(x);
 }
 
-static __always_inline struct xagg_slot *slot_of(const struct xagg_job *job, __u32 seq) {
+static __always_inline struct xagg_slot* slot_of(const struct xagg_job* job, __u32 seq) {
   const __u32 nslots = job->nslots;
   if (nslots == 0 || nslots > XAGG_MAX_SLOTS) return 0; /* the agent never writes this */
   __u32 key = job->slot_base + seq % nslots;
@@ -162,9 +160,9 @@ static __always_inline struct xagg_slot *slot_of(const struct xagg_job *job, __u
 }
 
 /* DATA from a member (a worker, or a head below us). */
-static __always_inline int on_data(struct xagg_ctx *x) {
-  const struct xagg_job *job = x->job;
-  struct xagg_hdr *h = x->p.hdr;
+static __always_inline int on_data(struct xagg_ctx* x) {
+  const struct xagg_job* job = x->job;
+  struct xagg_hdr* h = x->p.hdr;
   const __u32 rank = bpf_ntohs(h->rank), weight = bpf_ntohl(h->weight), seq = bpf_ntohl(h->seq);
   const __u32 count = x->p.count;
   bump(x->c, XAGG_C_rx_data);
@@ -178,12 +176,12 @@ static __always_inline int on_data(struct xagg_ctx *x) {
   }
   /* Where the job file gives the member's address, DATA for its rank must come from it. */
   __u32 mkey = x->job_id * XAGG_MAX_MEMBERS + rank;
-  const struct xagg_member *mb = bpf_map_lookup_elem(&xagg_members, &mkey);
+  const struct xagg_member* mb = bpf_map_lookup_elem(&xagg_members, &mkey);
   if (mb && mb->ip && mb->ip != x->p.ip->saddr) {
     bump(x->c, XAGG_C_wrong_source);
     return XDP_DROP;
   }
-  struct xagg_slot *s = slot_of(job, seq);
+  struct xagg_slot* s = slot_of(job, seq);
   if (!s || values_in(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
   const __u64 bit = 1ULL << rank;
 
@@ -257,11 +255,11 @@ static __always_inline int on_data(struct xagg_ctx *x) {
 }
 
 /* A RESULT from our parent: finish the slot and pass the sum down. */
-static __always_inline int on_result(struct xagg_ctx *x) {
-  const struct xagg_job *job = x->job;
+static __always_inline int on_result(struct xagg_ctx* x) {
+  const struct xagg_job* job = x->job;
   const __u32 seq = bpf_ntohl(x->p.hdr->seq), weight = bpf_ntohl(x->p.hdr->weight), count = x->p.count;
   bump(x->c, XAGG_C_rx_result);
-  struct xagg_slot *s = slot_of(job, seq);
+  struct xagg_slot* s = slot_of(job, seq);
   if (!s || values_in(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
   bpf_spin_lock(&s->lock);
   if (s->gen != job->gen || s->seq != seq || s->state == XAGG_SLOT_EMPTY || s->state == XAGG_SLOT_COLLECTING) {
@@ -289,9 +287,9 @@ static __always_inline int on_result(struct xagg_ctx *x) {
 }
 
 SEC("xdp")
-int xagg_head(struct xdp_md *ctx) {
-  void *data = (void *)(long)ctx->data;
-  void *data_end = (void *)(long)ctx->data_end;
+int xagg_head(struct xdp_md* ctx) {
+  void* data = (void*)(long)ctx->data;
+  void* data_end = (void*)(long)ctx->data_end;
   __u32 zero = 0;
   struct xagg_ctx x = {.xdp = ctx};
   x.cfg = bpf_map_lookup_elem(&xagg_config, &zero);
@@ -332,23 +330,23 @@ int xagg_head(struct xdp_md *ctx) {
  * out of the same interface once per member of its job, readdressed to each (xagg_members), and
  * the original dropped. Everything else passes. Attached only while a job uses unicast fan-out. */
 SEC("tc")
-int xagg_fanout(struct __sk_buff *skb) {
-  void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-  const struct xagg_fanout_meta *m = (void *)(long)skb->data_meta;
-  if ((void *)(m + 1) > data || m->magic != XAGG_FANOUT_MAGIC) return TC_ACT_OK;
+int xagg_fanout(struct __sk_buff* skb) {
+  void *data = (void*)(long)skb->data, *data_end = (void*)(long)skb->data_end;
+  const struct xagg_fanout_meta* m = (void*)(long)skb->data_meta;
+  if ((void*)(m + 1) > data || m->magic != XAGG_FANOUT_MAGIC) return TC_ACT_OK;
   __u32 job_id = m->job;
-  const struct xagg_job *job = job_id < XAGG_MAX_JOBS ? bpf_map_lookup_elem(&xagg_jobs, &job_id) : 0;
-  struct xagg_counters *c = counters_of(job_id < XAGG_MAX_JOBS ? job_id : XAGG_MAX_JOBS);
+  const struct xagg_job* job = job_id < XAGG_MAX_JOBS ? bpf_map_lookup_elem(&xagg_jobs, &job_id) : 0;
+  struct xagg_counters* c = counters_of(job_id < XAGG_MAX_JOBS ? job_id : XAGG_MAX_JOBS);
   if (!c) return TC_ACT_SHOT; /* never: the map has every row; checked once, out of the loop */
-  struct ethhdr *eth = data;
-  if (!job || (void *)(eth + 1) > data_end) {
+  struct ethhdr* eth = data;
+  if (!job || (void*)(eth + 1) > data_end) {
     bump(c, XAGG_C_fanout_errors);
     return TC_ACT_SHOT;
   }
   __u32 ip_off = sizeof(*eth);
   if (eth->h_proto == bpf_htons(ETH_P_8021Q)) ip_off += sizeof(struct vlan_tag);
-  struct iphdr *ip = data + ip_off;
-  if ((void *)(ip + 1) > data_end) {
+  struct iphdr* ip = data + ip_off;
+  if ((void*)(ip + 1) > data_end) {
     bump(c, XAGG_C_fanout_errors);
     return TC_ACT_SHOT;
   }
@@ -357,7 +355,7 @@ int xagg_fanout(struct __sk_buff *skb) {
   for (__u32 r = 0; r < XAGG_MAX_MEMBERS; r++) {
     if (r >= members) break;
     __u32 key = job_id * XAGG_MAX_MEMBERS + r;
-    const struct xagg_member *mb = bpf_map_lookup_elem(&xagg_members, &key);
+    const struct xagg_member* mb = bpf_map_lookup_elem(&xagg_members, &key);
     if (!mb || !mb->ip) {
       bump(c, XAGG_C_fanout_errors);
       continue;

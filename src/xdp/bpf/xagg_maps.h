@@ -37,7 +37,7 @@ struct {
 /* Members' addresses for unicast fan-out, by job id * XAGG_MAX_MEMBERS + rank. */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
-  __uint(max_entries, XAGG_MAX_JOBS * XAGG_MAX_MEMBERS);
+  __uint(max_entries, XAGG_MAX_JOBS* XAGG_MAX_MEMBERS);
   __type(key, __u32);
   __type(value, struct xagg_member);
 } xagg_members SEC(".maps");

@@ -6,7 +6,7 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 SEC("xdp")
-int xagg_pass(struct xdp_md *ctx) {
+int xagg_pass(struct xdp_md* ctx) {
   (void)ctx;
   return XDP_PASS;
 }
