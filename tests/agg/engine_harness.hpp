@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "../lib/buffer_pool.hpp"
 #include "inagg/agg/engine.hpp"
 #include "inagg/agg/kernels.hpp"
 #include "inagg/wire/build.hpp"
@@ -22,60 +23,9 @@ namespace inagg::enginetest {
 using agg::Dtype;
 using agg::PacketRef;
 
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  int refs = 1;
-};
-
-// Buffers live until their last reference is dropped; a free of a dead buffer fails the test.
-class Pool {
- public:
-  Pool() {
-    ops.ctx = this;
-    ops.free = [](void* c, void* h) { static_cast<Pool*>(c)->unref(static_cast<Buffer*>(h)); };
-    ops.ref = [](void* c, void* h) { static_cast<Pool*>(c)->ref(static_cast<Buffer*>(h)); };
-    ops.alloc = [](void* c, uint16_t len) { return static_cast<Pool*>(c)->alloc(len); };
-  }
-  ~Pool() {
-    for (Buffer* b : live_) delete b;
-  }
-  PacketRef alloc(uint16_t len) {
-    if (fail_alloc) return {};
-    auto* b = new Buffer;
-    b->bytes.resize(len);
-    live_.insert(b);
-    return {b, b->bytes.data(), len};
-  }
-  PacketRef wrap(const std::vector<uint8_t>& frame) {
-    PacketRef p = alloc(static_cast<uint16_t>(frame.size()));
-    std::memcpy(p.data, frame.data(), frame.size());
-    return p;
-  }
-  void ref(Buffer* b) {
-    ASSERT_TRUE(live_.count(b)) << "ref of a freed buffer";
-    ++b->refs;
-  }
-  void unref(Buffer* b) {
-    ASSERT_TRUE(live_.count(b)) << "free of a freed buffer";
-    if (--b->refs == 0) {
-      live_.erase(b);
-      delete b;
-    }
-  }
-  // The caller consumed a TX entry (it "sent" it): drop that reference.
-  std::vector<uint8_t> take(const PacketRef& p) {
-    auto* b = static_cast<Buffer*>(p.handle);
-    std::vector<uint8_t> v(p.data, p.data + p.len);
-    unref(b);
-    return v;
-  }
-  size_t live() const { return live_.size(); }
-
-  agg::BufferOps ops;
-  bool fail_alloc = false;
-
- private:
-  std::set<Buffer*> live_;
+// Buffers for the engine (tests/lib/buffer_pool.hpp): a leak, double free or dead reference fails the test.
+struct Pool : testlib::BufferPool {
+  Pool() : BufferPool([](const char* what) { ADD_FAILURE() << what; }) {}
 };
 
 // A job whose rank r writes from 10.0.<job>.<r+1> to rank r+1's receive QP.

@@ -19,6 +19,7 @@
 #include <set>
 #include <vector>
 
+#include "../lib/buffer_pool.hpp"
 #include "check.hpp"
 #include "inagg/agg/engine.hpp"
 #include "inagg/agg/kernels.hpp"
@@ -32,56 +33,9 @@ namespace {
 constexpr uint32_t kPayload = 32;
 constexpr uint64_t kMaxSeq = 48;  // packets per rank an input can send in order
 
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  int refs = 1;
-};
-
-// Buffers live until their last reference is dropped; a reference to a dead buffer aborts.
-class Pool {
- public:
-  Pool() {
-    ops.ctx = this;
-    ops.free = [](void* c, void* h) { static_cast<Pool*>(c)->unref(static_cast<Buffer*>(h)); };
-    ops.ref = [](void* c, void* h) { static_cast<Pool*>(c)->ref(static_cast<Buffer*>(h)); };
-    ops.alloc = [](void* c, uint16_t len) { return static_cast<Pool*>(c)->alloc(len); };
-  }
-  ~Pool() {
-    for (Buffer* b : live_) delete b;
-  }
-  agg::PacketRef alloc(uint16_t len) {
-    auto* b = new Buffer;
-    b->bytes.resize(len ? len : 1);
-    live_.insert(b);
-    return {b, b->bytes.data(), len};
-  }
-  agg::PacketRef wrap(const std::vector<uint8_t>& f, uint16_t port) {
-    agg::PacketRef p = alloc(static_cast<uint16_t>(f.size()));
-    if (!f.empty()) std::memcpy(p.data, f.data(), f.size());
-    p.port = port;
-    return p;
-  }
-  void ref(Buffer* b) {
-    FUZZ_CHECK(live_.count(b), "ref of a freed buffer");
-    ++b->refs;
-  }
-  void unref(Buffer* b) {
-    FUZZ_CHECK(live_.count(b), "free of a freed buffer");
-    if (--b->refs == 0) {
-      live_.erase(b);
-      delete b;
-    }
-  }
-  std::vector<uint8_t> take(const agg::PacketRef& p) {
-    std::vector<uint8_t> v(p.data, p.data + p.len);
-    unref(static_cast<Buffer*>(p.handle));
-    return v;
-  }
-  size_t live() const { return live_.size(); }
-  agg::BufferOps ops;
-
- private:
-  std::set<Buffer*> live_;
+// Buffers for the engine (tests/lib/buffer_pool.hpp): a leak, double free or dead reference aborts.
+struct Pool : testlib::BufferPool {
+  Pool() : BufferPool([](const char* what) { FUZZ_CHECK(false, "%s", what); }) {}
 };
 
 int64_t sext24(uint32_t d) {
