@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "command_words.hpp"
 #include "ctl_top.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
@@ -53,18 +54,11 @@ int main(int argc, char** argv) {
       "interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")(
       "count", po::value<unsigned>()->default_value(0)->value_name("N"),
       "top: show N frames and exit (0: until Ctrl-C)");
-  po::options_description hidden;
-  hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("words", -1);
   const std::string usage = "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top\n\n";
-
   po::variables_map vm;
+  std::vector<std::string> words;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
+    words = apps::parse_command_words(argc, argv, opts, vm);
   } catch (const po::error& e) {
     return usage_error(e.what());
   }
@@ -79,8 +73,6 @@ int main(int argc, char** argv) {
                  "2 a usage, job file or connection error.\n";
     return 0;
   }
-  const std::vector<std::string> words =
-      vm.count("words") ? vm["words"].as<std::vector<std::string>>() : std::vector<std::string>{};
   if (words.empty()) return usage_error("no command; expected add JOBFILE, remove ID, list, stats [ID] or top");
   const int timeout_ms = vm["timeout"].as<int>();
   if (timeout_ms <= 0) return usage_error("--timeout must be a positive number of milliseconds");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "command_words.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/xdp/agent.hpp"
@@ -151,16 +152,10 @@ int main(int argc, char** argv) {
       "socket,s", po::value<std::string>(&o.socket)->default_value(o.socket)->value_name("PATH"),
       "the agent's control socket (run: \"\" for none)")("off", po::bool_switch(&off),
                                                          "peer: remove the XDP_PASS program instead");
-  po::options_description hidden;
-  hidden.add_options()("words", po::value<std::vector<std::string>>(), "command and its arguments");
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("words", -1);
   po::variables_map vm;
+  std::vector<std::string> words;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
+    words = apps::parse_command_words(argc, argv, opts, vm);
   } catch (const po::error& e) {
     return usage_error(e.what());
   }
@@ -178,8 +173,6 @@ int main(int argc, char** argv) {
                  "2 a usage, job file or connection error.\n";
     return 0;
   }
-  const std::vector<std::string> words =
-      vm.count("words") ? vm["words"].as<std::vector<std::string>>() : std::vector<std::string>{};
   if (words.empty()) return usage_error("no command; expected run, add, remove, list, stats, status or peer");
   const std::string& cmd = words[0];
   const size_t nargs = words.size() - 1;
