@@ -4,23 +4,16 @@
 # frame sent into one port leaves the other byte for byte (checked by raw sockets on the veth
 # peers). Runs in a network namespace of its own (unshare -n), so its veths can clash with nobody
 # and vanish with it. Root only (exit 77 otherwise).
-#   test_af_packet_mtu.sh INAGG
+#   test_af_packet_mtu.sh INAGG SRCDIR
 set -uo pipefail
-inagg=$1
+inagg=$1 src=$2
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (veths, AF_PACKET)"; exit 77; }
 if [ -z "${INAGG_IN_OWN_NETNS:-}" ]; then
   unshare -n true 2>/dev/null || { echo "SKIP: cannot create a network namespace here"; exit 77; }
   exec unshare -n env INAGG_IN_OWN_NETNS=1 "$0" "$@"
 fi
-tmp=$(mktemp -d)
-prefix="inagg-afp-$$"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; [ -f "$tmp/log" ] && tail -n 20 "$tmp/log"; exit 1; }
+# shellcheck source=../lib/appliance.sh
+. "$src/tests/lib/appliance.sh" afp-mtu
 
 for i in 0 1; do
   ip link add "h$i" type veth peer name "p$i" || fail "veth h$i/p$i"
@@ -32,8 +25,8 @@ done
   --vdev=net_af_packet0,iface=p0,framesz=4352,blocksz=69632 --vdev=net_af_packet1,iface=p1,framesz=4352,blocksz=69632 \
   -- --socket "" --mtu 4200 --mbufs 4096 --mbuf-budget 1024 >"$tmp/log" 2>&1 &
 pid=$!
-for _ in $(seq 300); do grep -q "^inagg: 2 ports" "$tmp/log" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-grep -q "^inagg: 2 ports" "$tmp/log" || fail "inagg did not start on the af_packet ports"
+wait_alive "$pid" 30 "inagg's two ports up" grep -q "^inagg: 2 ports" "$tmp/log" ||
+  fail "inagg did not start on the af_packet ports"
 /usr/bin/python3 - <<'PY' || fail "a 4214-byte frame did not cross the appliance intact"
 import os, socket, time
 ETH_P = 0x88B5  # IEEE local experimental: nothing else on these links uses it
@@ -65,7 +58,8 @@ print("frames through the appliance:", sorted(got), "missing:", missing)
 raise SystemExit(1 if missing else 0)
 PY
 kill -INT "$pid"
-for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+ended() { ! kill -0 "$pid" 2>/dev/null; }
+wait_for 10 "inagg to exit after SIGINT" ended || fail "inagg still running 10 s after SIGINT"
 wait "$pid"; rc=$?
 pid=""
 [ $rc -eq 0 ] || fail "exit status $rc after SIGINT"

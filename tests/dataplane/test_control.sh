@@ -6,25 +6,11 @@
 #   test_control.sh INAGG INAGG_CTL SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 src=$3
-# shellcheck source=../../scripts/lib/wait.sh
-. "$src/scripts/lib/wait.sh"
-tmp=$(mktemp -d)
-prefix="inagg-ctl-test-$$"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; [ -f "$tmp/log" ] && tail -n 20 "$tmp/log"; exit 1; }
+# shellcheck source=../lib/appliance.sh
+. "$src/tests/lib/appliance.sh" ctl-test
 C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
 
-/usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp" --workers 2 --messages 2 --replay --background 10 >/dev/null || fail gen-pcap
-"$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
-  --vdev="net_pcap0,rx_pcap=$tmp/port0.pcap,infinite_rx=1" --vdev="net_pcap1,rx_pcap=$tmp/port1.pcap,infinite_rx=1" \
-  -- --socket "$tmp/ctl.sock" --mtu 9000 --mbufs 8192 --mbuf-budget 2048 >"$tmp/log" 2>&1 &
-pid=$!
-wait_alive "$pid" 30 "the control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "control socket never appeared"
+start_pcap_appliance
 [ "$(stat -c %a "$tmp/ctl.sock")" = 600 ] || fail "control socket is not 0600"
 
 out=$(C list) || fail "list: $out"

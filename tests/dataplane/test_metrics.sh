@@ -6,17 +6,8 @@
 #   test_metrics.sh INAGG INAGG_CTL SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 src=$3
-# shellcheck source=../../scripts/lib/wait.sh
-. "$src/scripts/lib/wait.sh"
-tmp=$(mktemp -d)
-prefix="inagg-metrics-test-$$"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; [ -f "$tmp/log" ] && tail -n 20 "$tmp/log"; exit 1; }
+# shellcheck source=../lib/appliance.sh
+. "$src/tests/lib/appliance.sh" metrics-test
 /usr/bin/python3 -c "import prometheus_client.parser" 2>/dev/null ||
   { echo "SKIP: python3-prometheus-client is not installed (scripts/setup installs it)"; exit 77; }
 
@@ -26,12 +17,7 @@ for bad in "9100" "localhost" "127.0.0.1:99999" "[::1:9100"; do
   [ $rc = 2 ] && grep -q "inagg: --metrics: " <<<"$out" || fail "--metrics '$bad': exit $rc, $out"
 done
 
-/usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp" --workers 2 --messages 2 --replay --background 10 >/dev/null || fail gen-pcap
-"$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
-  --vdev="net_pcap0,rx_pcap=$tmp/port0.pcap,infinite_rx=1" --vdev="net_pcap1,rx_pcap=$tmp/port1.pcap,infinite_rx=1" \
-  -- --socket "$tmp/ctl.sock" --mtu 9000 --mbufs 8192 --mbuf-budget 2048 --job "$tmp/job.job" --metrics 127.0.0.1:0 >"$tmp/log" 2>&1 &
-pid=$!
-wait_alive "$pid" 30 "inagg's control socket" test -S "$tmp/ctl.sock" || fail "inagg did not start"
+start_pcap_appliance --job "$tmp/job.job" --metrics 127.0.0.1:0
 url=$(sed -n 's|^inagg: metrics at \(http://[^ ]*\)$|\1|p' "$tmp/log")
 [ -n "$url" ] || fail "inagg did not say where its metrics are"
 aggregating() { local v; v=$("$ctl" --socket "$tmp/ctl.sock" stats 1 | awk '$1 == "aggregated_packets" {print $2}'); [ "${v:-0}" -gt 0 ]; }
