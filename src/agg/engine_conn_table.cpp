@@ -66,6 +66,10 @@ void Engine::emit(const PacketRef& p, TxList& tx, Job* job) {
 }
 
 void Engine::drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter) {
+  // Drops of frames whose origin the engine could not verify: process() tells its caller.
+  untrusted_ = counter == &EngineCounters::malformed || counter == &EngineCounters::bad_icrc ||
+               counter == &EngineCounters::drop_wrong_source || counter == &EngineCounters::drop_wrong_port ||
+               counter == &EngineCounters::drop_unplaceable || counter == &EngineCounters::drop_closed;
   if (job) ++(job->c.*counter);
   ++(totals_.*counter);
   ops_.free(ops_.ctx, pkt.handle);
@@ -130,7 +134,13 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
   emit(pkt, tx, nullptr);
 }
 
-void Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+  untrusted_ = false;
+  process_frame(pkt, now_ns, tx);
+  return !untrusted_;
+}
+
+void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   ++totals_.rx_packets;
   if (now_ns > now_ns_) now_ns_ = now_ns;
   Layout l;

@@ -227,6 +227,13 @@ std::string Appliance::stats_text() {
 #undef X
     s += "\n";
   }
+  // The engine's counters over all jobs and none (a malformed packet no job can be named for counts
+  // here only); the non-zero ones, like a job's line.
+  s += "engine:";
+  agg::for_each_counter(engine_totals(), [&](std::string_view name, std::string_view, uint64_t v) {
+    if (v != 0) s += " " + std::string(name) + " " + std::to_string(v);
+  });
+  s += "\n";
   for (const control::JobStatus& j : describe_jobs()) s += control::format_job_summary(j);
   return s;
 }

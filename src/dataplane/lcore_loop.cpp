@@ -45,6 +45,7 @@ class LcoreLoop {
 
  private:
   void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
+  void learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
   void route_engine_output(uint64_t now_ns);
   void send(rte_mbuf* m, uint64_t now_ns);
   void enqueue_tx(unsigned port_index, rte_mbuf* m);
@@ -120,21 +121,12 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const uint32_t len = m->data_len;
-  if (len >= 14) {
-    // Every lcore learns from every frame it handles, handed over or received: the lcore that owns
-    // a job sends its sums, so it must know where the ranks are whichever lcore received them.
-    // Bursts come from few stations: re-learning the same source on the same port within 1 ms
-    // changes nothing, so skip it (halves the bridge's per-frame cost on a burst of one flow).
-    const uint64_t src = MacTable::key(data + 6);
-    if (src != l.learn_cache_mac || m->port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
-      l.macs->learn(data + 6, m->port, now_ns);
-      l.learn_cache_mac = src;
-      l.learn_cache_port = m->port;
-      l.learn_cache_ns = now_ns;
-      l.lookup_cache_ns = 0;  // a move may change the cached lookup
-    }
+  if (len < 14) {
+    send(m, now_ns);
+    return;
   }
   if (!looks_like_roce(data, len)) {
+    learn_source(data + 6, m->port, now_ns);
     send(m, now_ns);
     return;
   }
@@ -143,6 +135,7 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     if (owner_key_of(data, len, &k)) {
       auto it = l.owners.find(k);
       if (it != l.owners.end() && it->second != l.index) {
+        // The owner learns from it once its engine has vouched for it (below).
         if (rte_ring_enqueue(dp_.lcores[it->second]->handover, m) == 0) {
           ++l.c.handover_out;
         } else {
@@ -154,8 +147,32 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     }
   }
   ++l.c.roce;
-  l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx);
+  // A RoCEv2 frame teaches the bridge where its sender is only if the engine did not drop it as
+  // untrustworthy: a forged frame carrying a rank's MAC from another port must not move that rank,
+  // or the rank's sums would go out of the wrong port (fail closed). The engine may free the frame,
+  // so its source MAC and port are read first.
+  uint8_t src_mac[6];
+  std::memcpy(src_mac, data + 6, sizeof src_mac);
+  const uint16_t in_port = m->port;
+  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx))
+    learn_source(src_mac, in_port, now_ns);
   route_engine_output(now_ns);
+}
+
+// Every lcore learns from the frames it handles, handed over or received: the lcore that owns a job
+// sends its sums, so it must know where the ranks are whichever lcore received them. Bursts come
+// from few stations: re-learning the same source on the same port within 1 ms changes nothing, so
+// it is skipped (halves the bridge's per-frame cost on a burst of one flow).
+void LcoreLoop::learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
+  LcoreState& l = l_;
+  const uint64_t src = MacTable::key(src_mac);
+  if (src != l.learn_cache_mac || port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
+    l.macs->learn(src_mac, port, now_ns);
+    l.learn_cache_mac = src;
+    l.learn_cache_port = port;
+    l.learn_cache_ns = now_ns;
+    l.lookup_cache_ns = 0;  // a move may change the cached lookup
+  }
 }
 
 void LcoreLoop::route_engine_output(uint64_t now_ns) {

@@ -236,9 +236,10 @@ class EngineTest : public ::testing::Test {
   std::vector<Out> send(const std::vector<uint8_t>& frame, uint16_t port = agg::kUnknownPort) {
     PacketRef p = pool.wrap(frame);
     p.port = port;
-    engine->process(p, now, tx);
+    last_trusted = engine->process(p, now, tx);
     return drain(pool, tx);
   }
+  bool last_trusted = true;  // what process() said of the last frame send() gave it
   std::vector<Out> poll(uint64_t at) {
     now = at;
     engine->poll(now, tx);

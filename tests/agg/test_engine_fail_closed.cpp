@@ -92,6 +92,31 @@ TEST_F(FailClosed, TrafficFromAnotherPortThanItsRankWasFirstSeenOnIsDropped) {
   EXPECT_EQ(info(1).state, agg::JobState::active);
 }
 
+// The appliance learns a station's port from a frame only when process() vouches for it: a forged
+// frame carrying a rank's MAC must not move the rank (its sums would leave by the forger's port).
+TEST_F(FailClosed, ProcessSaysWhichFramesAreUntrustworthy) {
+  EXPECT_TRUE(send(j.data_frame(1, 0), 1).empty());
+  EXPECT_TRUE(last_trusted) << "an honest WRITE, held";
+  EXPECT_TRUE(send(j.data_frame(1, 0), 1).empty());
+  EXPECT_TRUE(last_trusted) << "an honest duplicate: dropped, but from the rank itself";
+  EXPECT_TRUE(send(forged(0, 1, "10.0.1.200"), 0).empty());
+  EXPECT_FALSE(last_trusted) << "wrong source";
+  EXPECT_TRUE(send(j.data_frame(1, 1), 0).empty());
+  EXPECT_FALSE(last_trusted) << "wrong port";
+  auto bad = j.data_frame(2, 0);
+  bad.back() ^= 0xff;
+  EXPECT_TRUE(send(bad, 2).empty());
+  EXPECT_FALSE(last_trusted) << "bad ICRC";
+  auto truncated = j.data_frame(2, 0);
+  truncated.resize(50);
+  EXPECT_TRUE(send(truncated, 2).empty());
+  EXPECT_FALSE(last_trusted) << "malformed";
+  EXPECT_TRUE(send(j.data_frame(2, 0), 2).empty());
+  EXPECT_TRUE(last_trusted);
+  EXPECT_EQ(send(j.data_frame(0, 0), 0).size(), 3u);
+  EXPECT_TRUE(last_trusted) << "the last rank in: the sum released";
+}
+
 TEST_F(FailClosed, CnpsKeepFlowingFromAnywhere) {
   complete(0);
   auto s = j.frame_spec(0, 0);

@@ -201,8 +201,11 @@ class Engine {
   size_t closed_connections() const;  // held or lingering, not yet expired
 
   // Fast path. Takes ownership of `pkt`: it ends up in `tx` (forwarded, possibly rewritten), held
-  // by the engine, or freed. May also put released packets and NAKs in `tx`.
-  void process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
+  // by the engine, or freed. May also put released packets and NAKs in `tx`. Returns false when the
+  // frame was dropped as untrustworthy (malformed, bad ICRC, wrong source or port, unplaceable, or
+  // on a connection held closed): the caller must not learn anything from it (its source MAC above
+  // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
+  bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
 
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
@@ -229,6 +232,7 @@ class Engine {
 
   // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
   const ConnEntry* lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
+  void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
   void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
   void log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
@@ -261,7 +265,8 @@ class Engine {
   EngineCounters totals_;
   size_t memory_used_ = 0;
   size_t mbufs_reserved_ = 0;
-  uint64_t now_ns_ = 0;  // the engine's clock: the last now_ns process() or poll() saw
+  uint64_t now_ns_ = 0;     // the engine's clock: the last now_ns process() or poll() saw
+  bool untrusted_ = false;  // the frame process() is handling was dropped as untrustworthy
 };
 
 }  // namespace inagg::agg
