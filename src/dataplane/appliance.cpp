@@ -105,6 +105,12 @@ bool Appliance::stop_requested() { return g_force_quit.load(std::memory_order_re
 bool Appliance::single_lcore() const { return impl_->single; }
 const std::vector<PortInfo>& Appliance::ports() const { return impl_->ports.info(); }
 
+Appliance::MbufUse Appliance::mbuf_use() const {
+  rte_mempool* pool = impl_->ports.pool();
+  if (pool == nullptr) return {};
+  return {rte_mempool_in_use_count(pool), pool->size};
+}
+
 bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   Impl& I = *impl_;
   I.cfg = cfg;

@@ -72,6 +72,10 @@ assert ctl_agg >= jb, (ctl_agg, jb)
 # previous scrape's job figure).
 eng = value(b, "inagg_engine_aggregated_packets")
 assert eng >= ja, (eng, ja)
+# Packet buffers: some in use (the job holds packets, the lcores cache some), within the pool
+# (8192, --mbufs).
+in_use, total = value(b, "inagg_mbufs_in_use"), value(b, "inagg_mbufs")
+assert total == 8192 and 0 < in_use <= total, (in_use, total)
 # The shipped Grafana dashboard asks only for metrics the appliance serves.
 exprs = [t["expr"] for p in json.load(open(dashboard))["panels"] for t in p["targets"]]
 asked = {m for e in exprs for m in re.findall(r"inagg_[a-z0-9_]+", e)}
