@@ -1,10 +1,12 @@
-// inagg-worker: one rank of an allreduce, in the style of nccl-tests' all_reduce_perf: option
-// parsing and output around client::Worker (include/inagg/client/worker.hpp), which holds the rack
-// plan, the transport, the algorithms (ina, ring, xdp, auto) and auto's fall-over.
+// inagg-worker: one rank of an allreduce that takes nccl-tests' all_reduce_perf options with their
+// meaning and prints its table (include/inagg/client/nccl_table.hpp): option parsing and output
+// around client::Worker (include/inagg/client/worker.hpp), which holds the rack plan, the
+// transport, the algorithms (ina, ring, xdp, auto) and auto's fall-over.
 #include <boost/program_options.hpp>
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "inagg/client/clock.hpp"
+#include "inagg/client/nccl_table.hpp"
 #include "inagg/client/reference.hpp"
 #include "inagg/client/worker.hpp"
 #include "version.hpp"
@@ -32,25 +35,113 @@ void serving(Worker& w, F&& work) {
   done.get();
 }
 
+// nccl-tests' -c takes a count; inagg-worker's --check used to be a flag. `--check` not followed
+// by a number is `--check=1`, so command lines of both kinds parse.
+std::vector<std::string> with_check_count(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "--check") continue;
+    const bool number =
+        i + 1 < args.size() && !args[i + 1].empty() && args[i + 1].find_first_not_of("0123456789") == std::string::npos;
+    if (!number) args[i] = "--check=1";
+  }
+  return args;
+}
+
+// The first of `names` set in the environment, as a number (MPI launchers: the rank and size
+// nccl-tests takes from MPI).
+std::optional<unsigned> from_environment(std::initializer_list<const char*> names, std::string* which) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const unsigned long x = std::strtoul(v, &end, 10);
+    if (*end || x > 65535) continue;
+    *which = n;
+    return static_cast<unsigned>(x);
+  }
+  return std::nullopt;
+}
+
+// The sizes of the sweep, as nccl-tests steps them.
+std::vector<uint64_t> sweep(const WorkerOptions& o) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t s = o.min_bytes; s <= o.max_bytes; s = o.factor > 1 ? s * o.factor : s + o.step_bytes) {
+    sizes.push_back(s);
+    if (sizes.size() > 100000) break;  // a step of 1 byte over gigabytes: enough rows
+  }
+  return sizes;
+}
+
+// --corrupt-input: alters the first `k` elements of this rank's input (after the reference was
+// made from the seed), so that every rank's check must count them: floats become 64 (inputs are in
+// [-1, 1)), int32 get their lowest bit flipped.
+void corrupt(util::Dtype dtype, uint8_t* buf, uint64_t count, unsigned k) {
+  const size_t es = util::dtype_size(dtype);
+  for (uint64_t i = 0; i < std::min<uint64_t>(k, count); ++i) {
+    uint8_t* e = buf + i * es;
+    if (dtype == util::Dtype::int32) {
+      e[0] ^= 1;
+    } else if (dtype == util::Dtype::fp32) {
+      const float v = 64.0f;
+      std::memcpy(e, &v, 4);
+    } else {
+      const uint16_t v = dtype == util::Dtype::fp16 ? 0x5400 : 0x4280;  // 64.0 in fp16, bf16
+      std::memcpy(e, &v, 2);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   WorkerOptions o;
-  po::options_description d("Usage: inagg-worker --rank R --workers N [options]\n\nOptions");
+  std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype;
+  unsigned ngpus = 1, nthreads = 1, agg_iters = 1, run_cycles = 1, cudagraph = 0, cputime = 0;
+  int root = 0, blocking = 0, parallel_init = 0, average = 1;
+  po::options_description nccl(
+      "Usage: inagg-worker --rank R --workers N [options]\n"
+      "(--rank and --workers default to an MPI launcher's OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or "
+      "SLURM_PROCID/NTASKS)\n\n"
+      "nccl-tests all_reduce_perf options, with its meaning");
+  nccl.add_options()("minbytes,b", po::value<std::string>(&minbytes)->default_value(minbytes),
+                     "smallest size, bytes (K, M, G suffixes: binary)")(
+      "maxbytes,e", po::value<std::string>(&maxbytes)->default_value(maxbytes), "largest size")(
+      "stepbytes,i", po::value<std::string>(&stepbytes)->default_value(stepbytes),
+      "increment between sizes when --stepfactor is not above 1")(
+      "stepfactor,f", po::value<unsigned>(&o.factor)->default_value(o.factor), "size multiplier between rows (>1)")(
+      "iters,n", po::value<unsigned>(&o.iters)->default_value(o.iters), "timed iterations per size and placement")(
+      "warmup_iters,w", po::value<unsigned>(&o.warmup)->default_value(o.warmup),
+      "untimed iterations per size (--warmup is taken too)")(
+      "check,c", po::value<unsigned>(&o.check)->default_value(o.check),
+      "checked iterations per size and placement, after the timed ones: every element against the reference "
+      "(the appliance's rank-ordered sum for ina, the ring's hop order for ring, the fixed-point sum for xdp); 0: "
+      "none, #wrong shows N/A; a bare --check means 1")(
+      "datatype,d", po::value<std::string>(&o.dtype_name)->default_value(o.dtype_name),
+      "float (float32, fp32), half (float16, fp16), bfloat16 (bf16) or int32 (int); --dtype is taken too")(
+      "op,o", po::value<std::string>(&o.op)->default_value(o.op), "reduction: sum (the only one the appliance does)")(
+      "ngpus,g", po::value<unsigned>(&ngpus)->default_value(1), "GPUs per thread: 1 (one rank per process)")(
+      "nthreads,t", po::value<unsigned>(&nthreads)->default_value(1), "threads per process: 1")(
+      "agg_iters,m", po::value<unsigned>(&agg_iters)->default_value(1), "operations per iteration: 1")(
+      "run_cycles,N", po::value<unsigned>(&run_cycles)->default_value(1), "cycles of the sweep: 1")(
+      "root,r", po::value<int>(&root)->default_value(0), "taken and ignored: an allreduce has no root (prints -1)")(
+      "blocking,z", po::value<int>(&blocking)->default_value(0),
+      "taken and ignored: every allreduce here completes before the next")(
+      "parallel_init,p", po::value<int>(&parallel_init)->default_value(0), "taken and ignored")(
+      "average,a", po::value<int>(&average)->default_value(1),
+      "taken and ignored: each rank prints its own times and its own #wrong")(
+      "cudagraph,G", po::value<unsigned>(&cudagraph)->default_value(0), "0 (no CUDA here)")(
+      "report_cputime,C", po::value<unsigned>(&cputime)->default_value(0), "0 (times are wall-clock)")(
+      "timeout,T", po::value<double>(&o.timeout_s)->default_value(o.timeout_s),
+      "give up after this many seconds (0: no limit)");
+  po::options_description d("inagg-worker options");
   d.add_options()("help,h", "show this help")("version", "print the version and exit")(
-      "rank", po::value<unsigned>(&o.rank), "this worker's rank, 0..N-1")("workers,n", po::value<unsigned>(&o.workers),
+      "rank", po::value<unsigned>(&o.rank), "this worker's rank, 0..N-1")("workers", po::value<unsigned>(&o.workers),
                                                                           "number of workers N (2..64)")(
       "ip-base", po::value<std::string>(&o.ip_base)->default_value(o.ip_base),
-      "rank r uses IPv4 address ip-base + r + 1")(
-      "dtype,d", po::value<std::string>(&o.dtype_name)->default_value(o.dtype_name), "fp32, fp16, bf16 or int32")(
-      "minbytes,b", po::value<uint64_t>(&o.min_bytes)->default_value(o.min_bytes), "smallest allreduce size")(
-      "maxbytes,e", po::value<uint64_t>(&o.max_bytes)->default_value(o.max_bytes), "largest allreduce size")(
-      "stepfactor,f", po::value<unsigned>(&o.factor)->default_value(o.factor), "size multiplier between rows")(
-      "iters", po::value<unsigned>(&o.iters)->default_value(o.iters), "timed iterations per size")(
-      "warmup", po::value<unsigned>(&o.warmup)->default_value(o.warmup), "untimed iterations per size")(
-      "check",
-      "verify every element of every iteration against the reference: the rank-ordered sum (ina), the ring's hop order "
-      "(ring), the fixed-point sum (xdp)")(
+      "rank r uses IPv4 address ip-base + r + 1")("dtype", po::value<std::string>(&old_dtype), "same as --datatype")(
+      "in-place", po::value<bool>(&o.in_place)->default_value(o.in_place),
+      "0: run the out-of-place placement only (the in-place columns stay blank)")(
       "mode", po::value<std::string>(&o.mode_name)->default_value(o.mode_name),
       "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")(
       "payload", po::value<uint32_t>(&o.payload)->default_value(o.payload), "path MTU payload P, bytes")(
@@ -59,8 +150,7 @@ int main(int argc, char** argv) {
       "window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")(
       "ack-timeout-ms", po::value<double>(&o.ack_timeout_ms)->default_value(o.ack_timeout_ms), "RC ACK timeout")(
       "retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")(
-      "seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the --check inputs")(
-      "timeout", po::value<double>(&o.timeout_s)->default_value(o.timeout_s), "give up after this many seconds")(
+      "seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the inputs")(
       "job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")(
       "register", po::value<std::string>(&o.register_socket),
       "ina mode: rank 0 adds the job through this inagg control socket, and every rank waits until the job is active "
@@ -80,10 +170,14 @@ int main(int argc, char** argv) {
       "xdp-scale", po::value<double>(&o.xdp_scale)->default_value(o.xdp_scale),
       "xdp/auto: fixed point for fp32/fp16/bf16: int32 = round(value * scale), clipped so that n values cannot "
       "overflow")("xdp-port", po::value<unsigned>(&o.xdp_port)->default_value(o.xdp_port),
-                  "xdp/auto: the tier's UDP port");
+                  "xdp/auto: the tier's UDP port")(
+      "corrupt-input", po::value<unsigned>(&o.corrupt)->default_value(0),
+      "testing the check only: alter this many elements of this rank's input in the checked iterations, after the "
+      "reference was made, so that every rank's #wrong must count them");
+  d.add(nccl);
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, d), vm);
+    po::store(po::command_line_parser(with_check_count(argc, argv)).options(d).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     std::cerr << "inagg-worker: " << e.what() << " (see --help)\n";
@@ -97,20 +191,59 @@ int main(int argc, char** argv) {
     std::cout << apps::version_line("inagg-worker") << "\n";
     return 0;
   }
-  o.check = vm.count("check") > 0;
-  o.rank_given = vm.count("rank") > 0;
-  if (const std::string e = check_job_options(o); !e.empty()) {
-    std::cerr << "inagg-worker: " << e << "\n";
+  auto usage = [](const std::string& why) {
+    std::cerr << "inagg-worker: " << why << "\n";
     return 2;
+  };
+  if (vm.count("dtype")) {
+    if (!vm["datatype"].defaulted() && o.dtype_name != old_dtype)
+      return usage("--dtype and --datatype (-d) disagree; give one");
+    o.dtype_name = old_dtype;
   }
+  if (o.dtype_name == "all" || o.op == "all")
+    return usage(
+        "-d all and -o all are not supported: the appliance runs a job of one datatype and sums; run "
+        "inagg-worker once per datatype");
+  if (ngpus != 1 || nthreads != 1)
+    return usage(
+        "-g/--ngpus and -t/--nthreads must be 1: inagg-worker is one rank per process (run one process per "
+        "rank, e.g. under mpirun)");
+  if (agg_iters != 1 || run_cycles != 1 || cudagraph != 0 || cputime != 0)
+    return usage(
+        "-m/--agg_iters and -N/--run_cycles must be 1, -G/--cudagraph and -C/--report_cputime 0: the others "
+        "are not supported");
+  const struct {
+    const char* name;
+    std::string* text;
+    uint64_t* out;
+  } sizes[] = {{"minbytes", &minbytes, &o.min_bytes},
+               {"maxbytes", &maxbytes, &o.max_bytes},
+               {"stepbytes", &stepbytes, &o.step_bytes}};
+  for (const auto& s : sizes) {
+    const std::optional<uint64_t> v = nccl::parse_size(*s.text);
+    if (!v)
+      return usage(std::string("invalid size '") + *s.text + "' for --" + s.name +
+                   ": a number of bytes with an "
+                   "optional K, M or G (e.g. 8, 128M)");
+    *s.out = *v;
+  }
+  if (o.timeout_s == 0) o.timeout_s = 1e7;  // nccl-tests' -T 0: no limit
+  std::string rank_from, workers_from;
+  if (!vm.count("rank"))
+    if (const auto r = from_environment({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, &rank_from)) {
+      o.rank = *r;
+      vm.insert({"rank", po::variable_value(*r, false)});
+    }
+  if (!vm.count("workers"))
+    if (const auto n = from_environment({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, &workers_from))
+      o.workers = *n;
+  o.rank_given = vm.count("rank") > 0;
+  if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
   if (vm.count("print-job")) {
     std::fputs(o.rack.job_text().c_str(), stdout);
     return 0;
   }
-  if (const std::string e = check_run_options(o); !e.empty()) {
-    std::cerr << "inagg-worker: " << e << "\n";
-    return 2;
-  }
+  if (const std::string e = check_run_options(o); !e.empty()) return usage(e);
 
   Worker w(o);
   auto fatal = [&](const std::string& why) {
@@ -122,67 +255,99 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   std::string err;
-  if (!w.open(&err)) {
-    std::cerr << "inagg-worker: " << err << "\n";
-    return 2;
-  }
+  if (!w.open(&err)) return usage(err);
   if (const int rc = w.register_job(); rc != 0) {
     std::cerr << "inagg-worker: " << w.error() << "\n";
     return rc;
   }
 
   const unsigned n = o.workers;
-  const size_t es = util::dtype_size(o.rack.dtype);
-  std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u\n", o.rank, n,
+  const util::Dtype dtype = o.rack.dtype;
+  const size_t es = util::dtype_size(dtype);
+  std::printf("# Collective test starting: inagg-worker (nccl-tests all_reduce_perf's options and table)\n");
+  std::printf("# nThread 1 nGpus 1 minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64
+              "(%s) warmup iters: %u iters: %u agg iters: 1 validation: %u graph: 0 unalign: 0\n",
+              o.min_bytes, o.max_bytes, o.factor > 1 ? o.factor : o.step_bytes, o.factor > 1 ? "factor" : "bytes",
+              o.warmup, o.iters, o.check);
+  std::printf("#\n");
+  std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u%s%s%s%s\n", o.rank, n,
               util::ip_text(o.rack.ip_of(o.rank)).c_str(), util::ip_text(o.rack.ip_of(o.rack.successor())).c_str(),
-              o.mode_name.c_str(), o.dtype_name.c_str(), o.message, o.payload, o.window);
+              o.mode_name.c_str(), std::string(nccl::type_name(dtype)).c_str(), o.message, o.payload, o.window,
+              rank_from.empty() ? "" : ", rank from ", rank_from.c_str(), workers_from.empty() ? "" : ", size from ",
+              workers_from.c_str());
   if (o.uses_tier()) {
     const unsigned group = o.xdp.group_of(o.rank, n);
     std::printf(
         "# XDP tier: head %s (group %u, rank %u in it), results on %s, job %u, %u values per packet, window %u%s\n",
         util::ip_text(o.xdp.heads[group]).c_str(), group, o.rank % o.xdp.size_of_groups(n),
         util::ip_text(o.xdp.group_address(group)).c_str(), o.job_id, o.xdp_values, o.xdp_window,
-        o.rack.dtype == util::Dtype::int32 ? "" : (", fixed point x" + std::to_string(o.xdp_scale)).c_str());
+        dtype == util::Dtype::int32 ? "" : (", fixed point x" + std::to_string(o.xdp_scale)).c_str());
   }
-  std::printf("#%11s %12s %6s %10s %8s %8s %8s\n", "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong");
+  if (o.corrupt)
+    std::printf("# rank %u alters %u elements of its input in every checked iteration (--corrupt-input)\n", o.rank,
+                o.corrupt);
+  std::fputs(nccl::header().c_str(), stdout);
   double busbw_sum = 0;
-  unsigned rows = 0;
-  uint64_t wrong_total = 0;
-  for (uint64_t size = o.min_bytes; size <= o.max_bytes; size *= o.factor) {
-    const uint64_t bytes = size / es * es;
-    if (bytes == 0) continue;
-    // --check: every iteration against the reference of the tier that summed it.
-    Reference ref({o.rack.dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale}, bytes);
-    double total_us = 0;
-    uint64_t wrong = 0;
-    for (unsigned it = 0; it < o.warmup + o.iters; ++it) {
-      serving(w, [&] { fill_input(o.rack.dtype, o.seed, o.rank, w.data(), bytes); });
-      const uint64_t t0 = now_ns();
-      if (!w.allreduce(bytes)) return fatal(w.error());
-      if (it >= o.warmup) total_us += static_cast<double>(now_ns() - t0) / 1e3;
-      if (!o.check) continue;
-      const std::vector<uint8_t>* sum = nullptr;
-      serving(w, [&] { sum = &ref.sum(w.last_tier()); });
-      const std::vector<uint8_t>& want = *sum;
-      for (size_t i = 0; i < bytes; i += es) {
-        if (std::memcmp(want.data() + i, w.data() + i, es) != 0) {
-          if (wrong < 3) std::fprintf(stderr, "rank %u: element %zu differs from the reference sum\n", o.rank, i / es);
-          ++wrong;
+  unsigned measurements = 0, failed_checks = 0;
+  for (const uint64_t size : sweep(o)) {
+    const uint64_t count = size / es, bytes = count * es;
+    if (count == 0) {
+      std::printf("# %" PRIu64 " bytes: less than one %s element, skipped\n", size,
+                  std::string(nccl::type_name(dtype)).c_str());
+      continue;
+    }
+    // The reference of this size, made once from the seed (every rank computes every rank's input).
+    std::optional<Reference> ref;
+    if (o.check) ref.emplace(Reference::Config{dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale}, bytes);
+    auto fill = [&] { serving(w, [&] { fill_input(dtype, o.seed, o.rank, w.data(), bytes); }); };
+    fill();
+    for (unsigned it = 0; it < o.warmup; ++it)
+      if (!w.allreduce(bytes, false)) return fatal(w.error());
+    std::optional<nccl::Measurement> placed[2];
+    for (const bool in_place : {false, true}) {
+      if (in_place && !o.in_place) continue;
+      nccl::Measurement m;
+      double total_us = 0;
+      for (unsigned it = 0; it < o.iters; ++it) {
+        if (in_place || it == 0) fill();  // in place, the last sum replaced the input
+        const uint64_t t0 = now_ns();
+        if (!w.allreduce(bytes, in_place)) return fatal(w.error());
+        total_us += static_cast<double>(now_ns() - t0) / 1e3;
+      }
+      m.time_us = total_us / o.iters;
+      m.algbw = nccl::alg_bandwidth(bytes, m.time_us);
+      m.busbw = nccl::bus_bandwidth(m.algbw, n);
+      // Checked iterations, as nccl-tests': fresh inputs, one allreduce, every element against the
+      // reference of the tier that summed it; the first one with wrong elements ends them.
+      m.checked = o.check > 0;
+      for (unsigned c = 0; c < o.check && m.wrong == 0; ++c) {
+        fill();
+        corrupt(dtype, w.data(), count, o.corrupt);
+        if (!w.allreduce(bytes, in_place)) return fatal(w.error());
+        const uint8_t* got = in_place ? w.data() : w.result();
+        const std::vector<uint8_t>* sum = nullptr;
+        serving(w, [&] { sum = &ref->sum(w.last_tier()); });
+        for (size_t i = 0; i < bytes; i += es) {
+          if (std::memcmp(sum->data() + i, got + i, es) == 0) continue;
+          if (m.wrong < 3)
+            std::fprintf(stderr, "rank %u: %s, %" PRIu64 " bytes: element %zu differs from the reference sum\n", o.rank,
+                         in_place ? "in place" : "out of place", bytes, i / es);
+          ++m.wrong;
         }
       }
+      if (m.wrong) ++failed_checks;
+      busbw_sum += m.busbw;
+      ++measurements;
+      placed[in_place] = m;
     }
-    wrong_total += wrong;
-    const double us = total_us / o.iters;
-    const double algbw = static_cast<double>(bytes) / (us * 1e3);  // GB/s
-    const double busbw = algbw * 2.0 * (n - 1) / n;
-    busbw_sum += busbw;
-    ++rows;
-    std::printf(" %11" PRIu64 " %12" PRIu64 " %6s %10.1f %8.3f %8.3f %8" PRIu64 "\n", bytes, bytes / es,
-                o.dtype_name.c_str(), us, algbw, busbw, o.check ? wrong : 0);
+    std::fputs(nccl::row(bytes, count, dtype, o.op, placed[0], placed[1]).c_str(), stdout);
     std::fflush(stdout);
   }
   if (!w.finish()) return fatal(w.error());
-  std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw_sum / rows : 0.0);
+  std::optional<double> min_bw;
+  if (const char* e = std::getenv("NCCL_TESTS_MIN_BW")) min_bw = std::atof(e);
+  const double avg = measurements ? busbw_sum / measurements : 0.0;
+  std::fputs(nccl::footer(failed_checks, avg, min_bw, "inagg-worker").c_str(), stdout);
   if (const std::optional<TransportCounters> c = w.transport_counters())
     std::printf("# rank %u: sent %" PRIu64 " packets (%" PRIu64 " resent), %" PRIu64 " timeouts, %" PRIu64
                 " NAKs received; received %" PRIu64 " in order, %" PRIu64 " duplicates, %" PRIu64 " bad ICRC\n",
@@ -199,5 +364,5 @@ int main(int argc, char** argv) {
                    " values did not fit the fixed point and were clipped; lower --xdp-scale\n",
                    o.rank, w.saturated());
   }
-  return wrong_total ? 1 : 0;
+  return failed_checks || nccl::bandwidth_failed(avg, min_bw) ? 1 : 0;
 }

@@ -58,13 +58,13 @@ Outcome RingExchange::exchange(uint64_t src_offset, uint64_t len, uint64_t dst_o
   return {};
 }
 
-Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_t bytes) {
+Outcome ina_allreduce(RingExchange& x, const Geometry& g, const uint8_t* in, uint8_t* out, uint64_t bytes) {
   const uint64_t msgs = g.padded(bytes) / g.message;
   uint8_t* send = x.transport().send_region().data();
-  std::memcpy(send, data, bytes);
+  std::memcpy(send, in, bytes);
   std::memset(send + bytes, 0, msgs * g.message - bytes);
   Outcome r = x.exchange(0, msgs * g.message, 0, msgs);
-  if (r.ok()) std::memcpy(data, x.transport().receive_region().data(), bytes);
+  if (r.ok()) std::memcpy(out, x.transport().receive_region().data(), bytes);
   return r;
 }
 

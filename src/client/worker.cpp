@@ -7,13 +7,14 @@
 #include <cstring>
 
 #include "inagg/client/clock.hpp"
+#include "inagg/client/nccl_table.hpp"
 #include "inagg/client/udp_transport.hpp"
 
 namespace inagg::client {
 
 std::string check_job_options(WorkerOptions& o) {
-  const std::optional<util::Dtype> dt = util::parse_dtype(o.dtype_name);
-  if (!dt) return "--dtype must be fp32, fp16, bf16 or int32";
+  const std::optional<util::Dtype> dt = nccl::parse_type(o.dtype_name);
+  if (!dt) return "--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'";
   if (o.workers < 2 || o.workers > 64) return "--workers must be between 2 and 64";
   const std::optional<util::IpAddr> base = util::parse_ip(o.ip_base);
   if (!base || base->version != util::IpVersion::v4) return "--ip-base must be an IPv4 address";
@@ -66,8 +67,16 @@ std::string check_run_options(WorkerOptions& o) {
       return "the XDP tier needs --job-id 0..255, --xdp-scale > 0, --xdp-timeout-ms > 0 and a UDP port";
     x.mcast = *mcast;
   }
-  if (o.min_bytes == 0 || o.max_bytes < o.min_bytes || o.factor < 2)
-    return "need 0 < minbytes <= maxbytes and stepfactor >= 2";
+  if (o.op != "sum")
+    return "--op (-o) '" + o.op + "' is not supported: the appliance and the XDP tier only sum (-o sum)";
+  if (o.max_bytes < o.min_bytes)
+    return "--maxbytes (-e) " + std::to_string(o.max_bytes) + " is below --minbytes (-b) " +
+           std::to_string(o.min_bytes);
+  if (o.factor < 2 && o.step_bytes == 0)
+    return "the sizes never grow: give --stepfactor (-f) >= 2 or --stepbytes (-i) > 0";
+  if (o.factor >= 2 && o.min_bytes == 0) return "with --stepfactor (-f), --minbytes (-b) must be above 0";
+  if (o.iters == 0) return "--iters (-n) must be at least 1";
+  if (o.max_bytes > (64ull << 30)) return "--maxbytes (-e) above 64G is not supported";
   x.values = o.xdp_values;
   x.window = o.xdp_window;
   x.port = static_cast<uint16_t>(o.xdp_port);
@@ -116,6 +125,7 @@ bool Worker::open(std::string* error) {
     tier_ = std::make_unique<TierAllreduce>(*xagg_, o_.rack.dtype, o_.workers, o_.xdp_scale, o_.max_bytes);
   }
   data_.assign(geometry_.data_bytes(o_.max_bytes), 0);
+  result_.assign(geometry_.data_bytes(o_.max_bytes), 0);
   if (geometry_.tallied()) held_.assign(o_.max_bytes, 0);
   return true;
 }
@@ -165,33 +175,38 @@ Tier Worker::tier() const {
   return o_.mode == Mode::xdp ? Tier::xdp : Tier::appliance;
 }
 
-bool Worker::allreduce(uint64_t bytes) {
+bool Worker::allreduce(uint64_t bytes, bool in_place) {
+  uint8_t* out = in_place ? data() : result();
+  // ina sends from the input and receives into the output; the others work in the output buffer.
+  if (o_.mode == Mode::ina) {
+    if (Outcome r = ina_allreduce(*exchange_, geometry_, data(), out, bytes); !r.ok()) return fail(r.error);
+    return true;
+  }
+  if (!in_place) std::memcpy(out, data(), bytes);
   switch (o_.mode) {
     case Mode::ina:
-      if (Outcome r = ina_allreduce(*exchange_, geometry_, data(), bytes); !r.ok()) return fail(r.error);
-      return true;
+      break;
     case Mode::ring:
-      if (Outcome r =
-              ring_allreduce(*exchange_, geometry_, o_.rank, data(), bytes, geometry_.ring_stride(o_.max_bytes));
+      if (Outcome r = ring_allreduce(*exchange_, geometry_, o_.rank, out, bytes, geometry_.ring_stride(o_.max_bytes));
           !r.ok())
         return fail(r.error);
       return true;
     case Mode::xdp: {
       std::string why;
-      return tier_->run(data(), bytes, deadline_ns_, &why) || fail(why);
+      return tier_->run(out, bytes, deadline_ns_, &why) || fail(why);
     }
     case Mode::automatic:
-      return auto_allreduce(bytes);
+      return auto_allreduce(out, bytes);
   }
   return fail("unknown mode");
 }
 
-bool Worker::auto_allreduce(uint64_t bytes) {
+bool Worker::auto_allreduce(uint8_t* buf, uint64_t bytes) {
   if (fallover_.state() == FallOver::State::appliance) {
     bool have_data = false;
-    const Outcome r = tallied_allreduce(*exchange_, geometry_, data(), bytes, held_.data(), &have_data);
+    const Outcome r = tallied_allreduce(*exchange_, geometry_, buf, bytes, held_.data(), &have_data);
     if (r.ok()) {
-      std::memcpy(data(), held_.data(), bytes);
+      std::memcpy(buf, held_.data(), bytes);
       fallover_.appliance_done();
       last_tier_ = Tier::appliance;
       return true;
@@ -201,13 +216,13 @@ bool Worker::auto_allreduce(uint64_t bytes) {
   if (fallover_.state() == FallOver::State::agreeing) {
     if (!fall_over()) return false;
     if (fallover_.index() > fallover_.fell_over_at()) {  // every rank holds this allreduce's appliance sums
-      std::memcpy(data(), held_.data(), bytes);
+      std::memcpy(buf, held_.data(), bytes);
       last_tier_ = Tier::appliance;
       return true;
     }
   }
   std::string why;
-  if (!tier_->run(data(), bytes, deadline_ns_, &why)) {
+  if (!tier_->run(buf, bytes, deadline_ns_, &why)) {
     fallover_.tier_failed(why);
     return fail(fallover_.error());
   }

@@ -76,7 +76,11 @@ class RingExchange {
   uint64_t expected_ = 0;
 };
 
-Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_t bytes);
+// `in` and `out` may be the same buffer (in place); `out` gets the sum.
+Outcome ina_allreduce(RingExchange& x, const Geometry& g, const uint8_t* in, uint8_t* out, uint64_t bytes);
+inline Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_t bytes) {
+  return ina_allreduce(x, g, data, data, bytes);
+}
 // `stride`: ring_stride(the run's largest size), the same for every size. The predecessor may be
 // up to n-1 steps ahead (it sends step j once step j-1 arrived from its own predecessor, which
 // round the ring needs this rank's step j-n+1), already in the next size; with a stride that grew

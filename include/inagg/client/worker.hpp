@@ -31,11 +31,16 @@ struct WorkerOptions {
   unsigned rank = 0, workers = 0;
   bool rank_given = false;
   std::string ip_base = "10.77.0.0";
-  std::string dtype_name = "fp32";
-  uint64_t min_bytes = 1024, max_bytes = 1 << 20;
-  unsigned factor = 2;
-  unsigned iters = 5, warmup = 1;
-  bool check = false;
+  std::string dtype_name = "float";  // nccl-tests' names and aliases (nccl::parse_type)
+  // The sweep, with nccl-tests' defaults: one size of 32 MiB; sizes grow by `factor` when it is
+  // above 1, else by `step_bytes`.
+  uint64_t min_bytes = 32ull << 20, max_bytes = 32ull << 20, step_bytes = 1ull << 20;
+  unsigned factor = 1;
+  unsigned iters = 20, warmup = 1;
+  unsigned check = 1;      // checked iterations per size and placement (nccl-tests' -c); 0: none
+  bool in_place = true;    // also run the in-place placement after the out-of-place one
+  std::string op = "sum";  // the only reduction the appliance does
+  unsigned corrupt = 0;    // tests only: elements of this rank's checked input altered after the reference
   std::string mode_name = "ina";
   uint32_t payload = 1024, message = 65536;
   unsigned window = 2;
@@ -92,10 +97,13 @@ class Worker {
   // refused the job, 1 when it never became active. In auto mode these mean the XDP tier instead.
   int register_job();
 
-  uint8_t* data() { return data_.data(); }  // the input before allreduce(), the sum after
+  uint8_t* data() { return data_.data(); }      // the input; in place, the sum after allreduce()
+  uint8_t* result() { return result_.data(); }  // out of place: the sum after allreduce()
 
-  // One allreduce of `bytes` (whole elements) in data(). False: error().
-  bool allreduce(uint64_t bytes);
+  // One allreduce of `bytes` (whole elements) of data(): in place (the sum replaces the input) or
+  // out of place (data() stays as it was, the sum lands in result(), as nccl-tests' two
+  // placements). False: error().
+  bool allreduce(uint64_t bytes, bool in_place = true);
   Tier last_tier() const { return last_tier_; }  // whose sums the last allreduce holds
   Tier tier() const;                             // the tier the next one starts on
 
@@ -119,7 +127,7 @@ class Worker {
 
  private:
   bool fail(std::string why);
-  bool auto_allreduce(uint64_t bytes);
+  bool auto_allreduce(uint8_t* buf, uint64_t bytes);
   bool fall_over();  // the agreement; then the fall-over's verdict on the allreduce in progress
 
   WorkerOptions o_;
@@ -131,7 +139,7 @@ class Worker {
   std::unique_ptr<XaggClient> xagg_;
   std::unique_ptr<TierAllreduce> tier_;
   FallOver fallover_;
-  std::vector<uint8_t> data_, held_;
+  std::vector<uint8_t> data_, result_, held_;
   Tier last_tier_ = Tier::appliance;
   std::string error_;
 };
