@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# inagg-worker's command line as all_reduce_perf's (issue 16, point 6), without a network: the
+# options nccl-tests has and inagg cannot honour are refused with a sentence that says what is
+# supported, sizes take K/M/G, the old spellings (--check alone, --warmup, --dtype fp32) still
+# parse, and --print-job shows the job those options make. No root needed.
+#   test_worker_cli.sh INAGG_WORKER
+set -uo pipefail
+worker=$1
+fail() { echo "FAIL: $*"; exit 1; }
+base=(--workers 4 --rank 0)
+
+# refused "WANT IN MESSAGE" ARGS...: exit 2 and the message on stderr.
+refused() {
+  local want=$1 out rc
+  shift
+  out=$("$worker" "${base[@]}" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" = 2 ] || fail "'$*' exited with $rc, want 2: $out"
+  grep -qF -- "$want" <<<"$out" || fail "'$*': '$out' does not say '$want'"
+}
+refused "the appliance and the XDP tier only sum (-o sum)" -o prod -b 8 -e 1K -f 2
+refused "-o all are not supported" -o all
+refused "-d all" -d all
+refused "--datatype (-d) must be float (float32, fp32), half (float16, fp16), bfloat16 (bf16), int32 (int); got 'double'" -d double
+refused "-g/--ngpus and -t/--nthreads must be 1" -g 2
+refused "-g/--ngpus and -t/--nthreads must be 1" -t 4
+refused "-m/--agg_iters and -N/--run_cycles must be 1" -m 2
+refused "invalid size '12Q' for --minbytes" -b 12Q
+refused "invalid size '-8' for --maxbytes" -e -8
+refused "--maxbytes (-e) 1024 is below --minbytes (-b) 8192" -b 8K -e 1K -f 2
+refused "the sizes never grow" -b 8 -e 1K -f 1 -i 0
+refused "--iters (-n) must be at least 1" -n 0 -b 8 -e 8
+refused "--dtype and --datatype (-d) disagree" --dtype fp32 -d half
+
+# The old `-n N` (workers) is now nccl-tests' iteration count: without --workers it says so.
+out=$("$worker" -n 4 --rank 0 2>&1 >/dev/null)
+grep -qF -- "--workers must be between 2 and 64" <<<"$out" || fail "-n without --workers: $out"
+
+# Accepted: nccl-tests' spellings, K/M/G, -g 1, the old --check flag, --warmup, --dtype; --print-job
+# shows the job with the datatype they name.
+for args in "-b 8 -e 128M -f 2 -g 1 -d float -o sum -c 1 -n 20 -w 5" "-b 1K -e 1G -i 1M -d bfloat16 --check" \
+  "--minbytes 8 --maxbytes 1M --stepfactor 2 --iters 2 --warmup 1 --dtype fp32 --check -r 0 -z 1 -a 1" \
+  "-d int --check 3 -T 0"; do
+  # shellcheck disable=SC2086
+  job=$("$worker" "${base[@]}" $args --print-job 2>&1) || fail "'$args' refused: $job"
+  case "$args" in
+    *bfloat16*) want=bf16 ;;
+    *"-d int"*) want=int32 ;;
+    *) want=fp32 ;;
+  esac
+  grep -q "^dtype = $want$" <<<"$job" || fail "'$args': job file $job"
+done
+# --print-job needs no rank; the MPI launchers' environment gives rank and size.
+job=$(OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=3 "$worker" -d half --print-job 2>&1) || fail "MPI environment: $job"
+grep -q "^workers = 3$" <<<"$job" || fail "OMPI_COMM_WORLD_SIZE=3 not taken: $job"
+grep -q "^dtype = fp16$" <<<"$job" || fail "-d half: $job"
+echo "ok: nccl-tests options refused with clear messages where unsupported, accepted with its spellings and inagg's old ones"
