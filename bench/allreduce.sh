@@ -32,12 +32,12 @@ stop_rack() { kill "$pid"; wait "$pid" 2>/dev/null; pid=""; scripts/rack down >/
 sweep() {  # MODE MIN -> rank 0's table in $tmp/MODE.txt
   local mode=$1 min=$2 w=()
   for r in 0 1 2 3; do
-    ip netns exec "inagg-w$r" build/src/apps/inagg-worker -n 4 --rank "$r" --mode "$mode" -b "$min" -e "$max" -f 4 --iters 1 --warmup 0 \
-      --check --message 65536 --payload 1024 --window 2 --ack-timeout-ms 200 --register "$tmp/ctl.sock" --timeout 900 >"$tmp/$mode.$r" 2>&1 &
+    ip netns exec "inagg-w$r" build/src/apps/inagg-worker --workers 4 --rank "$r" --mode "$mode" -b "$min" -e "$max" -f 4 -n 1 -w 0 \
+      -c 1 --in-place 0 --message 65536 --payload 1024 --window 2 --ack-timeout-ms 200 --register "$tmp/ctl.sock" --timeout 900 >"$tmp/$mode.$r" 2>&1 &
     w+=($!)
   done
   for p in "${w[@]}"; do wait "$p" || { echo "bench: a $mode worker failed: $(tail -n 2 "$tmp/$mode".*)" >&2; return 1; }; done
-  awk '!/^#/ && NF == 7 {print $1, $4, $7}' "$tmp/$mode.0" >"$tmp/$mode.txt"
+  awk '!/^#/ && NF >= 9 {print $1, $6, $9}' "$tmp/$mode.0" >"$tmp/$mode.txt"
 }
 
 start_rack

@@ -16,7 +16,7 @@ start_rack --
 # Rank 0 starts last, so the others are already waiting when the refusal comes.
 wpids=()
 for r in 3 2 1 0; do
-  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 --window 64 -b 4 -e 4096 \
+  ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" --message 16384 --payload 1024 --window 64 -b 4 -e 4096 \
     --timeout 60 --register "$tmp/ctl.sock" >"$tmp/refused.w$r.log" 2>&1 &
   wpids[r]=$!
   others+=($!)
@@ -42,8 +42,8 @@ grep -q "^id=1 state=refused dtype=fp32 workers=4 .*error=\"job 1: needs up to 8
 # A job that fits replaces the refusal.
 wpids=()
 for r in 0 1 2 3; do
-  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 --window 2 -b 4 -e 65536 -f 16 \
-    --iters 1 --warmup 0 --check --timeout 60 --register "$tmp/ctl.sock" >"$tmp/ok.w$r.log" 2>&1 &
+  ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" --message 16384 --payload 1024 --window 2 -b 4 -e 65536 -f 16 \
+    -n 1 -w 0 -c 1 --timeout 60 --register "$tmp/ctl.sock" >"$tmp/ok.w$r.log" 2>&1 &
   wpids[r]=$!
   others+=($!)
 done

@@ -15,7 +15,7 @@ n=4
 . "$src/tests/lib/rack.sh"
 table() { /usr/bin/python3 "$src/tests/lib/nccl_table.py" "$@"; }
 start_rack --
-common=(--workers $n --message 16384 --payload 1024 --ack-timeout-ms 50 --timeout 90 --register "$tmp/ctl.sock")
+common=(--workers "$n" --message 16384 --payload 1024 --ack-timeout-ms 50 --timeout 90 --register "$tmp/ctl.sock")
 
 # run TAG JOB_ID [EXTRA_ARGS_OF_RANK_1 --] NCCL_ARGS...: every rank with the same nccl-tests
 # arguments, rank 1 with the extra ones; the exit codes in $tmp/TAG.rc.

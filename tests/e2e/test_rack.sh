@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end: the virtual rack (scripts/rack: 4 worker namespaces on veths), inagg switching
 # between them on net_af_packet ports, and 4 inagg-worker processes running a --check'ed
-# allreduce sweep in ina mode through it, with the sizes from one packet to several windows and a
+# allreduce sweep (nccl-tests' options, both placements) in ina mode through it, with the sizes from one packet to several windows and a
 # non-multiple tail, for the given dtype, optionally with random loss on every worker's link.
 # Mode ina registers the job through the control socket from rank 0 (--register); mode ring runs
 # the classic ring allreduce over the same transport, which the appliance only switches.
@@ -16,8 +16,8 @@ lossarg=()
 start_rack "${lossarg[@]}" --
 wpids=()
 for r in $(seq 0 $((n - 1))); do
-  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --dtype "$dtype" --message 16384 --payload 1024 \
-    -b 4 -e 200000 -f 7 --iters 2 --warmup 1 --check --ack-timeout-ms 50 --timeout 90 --mode "$mode" \
+  ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" -d "$dtype" --message 16384 --payload 1024 \
+    -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 50 --timeout 90 --mode "$mode" \
     --register "$tmp/ctl.sock" >"$tmp/w$r.log" 2>&1 &
   wpids+=($!)
 done
@@ -25,7 +25,7 @@ for r in $(seq 0 $((n - 1))); do
   wait "${wpids[$r]}" || fail "worker $r exited with $?"
 done
 for r in $(seq 0 $((n - 1))); do
-  awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp/w$r.log" || fail "worker $r reports wrong elements"
+  table_exact "$tmp/w$r.log" || fail "worker $r reports wrong elements"
   [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 4 ] || fail "worker $r printed too few rows"
 done
 if [ "$mode" = ring ]; then

@@ -52,6 +52,12 @@ start_agent() {
     fail "inagg-xdp on head $h did not start: $(cat "$tmp/agent$h.log")"
 }
 
+# table_exact LOG...: every row of each inagg-worker table (nccl-tests' all_reduce_perf columns:
+# #wrong is field 9 out of place, 13 in place) counted no wrong element; at least one row.
+table_exact() {
+  awk '!/^#/ && NF >= 9 {rows++; if ($9 != "0" || (NF >= 13 && $13 != "0")) bad = 1} END {exit bad || !rows}' "$@"
+}
+
 # released_over ID N: the appliance ($ctl on $tmp/ctl.sock) has released more than N slots of job ID.
 released_over() {
   local v
