@@ -203,7 +203,7 @@ case "$case" in
     [ "$(stat_of "$st" completed)" -gt 0 ] || fail "the head completed nothing: $st"
     echo "rank 0: $(grep -ho "falling over.*" "$tmp/run.w0.log")"
     echo "ok: appliance killed after $(stat_of "$s" slots_released)+ slots, rack bridged, all 4 ranks $(grep -ho 'takes over from allreduce [0-9]*' "$tmp/run.w0.log")," \
-         "400 allreduces of $dtype exact; head completed $(stat_of "$st" completed) chunks"
+         "400 checked allreduces of $dtype exact; head completed $(stat_of "$st" completed) chunks"
     ;;
   *)
     fail "unknown case '$case'"
