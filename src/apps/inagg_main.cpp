@@ -28,6 +28,7 @@
 #include "inagg/dataplane/eal_args.hpp"
 #include "inagg/dataplane/events.hpp"
 #include "inagg/dataplane/metrics.hpp"
+#include "inagg/dataplane/selftest.hpp"
 #include "inagg/dataplane/telemetry.hpp"
 #include "inagg/util/key_value.hpp"
 #include "inagg/util/log.hpp"
@@ -48,6 +49,8 @@ struct Options {
   double idle_exit = 0;
   double run_for = 0;
   bool check_only = false;
+  bool selftest = false;
+  double selftest_s = 1;
 };
 
 po::options_description make_options(Options& o) {
@@ -56,6 +59,12 @@ po::options_description make_options(Options& o) {
       "check-config",
       "check what start-up would refuse without starting EAL: the options, the config and job files, the mbuf budget "
       "against the lcores of the EAL options; print the result and exit")(
+      "selftest",
+      "check that the ports see RoCE, then exit: send one RoCEv2 probe out of each port, listen on every port for "
+      "--selftest-time seconds, and report per port what the datapath's parser made of what arrived; exit 0 when "
+      "every port received RoCEv2 with a valid ICRC (its probe back over a loop, or live traffic), 1 otherwise")(
+      "selftest-time", po::value<double>(&o.selftest_s)->default_value(o.selftest_s),
+      "--selftest: seconds to listen (at most; it stops once every port has passed)")(
       "config,c", po::value<std::string>(),
       "file of `key = value` lines, any of these options (command line wins); see conf/inagg.conf")(
       "ports", po::value<std::string>(),
@@ -132,7 +141,8 @@ bool store_config_file(const std::string& path, const po::options_description& d
   std::vector<const po::option_description*> opts;
   for (const auto& o : d.options()) {
     const std::string& name = o->long_name();
-    if (name == "help" || name == "version" || name == "config" || name == "check-config") continue;
+    if (name == "help" || name == "version" || name == "config" || name == "check-config" || name == "selftest")
+      continue;
     opts.push_back(o.get());
     examples.push_back(name + (o->semantic()->max_tokens() == 0 ? " = true" : " = ..."));
   }
@@ -206,6 +216,11 @@ int parse_app_options(int argc, char** argv, Options& o) {
     return 2;
   }
   o.check_only = vm.count("check-config") > 0;
+  o.selftest = vm.count("selftest") > 0;
+  if (!(o.selftest_s > 0 && o.selftest_s <= 3600)) {
+    std::cerr << "inagg: --selftest-time must be above 0 and at most 3600 seconds\n";
+    return 2;
+  }
   if (!o.metrics_listen.empty()) {
     std::string host, err;
     uint16_t port = 0;
@@ -468,7 +483,20 @@ int main(int argc, char** argv) {
   if (!pdump)
     util::log(util::LogModule::dataplane, util::LogLevel::warning, "packet capture (rte_pdump) unavailable: %s",
               rte_strerror(rte_errno));
-  const int status = run_appliance(opt, jobs);
+  int status = 0;
+  if (opt.selftest) {
+    dataplane::SelftestReport report;
+    std::string err;
+    if (!dataplane::run_selftest(opt.app, {static_cast<uint32_t>(opt.selftest_s * 1000)}, &report, &err)) {
+      std::cerr << "inagg: selftest: " << err << "\n";
+      status = 2;
+    } else {
+      std::fputs(report.text().c_str(), stdout);
+      status = report.pass() ? 0 : 1;
+    }
+  } else {
+    status = run_appliance(opt, jobs);
+  }
   if (pdump) rte_pdump_uninit();
   rte_eal_cleanup();
   return status;
