@@ -80,7 +80,10 @@ po::options_description make_options(Options& o) {
       "mtu", po::value<uint32_t>(&o.app.mtu)->default_value(o.app.mtu),
       "port MTU; 9000 carries 4 KiB RoCE payloads (design.md §3 for virtual devices)")(
       "mbufs", po::value<uint32_t>(&o.app.mbufs)->default_value(o.app.mbufs),
-      "packet buffers in the pool (each holds one MTU-sized frame)")(
+      "packet buffers in each pool (each holds one MTU-sized frame)")(
+      "mempools", po::value<std::string>()->default_value("shared"),
+      "shared: one packet buffer pool, on the main lcore's NUMA node; per-socket: one per NUMA node with ports, each "
+      "port filling its RX from its own node's; per-port: one per port, on its node (each pool holds --mbufs)")(
       "burst", po::value<uint16_t>(&o.app.burst)->default_value(o.app.burst), "RX/TX burst size (1-64)")(
       "rx-desc", po::value<uint16_t>(&o.app.rx_desc)->default_value(o.app.rx_desc), "RX descriptors per queue")(
       "tx-desc", po::value<uint16_t>(&o.app.tx_desc)->default_value(o.app.tx_desc), "TX descriptors per queue")(
@@ -216,6 +219,16 @@ int parse_app_options(int argc, char** argv, Options& o) {
     return 2;
   }
   o.check_only = vm.count("check-config") > 0;
+  if (const std::string m = vm["mempools"].as<std::string>(); m == "shared") {
+    o.app.pools = dataplane::PoolMode::shared;
+  } else if (m == "per-socket") {
+    o.app.pools = dataplane::PoolMode::per_socket;
+  } else if (m == "per-port") {
+    o.app.pools = dataplane::PoolMode::per_port;
+  } else {
+    std::cerr << "inagg: --mempools must be shared, per-socket or per-port (got '" << m << "')\n";
+    return 2;
+  }
   o.selftest = vm.count("selftest") > 0;
   if (!(o.selftest_s > 0 && o.selftest_s <= 3600)) {
     std::cerr << "inagg: --selftest-time must be above 0 and at most 3600 seconds\n";
@@ -358,11 +371,13 @@ int check_config(const Options& opt, const std::vector<agg::JobSpec>& jobs, std:
     return 2;
   }
   const uint64_t frame = opt.app.mtu + 22ull, room = std::max<uint64_t>(2048, frame) + 128;
-  std::printf("config ok: mtu %u, mbufs %u (about %" PRIu64
-              " MiB of memory), burst %u, %u datapath lcore(s), mbuf budget %zu per lcore, "
+  static constexpr const char* kPools[] = {"shared", "per-socket", "per-port"};
+  std::printf("config ok: mtu %u, mbufs %u per pool (about %" PRIu64
+              " MiB of memory each), mempools %s, burst %u, %u datapath lcore(s), mbuf budget %zu per lcore, "
               "memory budget %zu MiB per lcore, %zu job(s)\n",
-              opt.app.mtu, opt.app.mbufs, (uint64_t{opt.app.mbufs} * (room + 192)) >> 20, opt.app.burst, datapath,
-              opt.app.engine.mbuf_budget, opt.app.engine.memory_budget_bytes >> 20, jobs.size());
+              opt.app.mtu, opt.app.mbufs, (uint64_t{opt.app.mbufs} * (room + 192)) >> 20,
+              kPools[static_cast<int>(opt.app.pools)], opt.app.burst, datapath, opt.app.engine.mbuf_budget,
+              opt.app.engine.memory_budget_bytes >> 20, jobs.size());
   for (const agg::JobSpec& j : jobs) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
   return 0;
 }

@@ -133,7 +133,8 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     auto l = std::make_unique<LcoreState>();
     l->lcore_id = lcore_ids[i];
     l->index = l->queue = i;
-    agg::BufferOps ops{I.ports.pool(), mbuf_free, mbuf_ref, mbuf_alloc, l.get(), tx_queue_above};
+    rte_mempool* pool = I.ports.pool_for_socket(static_cast<int>(rte_lcore_to_socket_id(l->lcore_id)));
+    agg::BufferOps ops{pool, mbuf_free, mbuf_ref, mbuf_alloc, l.get(), tx_queue_above};
     l->engine = std::make_unique<agg::Engine>(cfg.engine, ops);
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,

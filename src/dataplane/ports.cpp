@@ -56,7 +56,63 @@ PortSet::~PortSet() {
   for (size_t i = 0; i < steering_.size(); ++i) remove_roce_steering(ids_[i], steering_[i]);
   for (uint16_t p : configured_) rte_eth_dev_stop(p);
   for (uint16_t p : ids_) rte_eth_dev_close(p);  // net_pcap completes its output file here
-  if (pool_) rte_mempool_free(pool_);
+  for (rte_mempool* p : pools_) rte_mempool_free(p);
+}
+
+rte_mempool* PortSet::pool_for_socket(int socket) const {
+  for (rte_mempool* p : pools_)
+    if (p->socket_id == socket) return p;
+  return pool();
+}
+
+rte_mempool* PortSet::create_pool(const std::string& name, const ApplianceConfig& cfg, uint32_t data_room, int socket,
+                                  std::string* error) {
+  rte_mempool* p =
+      rte_pktmbuf_pool_create(name.c_str(), cfg.mbufs, std::min<uint32_t>(cfg.mbuf_cache, RTE_MEMPOOL_CACHE_MAX_SIZE),
+                              0, static_cast<uint16_t>(data_room), socket);
+  if (p == nullptr)
+    *error = "cannot create the pool " + name + " of " + std::to_string(cfg.mbufs) + " mbufs of " +
+             std::to_string(data_room) + " bytes (" + std::to_string(uint64_t{cfg.mbufs} * data_room >> 20) +
+             " MiB) on NUMA node " + std::to_string(socket) + ": " + rte_strerror(rte_errno) +
+             ". Reserve more hugepages on that node, give EAL more memory (-m / --socket-mem), or lower --mbufs or "
+             "--mtu" +
+             (cfg.pools == PoolMode::shared ? "" : ", or use fewer pools (--mempools)");
+  else
+    pools_.push_back(p);
+  return p;
+}
+
+// Each port's pool: the shared one, the one of its NUMA node, or its own (a port whose node is
+// unknown, SOCKET_ID_ANY, counts as the main lcore's).
+bool PortSet::create_pools(const ApplianceConfig& cfg, uint32_t data_room, std::string* error) {
+  const int main_socket = static_cast<int>(rte_socket_id());
+  std::string names;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    int socket = rte_eth_dev_socket_id(ids_[i]);
+    if (socket < 0) socket = main_socket;
+    rte_mempool* p = nullptr;
+    switch (cfg.pools) {
+      case PoolMode::shared:
+        p = pools_.empty() ? create_pool("inagg_pool", cfg, data_room, main_socket, error) : pools_.front();
+        break;
+      case PoolMode::per_socket:
+        p = pool_for_socket(socket);
+        if (p == nullptr || p->socket_id != socket)
+          p = create_pool("inagg_pool_s" + std::to_string(socket), cfg, data_room, socket, error);
+        break;
+      case PoolMode::per_port:
+        p = create_pool("inagg_pool_p" + std::to_string(ids_[i]), cfg, data_room, socket, error);
+        break;
+    }
+    if (p == nullptr) return false;
+    pool_of_port_.push_back(p);
+  }
+  for (rte_mempool* p : pools_)
+    names += std::string(names.empty() ? "" : ", ") + p->name + " (node " + std::to_string(p->socket_id) + ")";
+  static constexpr const char* kMode[] = {"shared", "per-socket", "per-port"};
+  util::log(util::LogModule::dataplane, util::LogLevel::info, "mempools %s: %zu of %u mbufs of %u bytes: %s",
+            kMode[static_cast<int>(cfg.pools)], pools_.size(), cfg.mbufs, data_room, names.c_str());
+  return true;
 }
 
 bool PortSet::select(const ApplianceConfig& cfg, std::string* error) {
@@ -112,15 +168,7 @@ bool PortSet::open(const ApplianceConfig& cfg, uint16_t queues, std::string* err
     return false;
   }
   if (!check_mbuf_budget(cfg, queues, error)) return false;
-  pool_ =
-      rte_pktmbuf_pool_create("inagg_pool", cfg.mbufs, std::min<uint32_t>(cfg.mbuf_cache, RTE_MEMPOOL_CACHE_MAX_SIZE),
-                              0, static_cast<uint16_t>(data_room), static_cast<int>(rte_socket_id()));
-  if (pool_ == nullptr) {
-    *error = "cannot create a pool of " + std::to_string(cfg.mbufs) + " mbufs of " + std::to_string(data_room) +
-             " bytes (" + std::to_string(uint64_t{cfg.mbufs} * data_room >> 20) + " MiB): " + rte_strerror(rte_errno) +
-             ". Reserve more hugepages, give EAL more memory (-m / --socket-mem), or lower --mbufs or --mtu";
-    return false;
-  }
+  if (!create_pools(cfg, data_room, error)) return false;
   for (uint16_t p : ids_)
     if (!open_port(cfg, p, queues, error)) return false;
   return true;
@@ -176,9 +224,10 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   uint16_t rxd = cfg.rx_desc, txd = cfg.tx_desc;
   rte_eth_dev_adjust_nb_rx_tx_desc(p, &rxd, &txd);
   tx_ring_size_.push_back(txd);
-  const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
+  rte_mempool* pool = pool_of_port_[static_cast<size_t>(std::find(ids_.begin(), ids_.end(), p) - ids_.begin())];
+  const uint32_t room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
   for (uint16_t q = 0; q < nq; ++q) {
-    if (int rc = rte_eth_rx_queue_setup(p, q, rxd, rte_eth_dev_socket_id(p), nullptr, pool_); rc != 0) {
+    if (int rc = rte_eth_rx_queue_setup(p, q, rxd, rte_eth_dev_socket_id(p), nullptr, pool); rc != 0) {
       *error = name + ": RX queue " + std::to_string(q) + " setup failed: " + rte_strerror(-rc) +
                ". The packet buffers hold " + std::to_string(room) + " bytes (sized for --mtu " +
                std::to_string(cfg.mtu) +

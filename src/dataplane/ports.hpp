@@ -16,19 +16,22 @@ namespace inagg::dataplane {
 class PortSet {
  public:
   PortSet() = default;
-  ~PortSet();  // stops and closes every port it configured, frees the pool
+  ~PortSet();  // stops and closes every port it configured, frees the pools
   PortSet(const PortSet&) = delete;
   PortSet& operator=(const PortSet&) = delete;
 
   // Checks cfg.ports against what EAL probed (empty: all of them). Before open().
   bool select(const ApplianceConfig& cfg, std::string* error);
-  // Creates the pool and configures and starts every selected port with `queues` queue pairs. On
+  // Creates the pools (cfg.pools) and configures and starts every selected port with `queues` queue pairs. On
   // failure *error says what failed and what to change.
   bool open(const ApplianceConfig& cfg, uint16_t queues, std::string* error);
   // Waits up to `ms` for every link to be up (a net_memif port is down until its peer connects).
   void wait_for_links(uint32_t ms) const;
 
-  rte_mempool* pool() const { return pool_; }
+  rte_mempool* pool() const { return pools_.empty() ? nullptr : pools_.front(); }  // the first pool
+  // The pool on NUMA node `socket`, or the first pool when there is none there.
+  rte_mempool* pool_for_socket(int socket) const;
+  const std::vector<rte_mempool*>& pools() const { return pools_; }
   const std::vector<uint16_t>& ids() const { return ids_; }  // port index -> DPDK port id
   std::vector<int> index_of_port() const;                    // DPDK port id -> port index (-1)
   const std::vector<PortInfo>& info() const { return info_; }
@@ -40,7 +43,12 @@ class PortSet {
  private:
   bool open_port(const ApplianceConfig& cfg, uint16_t port, uint16_t queues, std::string* error);
 
-  rte_mempool* pool_ = nullptr;
+  bool create_pools(const ApplianceConfig& cfg, uint32_t data_room, std::string* error);
+  rte_mempool* create_pool(const std::string& name, const ApplianceConfig& cfg, uint32_t data_room, int socket,
+                           std::string* error);
+
+  std::vector<rte_mempool*> pools_;
+  std::vector<rte_mempool*> pool_of_port_;  // port index -> the pool its RX queues fill from
   std::vector<uint16_t> ids_;
   std::vector<uint16_t> configured_;  // ports rte_eth_dev_configure accepted: to stop and close
   std::vector<SteeringResult> steering_;

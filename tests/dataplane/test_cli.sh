@@ -43,6 +43,9 @@ expect 2 "the engines' mbuf budget (4096 x 2 lcores) must leave buffers" -- -l 0
 expect 2 "the engines' mbuf budget (2048 x 5 lcores)" -- --lcores='(0,5)@0,1@1,2-4' -- --mbufs 8192 --mbuf-budget 2048 --check-config
 expect 2 "the engines' mbuf budget (2048 x 4 lcores)" -- -c 0x1f -- --mbufs 8192 --mbuf-budget 2048 --check-config
 expect 2 "cannot read the lcores in '0-x'" -- -l 0-x -- --check-config
+expect 0 "mempools per-port" -- -- --mempools per-port --check-config
+expect 0 "mempools shared" -- -- --check-config
+expect 2 "--mempools must be shared, per-socket or per-port (got 'numa')" -- -- --mempools numa
 expect 2 "--burst must be between 1 and 64" -- -- --burst 0
 expect 2 "--ports" -- -- --ports 0,x
 printf 'id = 1\ndtype = fp64\n' >"$tmp/bad.job"

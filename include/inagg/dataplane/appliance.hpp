@@ -15,10 +15,17 @@
 
 namespace inagg::dataplane {
 
+// How the packet buffers are pooled. shared: one pool on the main lcore's NUMA node. per_socket:
+// one pool per NUMA node that has ports, each port's RX from the pool on its own node. per_port:
+// one pool per port, on the port's node. Each pool holds `mbufs` buffers; an engine allocates
+// (NAKs, resends' copies) from the pool on its lcore's node, or the first pool.
+enum class PoolMode : uint8_t { shared, per_socket, per_port };
+
 struct ApplianceConfig {
   std::vector<uint16_t> ports;  // empty: every port EAL probed
   uint32_t mtu = 9000;          // jumbo frames so 4 KiB RoCE payloads fit
-  uint32_t mbufs = 32768;       // packet buffers in the pool
+  uint32_t mbufs = 32768;       // packet buffers in each pool
+  PoolMode pools = PoolMode::shared;
   uint32_t mbuf_cache = 256;
   uint16_t rx_desc = 1024, tx_desc = 1024;
   uint16_t burst = 32;
