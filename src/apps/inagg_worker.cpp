@@ -238,6 +238,8 @@ int main(int argc, char** argv) {
     if (const auto n = from_environment({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, &workers_from))
       o.workers = *n;
   o.rank_given = vm.count("rank") > 0;
+  if (!nccl::parse_type(o.dtype_name))
+    return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'");
   if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
   if (vm.count("print-job")) {
     std::fputs(o.rack.job_text().c_str(), stdout);

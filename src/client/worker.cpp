@@ -14,7 +14,9 @@ namespace inagg::client {
 
 std::string check_job_options(WorkerOptions& o) {
   const std::optional<util::Dtype> dt = nccl::parse_type(o.dtype_name);
-  if (!dt) return "--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'";
+  if (!dt)
+    return "--dtype must be fp32, fp16, bf16 or int32 (or nccl-tests' float, half, bfloat16, int32); got '" +
+           o.dtype_name + "'";
   if (o.workers < 2 || o.workers > 64) return "--workers must be between 2 and 64";
   const std::optional<util::IpAddr> base = util::parse_ip(o.ip_base);
   if (!base || base->version != util::IpVersion::v4) return "--ip-base must be an IPv4 address";
