@@ -99,11 +99,7 @@ int main(int argc, char** argv) {
   std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype;
   unsigned ngpus = 1, nthreads = 1, agg_iters = 1, run_cycles = 1, cudagraph = 0, cputime = 0;
   int root = 0, blocking = 0, parallel_init = 0, average = 1;
-  po::options_description nccl(
-      "Usage: inagg-worker --rank R --workers N [options]\n"
-      "(--rank and --workers default to an MPI launcher's OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or "
-      "SLURM_PROCID/NTASKS)\n\n"
-      "nccl-tests all_reduce_perf options, with its meaning");
+  po::options_description nccl("nccl-tests all_reduce_perf options, with its meaning");
   nccl.add_options()("minbytes,b", po::value<std::string>(&minbytes)->default_value(minbytes),
                      "smallest size, bytes (K, M, G suffixes: binary)")(
       "maxbytes,e", po::value<std::string>(&maxbytes)->default_value(maxbytes), "largest size")(
@@ -134,8 +130,8 @@ int main(int argc, char** argv) {
       "report_cputime,C", po::value<unsigned>(&cputime)->default_value(0), "0 (times are wall-clock)")(
       "timeout,T", po::value<double>(&o.timeout_s)->default_value(o.timeout_s),
       "give up after this many seconds (0: no limit)");
-  po::options_description d("inagg-worker options");
-  d.add_options()("help,h", "show this help")("version", "print the version and exit")(
+  po::options_description own("inagg-worker's own options");
+  own.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "rank", po::value<unsigned>(&o.rank), "this worker's rank, 0..N-1")("workers", po::value<unsigned>(&o.workers),
                                                                           "number of workers N (2..64)")(
       "ip-base", po::value<std::string>(&o.ip_base)->default_value(o.ip_base),
@@ -174,7 +170,11 @@ int main(int argc, char** argv) {
       "corrupt-input", po::value<unsigned>(&o.corrupt)->default_value(0),
       "testing the check only: alter this many elements of this rank's input in the checked iterations, after the "
       "reference was made, so that every rank's #wrong must count them");
-  d.add(nccl);
+  po::options_description d(
+      "Usage: inagg-worker --rank R --workers N [options]\n"
+      "(--rank and --workers default to an MPI launcher's OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or "
+      "SLURM_PROCID/NTASKS)");
+  d.add(nccl).add(own);
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(with_check_count(argc, argv)).options(d).run(), vm);
