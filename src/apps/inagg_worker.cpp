@@ -4,12 +4,14 @@
 // transport, the algorithms (ina, ring, xdp, auto) and auto's fall-over.
 #include <boost/program_options.hpp>
 
+#include <unistd.h>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -94,7 +96,9 @@ void corrupt(util::Dtype dtype, uint8_t* buf, uint64_t count, unsigned k) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   WorkerOptions o;
   std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype;
   unsigned ngpus = 1, nthreads = 1, agg_iters = 1, run_cycles = 1, cudagraph = 0, cputime = 0;
@@ -247,6 +251,17 @@ int main(int argc, char** argv) {
   }
   if (const std::string e = check_run_options(o); !e.empty()) return usage(e);
 
+  // The buffers hold several times -e: input, output, the transport's two regions, and with -c
+  // every rank's input and the sum for the reference. Refused up front when the host cannot hold
+  // them, rather than failing on the way (or being killed for it).
+  const double need = static_cast<double>(o.max_bytes) * (4 + (o.check ? o.workers + 2 : 0));
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (have > 0 && need > have)
+    return usage("-e/--maxbytes " + std::to_string(o.max_bytes) + " needs about " +
+                 std::to_string(static_cast<uint64_t>(need / (1 << 20))) + " MiB of buffers (" +
+                 (o.check ? "with -c, every rank's input for the reference" : "input, output, transport regions") +
+                 ") but this host has " + std::to_string(static_cast<uint64_t>(have / (1 << 20))) + " MiB: lower -e" +
+                 (o.check ? " or give -c 0" : ""));
   Worker w(o);
   auto fatal = [&](const std::string& why) {
     std::cerr << "inagg-worker: rank " << o.rank << ": " << why << "\n";
@@ -367,4 +382,19 @@ int main(int argc, char** argv) {
                    o.rank, w.saturated());
   }
   return failed_checks || nccl::bandwidth_failed(avg, min_bw) ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    // The buffers: input, output, the transport's two regions and, with -c, every rank's input for
+    // the reference: several times --maxbytes.
+    std::cerr << "inagg-worker: out of memory for the buffers of this --maxbytes (-e): the worker holds several "
+                 "times it (input, output, transport regions, and with -c every rank's input for the reference); "
+                 "lower -e\n";
+    return 2;
+  }
 }
