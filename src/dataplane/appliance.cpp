@@ -106,9 +106,12 @@ bool Appliance::single_lcore() const { return impl_->single; }
 const std::vector<PortInfo>& Appliance::ports() const { return impl_->ports.info(); }
 
 Appliance::MbufUse Appliance::mbuf_use() const {
-  rte_mempool* pool = impl_->ports.pool();
-  if (pool == nullptr) return {};
-  return {rte_mempool_in_use_count(pool), pool->size};
+  MbufUse use{};  // summed over the pools (--mempools)
+  for (rte_mempool* pool : impl_->ports.pools()) {
+    use.in_use += rte_mempool_in_use_count(pool);
+    use.total += pool->size;
+  }
+  return use;
 }
 
 bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {

@@ -121,7 +121,7 @@ std::string PrometheusRenderer::render() {
     const Appliance::MbufUse use = app_.mbuf_use();
     Family(o, "inagg_mbufs_in_use", "packet buffers in use: held by jobs, queued, or in per-lcore caches", "gauge")
         .sample("", use.in_use);
-    Family(o, "inagg_mbufs", "packet buffers in the pool", "gauge").sample("", static_cast<uint64_t>(use.total));
+    Family(o, "inagg_mbufs", "packet buffers in the pools", "gauge").sample("", static_cast<uint64_t>(use.total));
   }
 
   const agg::EngineCounters totals = app_.engine_totals();

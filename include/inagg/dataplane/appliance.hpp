@@ -109,7 +109,7 @@ class Appliance {
   std::vector<std::pair<unsigned, LcoreCounters>> lcore_counters() const;
   const std::vector<PortInfo>& ports() const;
   uint64_t total_rx() const;
-  // Packet buffers of the appliance's pool: in use (held by jobs, queued, in per-lcore caches) and
+  // Packet buffers of the appliance's pools: in use (held by jobs, queued, in per-lcore caches) and
   // in all. A lock-free read.
   struct MbufUse {
     uint64_t in_use = 0, total = 0;
