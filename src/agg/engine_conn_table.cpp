@@ -47,13 +47,13 @@ void Engine::rebuild_conn_table() {
   for (auto& j : jobs_) {
     for (unsigned r = 0; r < j->spec.workers; ++r) {
       const ConnectionSpec& c = j->conns[r].spec;
-      conns_->insert({true, false, c.dst_ip, c.dst_qpn, j.get(), r, 0});  // data: to the receiver's QP
-      conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r, 0});   // ACKs: to the sender's QP
+      conns_->insert({true, false, c.dst_ip, c.dst_qpn, j.get(), r, 0, {}});  // data: to the receiver's QP
+      conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r, 0, {}});   // ACKs: to the sender's QP
     }
   }
   for (const ClosedKey& k : closed_) {
     const ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn);
-    if (e == nullptr) conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, k.until_ns});
+    if (e == nullptr) conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, k.until_ns, {}});
   }
 }
 
