@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "inagg/agg/engine.hpp"
+#include "inagg/wire/icrc.hpp"
 
 namespace inagg::agg {
 
@@ -80,6 +81,8 @@ struct Engine::Job {
     unsigned resend_rounds = 0;
     // What a NAK to the sender looks like: its first valid packet's headers, reversed.
     wire::RoceFrameSpec nak;
+    // The sender's last masked header and its CRC: the next one's header CRC follows from it.
+    wire::IcrcHeaderCache header_crc;
 
     // A replay job starting over: sequence state goes, what was learned of the peers stays.
     void start_generation(uint64_t resend_timeout_ns) {
