@@ -174,8 +174,9 @@ void bench_bswap_loop(benchmark::State& state, Dtype dtype) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * static_cast<int64_t>(kPayloadBytes));
 }
 
-const agg::detail::KernelOps kDispatchedOps = {&agg::add_into, &agg::sum_ranked};
-const agg::detail::KernelOps kScalarOps = {&agg::scalar::add_into, &agg::scalar::sum_ranked};
+const agg::detail::KernelOps kDispatchedOps = {&agg::add_into, &agg::sum_ranked, &agg::sum_ranked_broadcast};
+const agg::detail::KernelOps kScalarOps = {&agg::scalar::add_into, &agg::scalar::sum_ranked,
+                                           &agg::scalar::sum_ranked_broadcast};
 
 std::string add_into_name(Dtype dtype, std::string_view impl) {
   return "add_into/" + std::string(agg::dtype_name(dtype)) + "/" + std::string(impl);

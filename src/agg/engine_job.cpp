@@ -265,8 +265,13 @@ void Engine::start_generation(Job& job) {
 // Writes a slot's sum into one of its packets: payload, ECN, UDP checksum, ICRC. Returns whether
 // the packet was CE-marked.
 bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc) {
-  const Job::Slot& slot = job.slot(seq);
   std::memcpy(f + l.payload, job.sum_at(seq), job.spec.payload_bytes);
+  return finish_sum(job, seq, f, l, header_crc);
+}
+
+// write_sum for a packet whose payload already holds the sum: ECN, ICRC, UDP checksum.
+bool Engine::finish_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc) {
+  const Job::Slot& slot = job.slot(seq);
   const bool mark = slot.ecn && ecn_of(f, l) != wire::kEcnNotEct;  // only ECN-capable packets
   if (mark) set_ce(f, l);
   // The header part of the ICRC masks TOS, checksums and FECN: the input's header CRC still holds.
@@ -301,6 +306,7 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
   const unsigned n = job.spec.workers;
   const uint32_t P = job.spec.payload_bytes;
   const uint8_t* srcs[64];
+  uint8_t* dsts[65];
   while (job.state == JobState::active) {
     Job::Slot& slot = job.slot(job.cursor);
     if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
@@ -313,13 +319,16 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
     }
     if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
     Job::Held* held = &job.held_at(job.cursor, 0);
-    for (unsigned r = 0; r < n; ++r) srcs[r] = held[r].p.data + held[r].l.payload;
+    // The sum goes straight into the n packets (each over its own payload, chunk by chunk) and the
+    // retained copy, in one pass: no copy of it afterwards.
     uint8_t* sum = job.sum_at(job.cursor);
-    sum_ranked(job.spec.dtype, sum, srcs, n, P);
+    dsts[0] = sum;
+    for (unsigned r = 0; r < n; ++r) srcs[r] = dsts[r + 1] = held[r].p.data + held[r].l.payload;
+    sum_ranked_broadcast(job.spec.dtype, dsts, n + 1, srcs, n, P);
     slot.payload_crc = wire::crc32({sum, P});  // once per slot; P is a multiple of 4: no pad
     for (unsigned r = 0; r < n; ++r) {
       Job::Held& h = held[r];
-      if (write_sum(job, job.cursor, h.p.data, h.l, h.header_crc)) BUMP(job, ecn_marked);
+      if (finish_sum(job, job.cursor, h.p.data, h.l, h.header_crc)) BUMP(job, ecn_marked);
       if (mark_if_queue_full(job, r, h.p.data, h.l)) BUMP(job, ecn_marked_queue);
       ops_.ref(ops_.ctx, h.p.handle);  // kept for a resend until acknowledged or the slot is reused
       h.retained = true;

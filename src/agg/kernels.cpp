@@ -65,7 +65,13 @@ void sum_ranked_first_call(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs
   install_active_ops()->sum_ranked(dtype, dst, srcs, n, bytes);
 }
 
-constexpr detail::KernelOps first_call_ops = {add_into_first_call, sum_ranked_first_call};
+void sum_ranked_broadcast_first_call(Dtype dtype, uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs,
+                                     size_t n, size_t bytes) {
+  install_active_ops()->sum_ranked_broadcast(dtype, dsts, ndst, srcs, n, bytes);
+}
+
+constexpr detail::KernelOps first_call_ops = {add_into_first_call, sum_ranked_first_call,
+                                              sum_ranked_broadcast_first_call};
 constinit std::atomic<const detail::KernelOps*> active_ops{&first_call_ops};
 
 const detail::KernelOps* install_active_ops() {
@@ -84,6 +90,12 @@ void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes) {
 void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes) {
   assert(n >= 1);
   active_ops.load(std::memory_order_relaxed)->sum_ranked(dtype, dst, srcs, n, bytes);
+}
+
+void sum_ranked_broadcast(Dtype dtype, uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n,
+                          size_t bytes) {
+  assert(n >= 1);
+  active_ops.load(std::memory_order_relaxed)->sum_ranked_broadcast(dtype, dsts, ndst, srcs, n, bytes);
 }
 
 std::string_view kernels_tier_name() { return util::tier_name(active_tier()); }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "inagg/agg/kernels.hpp"
 
@@ -159,6 +160,15 @@ void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n,
     case Dtype::int32:
       return sum_ranked_elements<Int32>(dst, srcs, n, bytes);
   }
+}
+
+// The plain way: the sum once (into a buffer of its own, as the dsts may be sources), then copies.
+void sum_ranked_broadcast(Dtype dtype, uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n,
+                          size_t bytes) {
+  if (n == 0) return;
+  std::vector<uint8_t> sum(bytes);
+  sum_ranked(dtype, sum.data(), srcs, n, bytes);
+  for (size_t d = 0; d < ndst; ++d) std::memcpy(dsts[d], sum.data(), bytes);
 }
 
 }  // namespace inagg::agg::scalar

@@ -258,6 +258,47 @@ void sum_ranked_units(uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t
   }
 }
 
+// sum_ranked_units, each chunk stored into every dst. All loads of a chunk come before its stores,
+// so a dst may be a source at the same address.
+template <class C>
+void sum_ranked_broadcast_units(uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n, size_t bytes) {
+  constexpr size_t unit = C::unit_bytes;
+  constexpr size_t chunk = C::chunk_units * unit;
+  size_t off = 0;
+  for (; off + chunk <= bytes; off += chunk) {
+    typename C::Acc acc[C::chunk_units];
+#pragma GCC unroll 8
+    for (size_t k = 0; k < C::chunk_units; ++k) acc[k] = C::load(srcs[0] + off + k * unit);
+    for (size_t r = 1; r < n; ++r) {
+      const uint8_t* src = srcs[r] + off;
+#pragma GCC unroll 8
+      for (size_t k = 0; k < C::chunk_units; ++k) acc[k] = C::add(acc[k], C::load(src + k * unit));
+    }
+    for (size_t d = 0; d < ndst; ++d) {
+      uint8_t* dst = dsts[d] + off;
+#pragma GCC unroll 8
+      for (size_t k = 0; k < C::chunk_units; ++k) C::store(dst + k * unit, acc[k]);
+    }
+  }
+  for (; off + unit <= bytes; off += unit) {
+    typename C::Acc acc = C::load(srcs[0] + off);
+    for (size_t r = 1; r < n; ++r) acc = C::add(acc, C::load(srcs[r] + off));
+    for (size_t d = 0; d < ndst; ++d) C::store(dsts[d] + off, acc);
+  }
+  if (off < bytes) {
+    const size_t rest = bytes - off;
+    Tail<C> t;
+    std::memcpy(t.bytes, srcs[0] + off, rest);
+    typename C::Acc acc = C::load(t.bytes);
+    for (size_t r = 1; r < n; ++r) {
+      std::memcpy(t.bytes, srcs[r] + off, rest);
+      acc = C::add(acc, C::load(t.bytes));
+    }
+    C::store(t.bytes, acc);
+    for (size_t d = 0; d < ndst; ++d) std::memcpy(dsts[d] + off, t.bytes, rest);
+  }
+}
+
 void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes) {
   switch (dtype) {
     case Dtype::fp32:
@@ -285,8 +326,23 @@ void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n,
   }
 }
 
+void sum_ranked_broadcast(Dtype dtype, uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n,
+                          size_t bytes) {
+  if (n == 0) return;
+  switch (dtype) {
+    case Dtype::fp32:
+      return sum_ranked_broadcast_units<Fp32>(dsts, ndst, srcs, n, bytes);
+    case Dtype::fp16:
+      return sum_ranked_broadcast_units<Fp16>(dsts, ndst, srcs, n, bytes);
+    case Dtype::bf16:
+      return sum_ranked_broadcast_units<Bf16>(dsts, ndst, srcs, n, bytes);
+    case Dtype::int32:
+      return sum_ranked_broadcast_units<Int32>(dsts, ndst, srcs, n, bytes);
+  }
+}
+
 }  // namespace
 
-extern const KernelOps INAGG_PASTE(kernel_ops_, INAGG_TIER) = {add_into, sum_ranked};
+extern const KernelOps INAGG_PASTE(kernel_ops_, INAGG_TIER) = {add_into, sum_ranked, sum_ranked_broadcast};
 
 }  // namespace inagg::agg::detail::INAGG_TIER

@@ -190,7 +190,7 @@ constexpr Implementation kImplementations[] = {
     {"native", false, util::SimdTier::native},
 #endif
 };
-const detail::KernelOps kDispatchedOps = {&add_into, &sum_ranked};
+const detail::KernelOps kDispatchedOps = {&add_into, &sum_ranked, &sum_ranked_broadcast};
 
 // Lengths in elements: every length up to a 256-byte chunk (4 AVX-512 vectors) plus a vector plus
 // a tail, then packet-sized payloads.
@@ -301,6 +301,35 @@ TEST_P(KernelsTest, SumRankedIntoFirstSource) {
     scalar::sum_ranked(dtype_, expected.data(), ptrs.data(), ptrs.size(), expected.size());
     ops_->sum_ranked(dtype_, srcs[0].data(), ptrs.data(), ptrs.size(), expected.size());
     EXPECT_TRUE(same_elements(dtype_, expected.data(), srcs[0].data(), expected.size())) << elements;
+  }
+}
+
+// The engine's release: the sum written over every source (each dst its own source) and into a
+// buffer of its own, in one pass; every dst must hold the scalar reference's sum.
+TEST_P(KernelsTest, SumRankedBroadcastOverItsSourcesMatchesReference) {
+  std::mt19937 rng(9876);
+  for (size_t n : {1, 2, 3, 4, 8, 17}) {
+    for (size_t elements : test_lengths(dtype_)) {
+      const size_t bytes = elements * dtype_size(dtype_);
+      std::vector<Placed> srcs;
+      std::vector<const uint8_t*> src_ptrs;
+      std::vector<uint8_t*> dst_ptrs;
+      for (size_t r = 0; r < n; ++r) {
+        srcs.push_back(place(random_payload(dtype_, elements, rng), (r + elements) % 4, rng));
+        src_ptrs.push_back(srcs.back().data());
+      }
+      Bytes expected(bytes);
+      scalar::sum_ranked(dtype_, expected.data(), src_ptrs.data(), n, bytes);
+      Placed own = place(random_payload(dtype_, elements, rng), elements % 4, rng);
+      const Bytes prefix(own.storage.begin(), own.storage.begin() + static_cast<ptrdiff_t>(own.offset));
+      dst_ptrs.push_back(own.data());
+      for (Placed& s : srcs) dst_ptrs.push_back(s.data());
+      ops_->sum_ranked_broadcast(dtype_, dst_ptrs.data(), dst_ptrs.size(), src_ptrs.data(), n, bytes);
+      for (size_t d = 0; d < dst_ptrs.size(); ++d)
+        ASSERT_TRUE(same_elements(dtype_, expected.data(), dst_ptrs[d], bytes))
+            << "n=" << n << " elements=" << elements << " dst " << d;
+      ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), own.storage.begin())) << "wrote before dst";
+    }
   }
 }
 

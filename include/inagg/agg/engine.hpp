@@ -246,6 +246,7 @@ class Engine {
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
   void start_generation(Job& job);
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
+  bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
   void release_ready(Job& job, uint64_t now_ns, TxList& tx);
   // NAKs, resends, timers (engine_recovery.cpp).

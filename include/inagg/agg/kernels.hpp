@@ -36,6 +36,13 @@ void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes);
 // dst may be srcs[0]; otherwise it must not overlap any source.
 void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes);
 
+// The same sum stored into each of dsts[0..ndst) in one pass (the engine writes a slot's sum straight
+// into its n packets and its retained copy). A dst may be a source at the same address (a packet's
+// own payload): every chunk is read from all sources before it is stored. Otherwise the dsts do not
+// overlap the sources or each other. n >= 1.
+void sum_ranked_broadcast(Dtype dtype, uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n,
+                          size_t bytes);
+
 // The tier in use ("avx512", "avx2", "sse2", "native"), for logs.
 std::string_view kernels_tier_name();
 
@@ -43,6 +50,8 @@ std::string_view kernels_tier_name();
 namespace scalar {
 void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes);
 void sum_ranked(Dtype dtype, uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes);
+void sum_ranked_broadcast(Dtype dtype, uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n,
+                          size_t bytes);
 
 // Element conversions, bit patterns in and out. Narrowing rounds to nearest-even, overflows to
 // Inf, and maps NaN to a quiet NaN with the same sign and the top payload bits.
@@ -57,6 +66,7 @@ namespace detail {
 struct KernelOps {
   void (*add_into)(Dtype, uint8_t*, const uint8_t*, size_t);
   void (*sum_ranked)(Dtype, uint8_t*, const uint8_t* const*, size_t, size_t);
+  void (*sum_ranked_broadcast)(Dtype, uint8_t* const*, size_t, const uint8_t* const*, size_t, size_t);
 };
 
 // nullptr if `tier` is not built for this architecture or this CPU cannot run it.
