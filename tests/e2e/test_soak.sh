@@ -3,7 +3,7 @@
 # impaired both ways (scripts/rack --impair: loss, duplicates and reordering, what tc netem would
 # do; this kernel has no netem), each job ITERS + 1 checked ina allreduces of SIZE bytes by 4
 # workers (-c ITERS+1, out of place, after one timed allreduce). After each job: every element exact (the workers' --check), no stuck slot (held 0), the
-# job removed, and the appliance's packet buffers in use back to the level after the first job (plus the lcores' mbuf caches): nothing leaks from job to job.
+# job removed, and the appliance's packet buffers in use back to the level after the first job: nothing leaks from job to job.
 #   test_soak.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR ROUNDS SIZE ITERS [IMPAIR]
 # CI runs a short version; the README records a long one (make it with larger ROUNDS/SIZE/ITERS).
 set -uo pipefail
