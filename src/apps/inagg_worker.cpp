@@ -152,6 +152,19 @@ int run(int argc, char** argv) {
       "retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")(
       "seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the inputs")(
       "job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")(
+      "transport", po::value<std::string>(&o.transport_name)->default_value(o.transport_name),
+      "ina/ring: udp (the software RoCE endpoint over a kernel UDP socket) or verbs (rdma-core: an RDMA NIC or "
+      "Soft-RoCE; the ranks exchange their QPs over TCP with rank 0 first)")(
+      "ib-dev", po::value<std::string>(&o.verbs.device)->value_name("DEV"),
+      "verbs: the RDMA device (ibv_devices; default: the first); -d is --datatype, as in nccl-tests")(
+      "ib-port", po::value<unsigned>(&o.verbs.port)->default_value(o.verbs.port),
+      "verbs: the device's port (-i is nccl-tests' --stepbytes)")(
+      "gid-index,x", po::value<int>(&o.verbs.gid_index)->default_value(-1),
+      "verbs: the GID index (show_gids; default -1: the port's first RoCEv2 GID with an IPv4 address)")(
+      "qp-timeout", po::value<unsigned>(&o.verbs.qp_timeout)->default_value(o.verbs.qp_timeout),
+      "verbs: the QPs' local ACK timeout, 4.096 us x 2^t (docs/protocol.md: >= 18)")(
+      "exchange-port", po::value<unsigned>(&o.exchange_port)->default_value(o.exchange_port),
+      "verbs: rank 0 listens on this TCP port (at its --ip-base address) for the other ranks' QP numbers")(
       "register", po::value<std::string>(&o.register_socket),
       "ina mode: rank 0 adds the job through this inagg control socket, and every rank waits until the job is active "
       "before sending")("print-job", "print the appliance job file for these parameters and exit")(
@@ -262,7 +275,7 @@ int run(int argc, char** argv) {
                  (o.check ? "with -c, every rank's input for the reference" : "input, output, transport regions") +
                  ") but this host has " + std::to_string(static_cast<uint64_t>(have / (1 << 20))) + " MiB: lower -e" +
                  (o.check ? " or give -c 0" : ""));
-  Worker w(o);
+  Worker w(o, o.use_verbs ? open_verbs_transport : open_udp_transport);
   auto fatal = [&](const std::string& why) {
     std::cerr << "inagg-worker: rank " << o.rank << ": " << why << "\n";
     return 1;
@@ -365,7 +378,11 @@ int run(int argc, char** argv) {
   if (const char* e = std::getenv("NCCL_TESTS_MIN_BW")) min_bw = std::atof(e);
   const double avg = measurements ? busbw_sum / measurements : 0.0;
   std::fputs(nccl::footer(failed_checks, avg, min_bw, "inagg-worker").c_str(), stdout);
-  if (const std::optional<TransportCounters> c = w.transport_counters())
+  if (const std::optional<TransportCounters> c = w.transport_counters(); c && o.use_verbs)
+    std::printf("# rank %u: verbs: %" PRIu64 " messages written, %" PRIu64
+                " received (packets and retransmissions: the device's counters, rdma statistic)\n",
+                o.rank, c->messages_written, c->messages_received);
+  else if (c)
     std::printf("# rank %u: sent %" PRIu64 " packets (%" PRIu64 " resent), %" PRIu64 " timeouts, %" PRIu64
                 " NAKs received; received %" PRIu64 " in order, %" PRIu64 " duplicates, %" PRIu64 " bad ICRC\n",
                 o.rank, c->packets_sent, c->retransmitted, c->timeouts, c->naks_received, c->accepted, c->duplicates,

@@ -13,6 +13,16 @@ std::string RackPlan::job_text() const {
   t += buf;
   std::snprintf(buf, sizeof buf, "message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", message, payload, window);
   t += buf;
+  if (connections.size() == workers) {
+    t += "# connections as the transport made them (the device's QPNs)\n";
+    for (unsigned r = 0; r < workers; ++r) {
+      const RankConnection &c = connections[r], &s = connections[(r + 1) % workers];
+      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(c.ip).c_str(), c.send_qpn,
+                    util::ip_text(s.ip).c_str(), s.recv_qpn, c.start_psn);
+      t += buf;
+    }
+    return t;
+  }
   for (unsigned r = 0; r < workers; ++r) {
     const unsigned s = (r + 1) % workers;
     std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(ip_of(r)).c_str(), send_qpn(r),

@@ -64,7 +64,10 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
 TransportCounters UdpRcTransport::counters() const {
   const RcCounters& s = req_->counters();
   const RcCounters& r = rsp_->counters();
-  return {s.packets_sent, s.retransmitted, s.timeouts, s.naks_received, r.accepted, r.duplicates, r.bad_icrc};
+  TransportCounters c{s.packets_sent, s.retransmitted, s.timeouts, s.naks_received,
+                      r.accepted,     r.duplicates,    r.bad_icrc};
+  c.messages_received = rsp_->messages();
+  return c;
 }
 
 }  // namespace inagg::client

@@ -83,6 +83,18 @@ std::string check_run_options(WorkerOptions& o) {
   x.window = o.xdp_window;
   x.port = static_cast<uint16_t>(o.xdp_port);
   x.timeout_ms = o.xdp_timeout_ms;
+  if (o.transport_name == "verbs") {
+    o.use_verbs = true;
+    if (!verbs_supported())
+      return "--transport verbs: this build of inagg-worker has no verbs support (meson did not find libibverbs; "
+             "install libibverbs-dev and rebuild)";
+    if (o.mode != Mode::ina && o.mode != Mode::ring)
+      return "--transport verbs runs --mode ina or ring (auto's fall-over over verbs is not done yet)";
+    if (o.exchange_port == 0 || o.exchange_port > 65535) return "--exchange-port must be a TCP port";
+    if (o.verbs.qp_timeout < 1 || o.verbs.qp_timeout > 31) return "--qp-timeout must be 1..31 (4.096 us x 2^t)";
+  } else if (o.transport_name != "udp") {
+    return "--transport must be udp (the software RoCE endpoint) or verbs (rdma-core: an RDMA NIC or Soft-RoCE)";
+  }
   o.rack.rank = o.rank;
   return "";
 }
@@ -93,6 +105,44 @@ std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::st
     return nullptr;
   return t;
 }
+
+#ifndef INAGG_HAVE_VERBS
+bool verbs_supported() { return false; }
+
+std::unique_ptr<Transport> open_verbs_transport(const TransportRequest&, std::string* error) {
+  *error = "this build has no verbs support (meson did not find libibverbs: install libibverbs-dev and rebuild)";
+  return nullptr;
+}
+#else
+bool verbs_supported() { return true; }
+
+std::unique_ptr<Transport> open_verbs_transport(const TransportRequest& r, std::string* error) {
+  auto t = std::make_unique<VerbsTransport>();
+  VerbsConfig c;
+  c.dev = r.verbs;
+  c.rank = r.rack.rank;
+  c.start_psn = RackPlan::start_psn(r.rack.rank);
+  c.payload = r.rack.payload;
+  c.window = r.rack.window;
+  c.retry = r.retry;
+  c.send_bytes = r.send_bytes;
+  c.receive_bytes = r.receive_bytes;
+  if (!t->open(c, error)) return nullptr;
+  RendezvousConfig rc;
+  rc.rank = r.rack.rank;
+  rc.workers = r.rack.workers;
+  rc.host = r.rack.ip_of(0);
+  rc.port = r.exchange_port;
+  rc.deadline_ns = r.deadline_ns;
+  std::vector<RankEndpoint> all;
+  if (!t->exchange(rc, &all, error)) return nullptr;
+  if (!t->connect(all[r.rack.successor()], all[r.rack.predecessor()], error)) return nullptr;
+  std::vector<RankConnection> conns;
+  for (const RankEndpoint& e : all) conns.push_back({e.gid, e.send_qpn, e.recv_qpn, e.start_psn});
+  t->set_job_connections(std::move(conns));
+  return t;
+}
+#endif
 
 Worker::Worker(const WorkerOptions& o, TransportFactory transport)
     : o_(o), open_transport_(std::move(transport)), fallover_(o.workers) {
@@ -113,9 +163,14 @@ bool Worker::open(std::string* error) {
                              o_.ack_timeout_ms,
                              o_.retry,
                              geometry_.send_bytes(o_.max_bytes),
-                             geometry_.receive_bytes(o_.max_bytes)};
+                             geometry_.receive_bytes(o_.max_bytes),
+                             o_.verbs,
+                             static_cast<uint16_t>(o_.exchange_port),
+                             deadline_ns_};
     transport_ = open_transport_(r, error);
     if (!transport_) return false;
+    // A transport whose QPs are the device's registers them instead of the plan's.
+    if (const std::vector<RankConnection>* c = transport_->job_connections()) o_.rack.connections = *c;
     // auto: silence for twice the requester's retry budget means the predecessor fell over.
     const uint64_t ack_ns = static_cast<uint64_t>(o_.ack_timeout_ms * 1e6);
     const uint64_t stall_ns = geometry_.tallied() ? 2 * (o_.retry + 1) * ack_ns : 0;
@@ -256,7 +311,10 @@ void Worker::serve(int wait_ms) {
 }
 
 bool Worker::finish() {
-  if (transport_ && tier() == Tier::appliance) transport_->finish(deadline_ns_);
+  if (transport_ && tier() == Tier::appliance) {
+    transport_->finish(deadline_ns_);
+    if (o_.mode != Mode::automatic && !transport_->error().empty()) return fail(transport_->error());
+  }
   if (o_.mode != Mode::automatic || fallover_.state() != FallOver::State::appliance) return true;
   fallover_.finish();
   FallOver::Agreement a = fallover_.contribution();

@@ -35,6 +35,10 @@ struct RackPlan {
   static uint32_t ring_recv_qpn(unsigned r) { return 0x400 + r; }
   static uint32_t start_psn(unsigned r) { return (0xfff000u + 101u * r) & 0xffffff; }
 
+  // The connections a transport made (Transport::job_connections(): the device's QPNs, the ranks'
+  // GIDs), one per rank; empty: the plan's own addresses, QPNs and PSNs above.
+  std::vector<RankConnection> connections;
+
   // The appliance's job file for this job (what `inagg-worker --print-job` prints and rank 0 adds).
   std::string job_text() const;
 

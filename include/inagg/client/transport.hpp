@@ -6,12 +6,11 @@
 //   - UdpRcTransport (udp_transport.hpp): RoCEv2 RC in software over a kernel UDP socket, the
 //     first implementation: send_region()/receive_region() are plain buffers, post_write() queues
 //     to RcRequester, poll() runs RcRequester/RcResponder over the socket.
-//   - an ibverbs transport fits the same calls: open() creates the RC QPs and registers both
-//     regions as MRs (IBV_ACCESS_REMOTE_WRITE on the receive region, whose address and rkey the
-//     successor learns out of band); post_write() is ibv_post_send of IBV_WR_RDMA_WRITE_WITH_IMM
-//     (remote address = the successor's receive region + dst_offset); poll() polls the CQs (a
-//     receive WR is kept posted per expected immediate); messages_received() counts receive
-//     completions; error() reports a completion with an error status (e.g. retry exceeded).
+//   - VerbsTransport (verbs_transport.hpp): rdma-core's verbs on a RoCE NIC or Soft-RoCE. Its RC
+//     QPs and registered regions are the device's, so their QPNs, addresses and rkeys are
+//     exchanged out of band (rendezvous.hpp) and supplied to the job's registration
+//     (job_connections()); post_write() is ibv_post_send of IBV_WR_RDMA_WRITE_WITH_IMM, poll()
+//     polls the CQs, error() reports a completion with an error status (e.g. retry exceeded).
 //
 // Single-threaded: one caller drives a transport. Writes complete in order; the successor sees a
 // message once all its bytes are in its receive region.
@@ -20,8 +19,19 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "inagg/util/ip_addr.hpp"
 
 namespace inagg::client {
+
+// One rank's connection as the appliance registers it (a job file's conn line, protocol.md §3):
+// the rank's address, its QP to the successor, its QP for the predecessor's writes, and the first
+// PSN of its writes.
+struct RankConnection {
+  util::IpAddr ip;
+  uint32_t send_qpn = 0, recv_qpn = 0, start_psn = 0;
+};
 
 // What inagg-worker prints per rank. A transport that cannot count one of these leaves it 0.
 struct TransportCounters {
@@ -34,6 +44,9 @@ struct TransportCounters {
   uint64_t accepted = 0;    // data packets accepted in order
   uint64_t duplicates = 0;  // data packets seen again (re-acknowledged)
   uint64_t bad_icrc = 0;    // packets with a bad ICRC, dropped
+  // Whole messages: our writes acknowledged, the predecessor's complete in the receive region.
+  uint64_t messages_written = 0;
+  uint64_t messages_received = 0;
 };
 
 class Transport {
@@ -71,6 +84,11 @@ class Transport {
   virtual void finish(uint64_t deadline_ns) = 0;
 
   virtual TransportCounters counters() const = 0;
+
+  // The job's connections as this transport made them (every rank's address, QPNs, start PSN,
+  // learned in its exchange), for rank 0's registration; nullptr when the rack plan's own
+  // (RackPlan::send_qpn ...) are the ones in use, as with the software transport.
+  virtual const std::vector<RankConnection>* job_connections() const { return nullptr; }
 };
 
 }  // namespace inagg::client

@@ -22,6 +22,7 @@
 #include "inagg/client/fallover.hpp"
 #include "inagg/client/plan.hpp"
 #include "inagg/client/transport.hpp"
+#include "inagg/client/verbs_transport.hpp"
 #include "inagg/client/xagg_client.hpp"
 
 namespace inagg::client {
@@ -56,11 +57,15 @@ struct WorkerOptions {
   unsigned xdp_values = 256, xdp_window = 8, xdp_port = 4792;
   double xdp_timeout_ms = 20;
   double xdp_scale = 1048576;
+  std::string transport_name = "udp";  // udp (the software RC endpoint) or verbs (rdma-core)
+  VerbsDeviceOptions verbs;
+  unsigned exchange_port = 18516;  // verbs: rank 0's TCP port for the ranks' out-of-band exchange
 
   // Filled by the checks.
   Mode mode = Mode::ina;
   RackPlan rack;
   XdpPlan xdp;
+  bool use_verbs = false;
   bool uses_tier() const { return mode == Mode::xdp || mode == Mode::automatic; }
 };
 
@@ -78,11 +83,19 @@ struct TransportRequest {
   double ack_timeout_ms = 50;
   unsigned retry = 7;
   uint64_t send_bytes = 0, receive_bytes = 0;
+  // verbs: the device, and where and until when the ranks exchange their endpoints.
+  VerbsDeviceOptions verbs;
+  uint16_t exchange_port = 18516;
+  uint64_t deadline_ns = 0;
 };
 // Opens a transport for a request; nullptr with *error when it cannot.
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportRequest&, std::string* error)>;
 // The default factory: UdpRcTransport (the software RC endpoint over kernel UDP).
 std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error);
+// The verbs factory: VerbsTransport::open, the exchange with the other ranks (rank 0 listens on
+// the exchange port at the plan's rank 0 address), connect. The transport keeps the exchange for
+// its final barrier. Without libibverbs in the build: nullptr and an error saying so.
+std::unique_ptr<Transport> open_verbs_transport(const TransportRequest& r, std::string* error);
 
 class Worker {
  public:

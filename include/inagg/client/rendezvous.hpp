@@ -1,0 +1,71 @@
+// The out-of-band exchange of a job's ranks over TCP, as perftest and ibv_rc_pingpong exchange QP
+// numbers before an RC connection exists: rank 0 listens, every other rank connects to it and
+// sends one line, and rank 0 answers all of them with every rank's line once it has them. A
+// hardware transport (VerbsTransport) learns its peers' QPNs, PSNs, GIDs, addresses and rkeys this
+// way, and rank 0 the real connections it registers with the appliance. The same listener then
+// serves the ranks' final barrier: no rank destroys its QPs while a peer may still need an ACK.
+//
+// The TCP connections run over the data network (the appliance switches them like any non-RoCE
+// traffic) or any other route to rank 0.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inagg/util/ip_addr.hpp"
+
+namespace inagg::client {
+
+// What one rank tells the others about its two RC QPs (verbs: after creating them, before connecting).
+struct RankEndpoint {
+  unsigned rank = 0;
+  util::IpAddr gid;        // the GID the QPs use (an IPv4-mapped GID: RoCEv2 over IPv4)
+  uint32_t send_qpn = 0;   // our QP to the successor (the job's data QP)
+  uint32_t recv_qpn = 0;   // our QP for the predecessor's writes
+  uint32_t start_psn = 0;  // the first PSN of our writes to the successor
+  uint64_t recv_addr = 0;  // the receive region (RDMA WRITE target) and its rkey
+  uint32_t recv_rkey = 0;
+  uint32_t payload = 0;  // path MTU payload P: every rank must agree
+};
+
+// "endpoint rank=0 gid=::ffff:10.77.0.101 send_qpn=0x11 ..." (one line, no newline).
+std::string format_endpoint(const RankEndpoint& e);
+// nullopt (with *error) when a field is missing or out of range.
+std::optional<RankEndpoint> parse_endpoint(const std::string& line, std::string* error);
+
+struct RendezvousConfig {
+  unsigned rank = 0, workers = 0;
+  util::IpAddr host;  // rank 0's address (the others connect to it)
+  uint16_t port = 18516;
+  uint64_t deadline_ns = 0;  // steady clock (clock.hpp)
+};
+
+class Rendezvous {
+ public:
+  Rendezvous() = default;
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  // Every rank's endpoint, indexed by rank, each checked to name its own rank once and the same P.
+  // False with *error ("rank 2 did not reach rank 0 at 10.77.0.101:18516 within 60 s ...").
+  bool exchange(const RendezvousConfig& cfg, const RankEndpoint& mine, std::vector<RankEndpoint>* all,
+                std::string* error);
+  // Returns once every rank has called it (rank 0 keeps its listener open for this).
+  bool barrier(std::string* error);
+
+ private:
+  // Rank 0: one line from each of the others, then answer(lines) to every one of them.
+  using Answer = std::function<std::string(std::vector<std::string>&)>;
+  bool gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer, std::string* error);
+  // The others: connect, send `line`, read the answer up to "end\n".
+  bool ask(const std::string& line, std::string* answer, std::string* error);
+
+  RendezvousConfig cfg_;
+  int listen_fd_ = -1;
+};
+
+}  // namespace inagg::client

@@ -1,0 +1,277 @@
+#include "inagg/client/rendezvous.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <sstream>
+
+#include "inagg/client/clock.hpp"
+
+namespace inagg::client {
+namespace {
+
+constexpr size_t kMaxLine = 4096;
+
+int ms_left(uint64_t deadline_ns) {
+  const uint64_t t = now_ns();
+  if (t >= deadline_ns) return 0;
+  return static_cast<int>(std::min<uint64_t>((deadline_ns - t) / 1'000'000 + 1, 1'000'000));
+}
+
+// Reads until `stop` has been seen (or the peer closed); false on timeout, error or an oversized answer.
+bool read_until(int fd, const std::string& stop, std::string* out, uint64_t deadline_ns) {
+  char buf[1024];
+  while (out->find(stop) == std::string::npos) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms_left(deadline_ns)) <= 0) return false;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > 64 * kMaxLine) return false;
+  }
+  return true;
+}
+
+bool write_all(int fd, const std::string& s, uint64_t deadline_ns) {
+  for (size_t done = 0; done < s.size();) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, ms_left(deadline_ns)) <= 0) return false;
+    const ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+sockaddr_in address_of(const util::IpAddr& ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(ip.v4_host_order());
+  return a;
+}
+
+std::string where(const RendezvousConfig& c) { return util::ip_text(c.host) + ":" + std::to_string(c.port); }
+
+// "key=value" fields of a line.
+std::optional<std::string> field(const std::string& line, const std::string& key) {
+  std::istringstream in(line);
+  std::string tok;
+  while (in >> tok)
+    if (tok.compare(0, key.size() + 1, key + "=") == 0) return tok.substr(key.size() + 1);
+  return std::nullopt;
+}
+
+std::optional<uint64_t> number(const std::string& line, const std::string& key, uint64_t max) {
+  const std::optional<std::string> v = field(line, key);
+  if (!v || v->empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v->c_str(), &end, 0);
+  if (errno || *end || n > max) return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+std::string format_endpoint(const RankEndpoint& e) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "endpoint rank=%u gid=%s send_qpn=0x%x recv_qpn=0x%x start_psn=0x%x recv_addr=0x%" PRIx64
+                " recv_rkey=0x%x payload=%u",
+                e.rank, util::ip_text(e.gid).c_str(), e.send_qpn, e.recv_qpn, e.start_psn, e.recv_addr, e.recv_rkey,
+                e.payload);
+  return buf;
+}
+
+std::optional<RankEndpoint> parse_endpoint(const std::string& line, std::string* error) {
+  RankEndpoint e;
+  const std::optional<uint64_t> rank = number(line, "rank", 63), sq = number(line, "send_qpn", 0xffffff),
+                                rq = number(line, "recv_qpn", 0xffffff), psn = number(line, "start_psn", 0xffffff),
+                                addr = number(line, "recv_addr", UINT64_MAX),
+                                rkey = number(line, "recv_rkey", UINT32_MAX), p = number(line, "payload", 1 << 16);
+  const std::optional<std::string> gid_text = field(line, "gid");
+  const std::optional<util::IpAddr> gid = gid_text ? util::parse_ip(*gid_text) : std::nullopt;
+  if (line.rfind("endpoint ", 0) != 0 || !rank || !sq || !rq || !psn || !addr || !rkey || !p || !gid) {
+    *error = "not an endpoint line (rank, gid, send_qpn, recv_qpn, start_psn, recv_addr, recv_rkey, payload): '" +
+             line.substr(0, 200) + "'";
+    return std::nullopt;
+  }
+  e.rank = static_cast<unsigned>(*rank);
+  e.gid = *gid;
+  e.send_qpn = static_cast<uint32_t>(*sq);
+  e.recv_qpn = static_cast<uint32_t>(*rq);
+  e.start_psn = static_cast<uint32_t>(*psn);
+  e.recv_addr = *addr;
+  e.recv_rkey = static_cast<uint32_t>(*rkey);
+  e.payload = static_cast<uint32_t>(*p);
+  return e;
+}
+
+Rendezvous::~Rendezvous() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer,
+                        std::string* error) {
+  // Accept the other ranks' connections and read one line from each; then answer them all.
+  std::vector<int> conns;
+  struct Closer {
+    std::vector<int>& fds;
+    ~Closer() {
+      for (int fd : fds) ::close(fd);
+    }
+  } closer{conns};
+  lines->clear();
+  while (conns.size() + 1 < cfg_.workers) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms_left(cfg_.deadline_ns)) <= 0) {
+      *error = "rank 0: only " + std::to_string(conns.size()) + " of the " + std::to_string(cfg_.workers - 1) +
+               " other ranks " + what + " on TCP port " + std::to_string(cfg_.port) +
+               " before the deadline (are they all started, with the same --workers, --ip-base and --exchange-port?)";
+      return false;
+    }
+    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    conns.push_back(c);
+    std::string line;
+    if (!read_until(c, "\n", &line, cfg_.deadline_ns)) {
+      *error =
+          "rank 0: a rank connected to port " + std::to_string(cfg_.port) + " but sent no line before the deadline";
+      return false;
+    }
+    lines->push_back(line.substr(0, line.find('\n')));
+  }
+  const std::string reply = answer(*lines) + "end\n";
+  for (int c : conns)
+    if (!write_all(c, reply, cfg_.deadline_ns)) {
+      *error = "rank 0: a rank went away before it had rank 0's answer";
+      return false;
+    }
+  return true;
+}
+
+bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* error) {
+  const sockaddr_in a = address_of(cfg_.host, cfg_.port);
+  std::string last = "nothing answered";
+  // Rank 0 may not be listening yet: try again until the deadline.
+  while (true) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      *error = std::string("cannot create a TCP socket: ") + std::strerror(errno);
+      return false;
+    }
+    // A blocking connect gives up after SO_SNDTIMEO instead of the kernel's SYN retries (minutes).
+    const timeval tv{std::max(1, std::min(5, ms_left(cfg_.deadline_ns) / 1000)), 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
+      answer->clear();
+      const bool ok = write_all(fd, line + "\n", cfg_.deadline_ns) && read_until(fd, "end\n", answer, cfg_.deadline_ns);
+      ::close(fd);
+      if (ok) return true;
+      *error = "rank " + std::to_string(cfg_.rank) + ": rank 0 at " + where(cfg_) +
+               " took the connection but gave no complete answer before the deadline (are all ranks started?)";
+      return false;
+    }
+    last = std::strerror(errno);
+    ::close(fd);
+    if (ms_left(cfg_.deadline_ns) <= 0) {
+      *error = "rank " + std::to_string(cfg_.rank) + ": could not reach rank 0 at " + where(cfg_) + " (" + last +
+               ") before the deadline: is rank 0 started, and is --ip-base right?";
+      return false;
+    }
+    ::poll(nullptr, 0, 100);
+  }
+}
+
+bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& mine, std::vector<RankEndpoint>* all,
+                          std::string* error) {
+  cfg_ = cfg;
+  std::vector<std::string> lines;
+  if (cfg.rank == 0) {
+    if (listen_fd_ < 0) {
+      listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int one = 1;
+      ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      const sockaddr_in any = address_of(util::IpAddr::v4(INADDR_ANY), cfg.port);
+      if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&any), sizeof any) != 0 ||
+          ::listen(listen_fd_, 64) != 0) {
+        *error = "rank 0: cannot listen on TCP port " + std::to_string(cfg.port) +
+                 " for the other ranks: " + std::strerror(errno) + " (choose another --exchange-port)";
+        return false;
+      }
+    }
+    const auto table = [&mine](std::vector<std::string>& got) {
+      got.push_back(format_endpoint(mine));
+      std::string t;
+      for (const std::string& l : got) t += l + "\n";
+      return t;
+    };
+    if (!gather("sent their endpoints", &lines, table, error)) return false;
+  } else {
+    std::string answer;
+    if (!ask(format_endpoint(mine), &answer, error)) return false;
+    for (size_t start = 0; start < answer.size();) {
+      const size_t end = answer.find('\n', start);
+      const std::string l = answer.substr(start, end - start);
+      if (l == "end") break;
+      if (l.rfind("error ", 0) == 0) {
+        *error = "rank 0 refused the exchange: " + l.substr(6);
+        return false;
+      }
+      lines.push_back(l);
+      start = end + 1;
+    }
+  }
+  all->assign(cfg.workers, RankEndpoint{});
+  std::vector<bool> seen(cfg.workers, false);
+  for (const std::string& l : lines) {
+    const std::optional<RankEndpoint> e = parse_endpoint(l, error);
+    if (!e) return false;
+    if (e->rank >= cfg.workers || seen[e->rank]) {
+      *error = "the exchange got rank " + std::to_string(e->rank) + " " + (seen[e->rank] ? "twice" : "") +
+               " with --workers " + std::to_string(cfg.workers) + ": does every rank have its own --rank?";
+      return false;
+    }
+    if (e->payload != mine.payload) {
+      *error = "rank " + std::to_string(e->rank) + " uses --payload " + std::to_string(e->payload) + ", rank " +
+               std::to_string(mine.rank) + " " + std::to_string(mine.payload) + ": every rank needs the same";
+      return false;
+    }
+    seen[e->rank] = true;
+    (*all)[e->rank] = *e;
+  }
+  for (unsigned r = 0; r < cfg.workers; ++r)
+    if (!seen[r]) {
+      *error = "the exchange has no endpoint of rank " + std::to_string(r);
+      return false;
+    }
+  return true;
+}
+
+bool Rendezvous::barrier(std::string* error) {
+  if (cfg_.workers == 0) {
+    *error = "barrier before the exchange";
+    return false;
+  }
+  if (cfg_.rank == 0) {
+    std::vector<std::string> lines;
+    return gather(
+        "reached the final barrier", &lines, [](std::vector<std::string>&) { return std::string(); }, error);
+  }
+  std::string answer;
+  return ask("barrier rank=" + std::to_string(cfg_.rank), &answer, error);
+}
+
+}  // namespace inagg::client
