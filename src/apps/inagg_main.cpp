@@ -45,6 +45,8 @@ struct Options {
   std::vector<std::string> job_files;
   std::string socket_path = control::kDefaultSocketPath;
   std::string metrics_listen;  // "" = no metrics endpoint
+  std::string control_tcp;     // "" = no TCP control listener
+  std::string control_secret_file;
   double stats_interval = 0;
   double idle_exit = 0;
   double run_for = 0;
@@ -73,6 +75,11 @@ po::options_description make_options(Options& o) {
       "job file to register at start (repeatable); see conf/jobs/")(
       "socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path),
       "control socket (root only, 0600); \"\" disables it")(
+      "control-tcp", po::value<std::string>(&o.control_tcp)->value_name("ADDR:PORT"),
+      "also serve the control protocol over TCP at IPv4 ADDR:PORT, for workers on other hosts (off by default); "
+      "every request must carry the shared secret of --control-secret-file, anything else is refused and counted")(
+      "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
+      "the shared secret of --control-tcp: the file's first line, at least 16 characters, the file mode 0600")(
       "metrics", po::value<std::string>(&o.metrics_listen),
       "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, e.g. 127.0.0.1:9100 (off by default; port 0 picks a "
       "free port)")("stats-interval", po::value<double>(&o.stats_interval)->default_value(0),
@@ -310,6 +317,7 @@ std::string handle_request(const control::Request& r) {
 struct ControlLoop {
   dataplane::EventWatcher* events;
   control::ControlServer* server;
+  control::ControlServer* tcp_server;
   double stats_interval, idle_exit, run_for;
   std::chrono::steady_clock::time_point next_stats, last_rx_change, started;
   uint64_t last_rx = 0;
@@ -321,6 +329,7 @@ struct ControlLoop {
       started = next_stats = last_rx_change = std::chrono::steady_clock::now();
     }
     if (server && server->is_open()) server->poll(handle_request);
+    if (tcp_server && tcp_server->is_open()) tcp_server->poll(handle_request);
     events->poll();
     const auto now = std::chrono::steady_clock::now();
     if (run_for > 0 && now - started >= std::chrono::milliseconds(static_cast<int64_t>(run_for * 1000)) &&
@@ -410,6 +419,23 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
     util::log(util::LogModule::control, util::LogLevel::error, "control socket: %s", err.c_str());
     status = 2;
   }
+  control::ControlServer tcp_server;
+  if (status == 0 && !opt.control_tcp.empty()) {
+    std::string secret;
+    if (opt.control_secret_file.empty()) {
+      util::log(util::LogModule::control, util::LogLevel::error,
+                "--control-tcp needs --control-secret-file (a file with the shared secret, mode 0600)");
+      status = 2;
+    } else if (!control::load_secret_file(opt.control_secret_file, &secret, &err) ||
+               !tcp_server.open_tcp(opt.control_tcp, secret, &err)) {
+      util::log(util::LogModule::control, util::LogLevel::error, "control over TCP: %s", err.c_str());
+      status = 2;
+    } else {
+      util::log(util::LogModule::control, util::LogLevel::info,
+                "control requests over TCP on %s (port %u), with the shared secret of %s", opt.control_tcp.c_str(),
+                tcp_server.port(), opt.control_secret_file.c_str());
+    }
+  }
   // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
   dataplane::PrometheusRenderer renderer(app);
   std::mutex render_mutex;
@@ -434,7 +460,8 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
     ControlLoop loop{
-        &events, server.is_open() ? &server : nullptr, opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0,
+        &events,          server.is_open() ? &server : nullptr, tcp_server.is_open() ? &tcp_server : nullptr,
+        opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0,
         true};
     if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
@@ -446,6 +473,10 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
   server.close();
   std::fputs("inagg: final stats\n", stdout);
   std::fputs(app.stats_text().c_str(), stdout);
+  if (tcp_server.is_open())
+    std::printf("control tcp %s: refused %" PRIu64 " requests without the right secret\n", opt.control_tcp.c_str(),
+                tcp_server.refused());
+  tcp_server.close();
   std::fflush(stdout);
   g_app = nullptr;
   return status;

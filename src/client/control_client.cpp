@@ -9,7 +9,7 @@
 namespace inagg::client {
 
 bool ControlClient::request(const std::string& text, std::string* reply, std::string* error) const {
-  return control::send_request(path_, text, reply, error, timeout_ms_);
+  return control::send_request(path_, text, reply, error, timeout_ms_, "inagg", secret_);
 }
 
 std::optional<control::JobListLine> ControlClient::job_state(uint32_t id, std::string* error) const {

@@ -9,6 +9,7 @@
 #include "inagg/client/clock.hpp"
 #include "inagg/client/nccl_table.hpp"
 #include "inagg/client/udp_transport.hpp"
+#include "inagg/control/socket.hpp"
 
 namespace inagg::client {
 
@@ -83,6 +84,12 @@ std::string check_run_options(WorkerOptions& o) {
   x.window = o.xdp_window;
   x.port = static_cast<uint16_t>(o.xdp_port);
   x.timeout_ms = o.xdp_timeout_ms;
+  if (o.register_socket.rfind(control::kTcpScheme, 0) == 0) {
+    if (o.control_secret_file.empty())
+      return "--register tcp://HOST:PORT needs --control-secret-file (the appliance's shared secret)";
+    std::string why;
+    if (!control::load_secret_file(o.control_secret_file, &o.control_secret, &why)) return "--control-secret-file: " + why;
+  }
   if (o.transport_name == "verbs") {
     o.use_verbs = true;
     if (!verbs_supported())
@@ -193,7 +200,7 @@ int Worker::register_job() {
   // auto: an appliance that cannot be reached, refuses the job or does not activate it within
   // 5 s means the XDP tier from the start.
   const uint64_t wait_until = tallied ? std::min<uint64_t>(deadline_ns_, now_ns() + 5'000'000'000ull) : deadline_ns_;
-  const ControlClient control(o_.register_socket);
+  const ControlClient control(o_.register_socket, 5000, o_.control_secret);
   const Registration r = control.register_job(o_.rank == 0, o_.rack.job_text(), o_.job_id, wait_until);
   const std::string not_active = "job " + std::to_string(o_.job_id);
   switch (r.outcome) {

@@ -85,12 +85,12 @@ class ControlSocket : public ::testing::Test {
 
   // Sends `request` from another thread while this one serves, as the appliance's loop does.
   std::string exchange(ControlServer& server, const ControlServer::Handler& handler, const std::string& request,
-                       bool* ok = nullptr) {
+                       bool* ok = nullptr, const std::string& to = "", const std::string& secret = "") {
     std::string reply, error;
     std::atomic<bool> done{false};
     bool sent = false;
     std::thread client([&] {
-      sent = send_request(path_, request, &reply, &error, 3000);
+      sent = send_request(to.empty() ? path_ : to, request, &reply, &error, 3000, "inagg", secret);
       done = true;
     });
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -289,6 +289,81 @@ TEST_F(ControlSocket, ClosingDoesNotUnlinkAReplacement) {
   EXPECT_EQ(::lstat(path_.c_str(), &st), 0);
   FakeAppliance app;
   EXPECT_EQ(exchange(new_server, app.handler(), "list\n"), "no jobs\n");
+}
+
+// The secret's comparison and the line that carries it, without sockets.
+TEST(ControlSecret, MatchAndLine) {
+  EXPECT_TRUE(secret_matches("0123456789abcdef", "0123456789abcdef"));
+  EXPECT_FALSE(secret_matches("0123456789abcdeX", "0123456789abcdef"));
+  EXPECT_FALSE(secret_matches("0123456789abcde", "0123456789abcdef"));   // a prefix
+  EXPECT_FALSE(secret_matches("0123456789abcdef0", "0123456789abcdef"));  // longer
+  EXPECT_FALSE(secret_matches("", ""));                                   // no secret never matches
+  std::string_view body;
+  EXPECT_EQ(check_secret_line("secret 0123456789abcdef\nlist\n", "0123456789abcdef", &body), SecretCheck::ok);
+  EXPECT_EQ(body, "list\n");
+  EXPECT_EQ(check_secret_line("secret 0123456789abcdef\r\nlist\n", "0123456789abcdef", &body), SecretCheck::ok);
+  EXPECT_EQ(check_secret_line("list\n", "0123456789abcdef", &body), SecretCheck::missing);
+  EXPECT_EQ(check_secret_line("secret 0123456789abcdef", "0123456789abcdef", &body), SecretCheck::missing);
+  EXPECT_EQ(check_secret_line("secret wrong-wrong-wrong\nlist\n", "0123456789abcdef", &body), SecretCheck::wrong);
+  EXPECT_EQ(check_secret_line("secret \nlist\n", "0123456789abcdef", &body), SecretCheck::wrong);
+}
+
+TEST_F(ControlSocket, SecretFile) {
+  const std::string f = dir_ + "/secret";
+  std::string secret, err;
+  EXPECT_FALSE(load_secret_file(f, &secret, &err));
+  EXPECT_NE(err.find("cannot read the secret file"), std::string::npos) << err;
+  std::ofstream(f) << "  0123456789abcdef-xyz \nsecond line\n";
+  ::chmod(f.c_str(), 0644);
+  EXPECT_FALSE(load_secret_file(f, &secret, &err));
+  EXPECT_NE(err.find("chmod 600"), std::string::npos) << err;
+  ::chmod(f.c_str(), 0600);
+  ASSERT_TRUE(load_secret_file(f, &secret, &err)) << err;
+  EXPECT_EQ(secret, "0123456789abcdef-xyz");
+  std::ofstream(f) << "short\n";
+  EXPECT_FALSE(load_secret_file(f, &secret, &err));
+  EXPECT_NE(err.find("at least 16"), std::string::npos) << err;
+}
+
+// The TCP listener: a request with the right secret reaches the handler; without one or with a
+// wrong one it gets the refusal, is counted, and the handler never sees it.
+TEST_F(ControlSocket, TcpListenerRequiresTheSecret) {
+  FakeAppliance app;
+  ControlServer server;
+  std::string err;
+  const std::string secret = "s3cret-s3cret-s3cret";
+  EXPECT_FALSE(server.open_tcp("127.0.0.1:0", "", &err));
+  EXPECT_NE(err.find("--control-secret-file"), std::string::npos) << err;
+  EXPECT_FALSE(server.open_tcp("localhost:0", secret, &err));
+  EXPECT_NE(err.find("not an IPv4 address"), std::string::npos) << err;
+  ASSERT_TRUE(server.open_tcp("127.0.0.1:0", secret, &err)) << err;
+  ASSERT_NE(server.port(), 0);
+  const std::string to = "tcp://127.0.0.1:" + std::to_string(server.port());
+  const auto h = app.handler();
+
+  EXPECT_EQ(exchange(server, h, "list\n", nullptr, to, secret), "no jobs\n");
+  EXPECT_EQ(exchange(server, h, std::string("add\n") + kJob, nullptr, to, secret), "ok job 9 added\n");
+  EXPECT_EQ(app.calls, 2);
+  EXPECT_EQ(server.refused(), 0u);
+
+  const std::string missing = exchange(server, h, "remove 9\n", nullptr, to, "");
+  EXPECT_EQ(missing, secret_refusal(SecretCheck::missing));
+  EXPECT_NE(missing.find("requires the shared secret"), std::string::npos) << missing;
+  const std::string wrong = exchange(server, h, "remove 9\n", nullptr, to, "s3cret-s3cret-s3creT");
+  EXPECT_EQ(wrong, secret_refusal(SecretCheck::wrong));
+  EXPECT_NE(wrong.find("wrong secret"), std::string::npos) << wrong;
+  const std::string prefix = exchange(server, h, "remove 9\n", nullptr, to, "s3cret");
+  EXPECT_EQ(prefix, secret_refusal(SecretCheck::wrong));
+  EXPECT_EQ(server.refused(), 3u);
+  EXPECT_EQ(app.calls, 2);  // none of the refused ones reached the handler: job 9 is still there
+  EXPECT_EQ(exchange(server, h, "list\n", nullptr, to, secret).rfind("id=9 state=active", 0), 0u);
+
+  std::string reply;
+  server.close();
+  EXPECT_FALSE(send_request(to, "list\n", &reply, &err, 1000, "inagg", secret));
+  EXPECT_NE(err.find("cannot connect to " + to), std::string::npos) << err;
+  EXPECT_FALSE(send_request("tcp://127.0.0.1", "list\n", &reply, &err, 1000, "inagg", secret));
+  EXPECT_NE(err.find("is not HOST:PORT"), std::string::npos) << err;
 }
 
 TEST_F(ControlSocket, ClientErrors) {

@@ -26,8 +26,10 @@ struct Registration {
 
 class ControlClient {
  public:
-  explicit ControlClient(std::string socket_path, int request_timeout_ms = 5000)
-      : path_(std::move(socket_path)), timeout_ms_(request_timeout_ms) {}
+  // `socket_path`: a Unix socket path, or tcp://HOST:PORT (the appliance's --control-tcp), whose
+  // every request then carries `secret`.
+  explicit ControlClient(std::string socket_path, int request_timeout_ms = 5000, std::string secret = "")
+      : path_(std::move(socket_path)), timeout_ms_(request_timeout_ms), secret_(std::move(secret)) {}
 
   const std::string& socket_path() const { return path_; }
 
@@ -47,6 +49,7 @@ class ControlClient {
  private:
   std::string path_;
   int timeout_ms_;
+  std::string secret_;
 };
 
 }  // namespace inagg::client
