@@ -459,10 +459,17 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
   if (status == 0) {
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
-    ControlLoop loop{
-        &events,          server.is_open() ? &server : nullptr, tcp_server.is_open() ? &tcp_server : nullptr,
-        opt.stats_interval, opt.idle_exit, opt.run_for, {}, {}, {}, 0,
-        true};
+    ControlLoop loop{&events,
+                     server.is_open() ? &server : nullptr,
+                     tcp_server.is_open() ? &tcp_server : nullptr,
+                     opt.stats_interval,
+                     opt.idle_exit,
+                     opt.run_for,
+                     {},
+                     {},
+                     {},
+                     0,
+                     true};
     if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;

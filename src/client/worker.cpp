@@ -88,7 +88,8 @@ std::string check_run_options(WorkerOptions& o) {
     if (o.control_secret_file.empty())
       return "--register tcp://HOST:PORT needs --control-secret-file (the appliance's shared secret)";
     std::string why;
-    if (!control::load_secret_file(o.control_secret_file, &o.control_secret, &why)) return "--control-secret-file: " + why;
+    if (!control::load_secret_file(o.control_secret_file, &o.control_secret, &why))
+      return "--control-secret-file: " + why;
   }
   if (o.transport_name == "verbs") {
     o.use_verbs = true;

@@ -1,18 +1,18 @@
 #include "inagg/control/socket.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cinttypes>
 #include <chrono>
+#include <cinttypes>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -348,7 +348,9 @@ void ControlServer::serve(int conn, const TextHandler& handler) {
   std::string reply;
   std::string_view body = request;
   SecretCheck secret = SecretCheck::ok;
-  if (tcp_ && !too_large && !timed_out) secret = check_secret_line(request, secret_, &body);
+  // Over TCP the secret comes first, also for a request that is incomplete or too large: whoever
+  // lacks it learns nothing else.
+  if (tcp_) secret = check_secret_line(request, secret_, &body);
   if (secret != SecretCheck::ok) {
     ++refused_;
     sockaddr_in peer{};

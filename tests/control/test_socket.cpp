@@ -295,7 +295,7 @@ TEST_F(ControlSocket, ClosingDoesNotUnlinkAReplacement) {
 TEST(ControlSecret, MatchAndLine) {
   EXPECT_TRUE(secret_matches("0123456789abcdef", "0123456789abcdef"));
   EXPECT_FALSE(secret_matches("0123456789abcdeX", "0123456789abcdef"));
-  EXPECT_FALSE(secret_matches("0123456789abcde", "0123456789abcdef"));   // a prefix
+  EXPECT_FALSE(secret_matches("0123456789abcde", "0123456789abcdef"));    // a prefix
   EXPECT_FALSE(secret_matches("0123456789abcdef0", "0123456789abcdef"));  // longer
   EXPECT_FALSE(secret_matches("", ""));                                   // no secret never matches
   std::string_view body;

@@ -50,10 +50,10 @@ struct WorkerOptions {
   uint32_t seed = 1;
   double timeout_s = 60;
   uint32_t job_id = 1;
-  std::string register_socket;  // "" = the job is registered by someone else; or tcp://HOST:PORT
+  std::string register_socket;      // "" = the job is registered by someone else; or tcp://HOST:PORT
   std::string control_secret_file;  // tcp://: the shared secret
   std::string control_secret;       // read from it by check_run_options
-  std::string xdp_heads;        // comma-separated: the head of group g is the g-th
+  std::string xdp_heads;            // comma-separated: the head of group g is the g-th
   unsigned xdp_group_size = 0;
   std::string xdp_mcast = "239.77.0.1";
   unsigned xdp_values = 256, xdp_window = 8, xdp_port = 4792;

@@ -21,7 +21,7 @@ namespace inagg::control {
 
 inline constexpr const char* kDefaultSocketPath = "/run/inagg/inagg.sock";
 inline constexpr size_t kMaxRequestBytes = 1 << 20;
-inline constexpr int kRequestTimeoutMs = 200;  // to read a whole request, and again to write the reply
+inline constexpr int kRequestTimeoutMs = 200;      // to read a whole request, and again to write the reply
 inline constexpr int kTcpRequestTimeoutMs = 1000;  // the same over TCP (other hosts, emulated VMs)
 inline constexpr const char* kTcpScheme = "tcp://";
 
@@ -55,9 +55,9 @@ class ControlServer {
   // The TCP listener: `listen` is IPV4:PORT (127.0.0.1:7000; 0.0.0.0 for every address; port 0
   // picks a free one, see port()); `secret` non-empty (load_secret_file).
   bool open_tcp(const std::string& listen, const std::string& secret, std::string* error);
-  uint16_t port() const { return port_; }      // TCP: the port listened on
+  uint16_t port() const { return port_; }        // TCP: the port listened on
   uint64_t refused() const { return refused_; }  // TCP: requests refused for their secret
-  int fd() const { return fd_; }  // readable when a client is waiting (for epoll/poll)
+  int fd() const { return fd_; }                 // readable when a client is waiting (for epoll/poll)
   bool is_open() const { return fd_ >= 0; }
 
   // Serves the clients waiting now: at most 8 per call, and no new one once kRequestTimeoutMs has

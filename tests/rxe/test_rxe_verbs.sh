@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# inagg-worker over rdma-core's verbs on the kernel's Soft-RoCE, aggregated by inagg: three rxe VMs
+# (scripts/rxe-lab), their taps as inagg's only ports, one lab bring-up for every phase.
+#   The workers reach the appliance's control plane over its TCP listener (--control-tcp on the
+#   host's 127.0.0.1, the VMs' 10.0.2.2) with a shared secret; rank 0 registers each job with the
+#   QPNs its rxe assigned (IPv4-mapped GIDs as addresses), learned in the ranks' TCP exchange.
+#   1. control: a request with a wrong secret, from a VM, is refused and counted.
+#   2. --mode ina --check, fp32 then int32 (job 1, job 2): sizes of one packet (one message, padded)
+#      and of five windows (10 messages of 4 packets, window 2), 2 iterations each; every element is
+#      compared by each rank with its scalar reference (exit status 1 and #wrong otherwise).
+#   Checks: every rank exits 0 with #wrong 0; rxe accepted every RoCE datagram its VM's UDP stack
+#   took (UDP InDatagrams grew exactly as much as rcvd_pkts: no packet with a bad ICRC, e.g. a
+#   regenerated one that is wrong, was refused; test_rxe_forward.sh shows that this check sees a
+#   bad ICRC); no QP exceeded its retries; inagg's stats show each job's slots released, exactly
+#   one per packet the job carried, none held.
+#   test_rxe_verbs.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
+set -uo pipefail
+inagg=$1 ctl=$2 worker=$3 src=$4
+lab=$src/scripts/rxe-lab
+
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (taps, QEMU on them)"; exit 77; }
+command -v qemu-system-x86_64 >/dev/null || { echo "SKIP: qemu-system-x86_64 is missing: install qemu-system-x86 (scripts/packages.txt, scripts/setup --deps)"; exit 77; }
+[ -c /dev/net/tun ] || { echo "SKIP: /dev/net/tun is missing: no taps on this host"; exit 77; }
+"$worker" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
+  { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
+
+n=3 msg=4096 payload=1024 window=2
+tmp=$(mktemp -d)
+prefix="rxe-verbs-$$"
+port=$((20000 + $$ % 20000))
+ipid=""
+started=$SECONDS
+cleanup() {
+  if [ -n "$ipid" ]; then kill "$ipid" 2>/dev/null && wait "$ipid" 2>/dev/null; fi
+  "$lab" down >/dev/null 2>&1
+  rm -rf "$tmp" "/var/run/dpdk/$prefix"
+}
+fail() {
+  echo "FAIL: $*"
+  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 12 "$f"; }; done
+  exit 1
+}
+# One lab at a time: its taps and VMs have fixed names.
+exec 9>/run/rxe-lab.lock
+flock -w 900 9 || { echo "FAIL: another rxe-lab run held /run/rxe-lab.lock for 15 minutes"; exit 1; }
+trap cleanup EXIT
+
+"$lab" up --vms $n >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
+cat "$tmp/up.log"
+up_s=$((SECONDS - started))
+
+head -c 24 /dev/urandom | base64 >"$tmp/secret"
+chmod 600 "$tmp/secret"
+# shellcheck disable=SC2046
+"$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
+  >"$tmp/inagg.log" 2>&1 &
+ipid=$!
+for _ in $(seq 300); do [ -S "$tmp/ctl.sock" ] && break; kill -0 "$ipid" 2>/dev/null || break; sleep 0.1; done
+[ -S "$tmp/ctl.sock" ] || fail "inagg did not start on the taps"
+grep -q "control requests over TCP on 127.0.0.1:$port" "$tmp/inagg.log" || fail "inagg does not say it listens on TCP port $port"
+
+# The worker, its libraries but the VM's own libc and libibverbs (with the VM's providers), and
+# the secret, in each VM's share (/lab).
+for i in $(seq 0 $((n - 1))); do
+  d=/run/rxe-lab/vm$i/share/inagg
+  mkdir -p "$d/lib"
+  cp "$worker" "$d/"
+  for l in $(ldd "$worker" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|ld-linux|libibverbs|libnl-[a-z0-9-]*)\.so'); do
+    cp "$l" "$d/lib/"
+  done
+  install -m 600 "$tmp/secret" "$d/secret"
+done
+run_env="LD_LIBRARY_PATH=/lab/inagg/lib ASAN_OPTIONS=detect_leaks=0"
+
+# counters VM: "name value" lines: rxe0's hw counters and udp_in (UDP InDatagrams).
+counters() {
+  "$lab" run "$1" --timeout 60 -- 'rdma statistic show link rxe0/1; cat /proc/net/snmp' |
+    awk '$1 == "link" {for (i = 3; i < NF; i += 2) print $i, $(i + 1)} $1 == "Udp:" && $2 ~ /^[0-9]+$/ {print "udp_in", $2}'
+}
+delta() { awk -v n="$3" 'FNR == NR && $1 == n {b = $2} FNR != NR && $1 == n {a = $2} END {print a - b}' "$1" "$2"; }
+
+# --- 1. control over TCP from a VM: a wrong secret is refused -----------------------------------
+# bash's /dev/tcp (the VM runs jobs with sh): the server answers after its 1 s request timeout,
+# as this client never half-closes.
+cat >/run/rxe-lab/vm0/share/inagg/bad-secret.sh <<EOF
+exec 3<>/dev/tcp/10.0.2.2/$port || exit 1
+printf 'secret wrong-wrong-wrong-wrong\\nlist\\n' >&3
+timeout 20 cat <&3
+EOF
+bad=$("$lab" run vm0 --timeout 60 -- bash /lab/inagg/bad-secret.sh 2>&1)
+grep -q "^error: wrong secret" <<<"$bad" || fail "a request from vm0 with a wrong secret was not refused with 'wrong secret': $bad"
+echo "ok: control over TCP from vm0 (10.0.2.2:$port) with a wrong secret: $bad"
+
+# --- 2. ina over verbs, fp32 and int32 -----------------------------------------------------------
+for i in $(seq 0 $((n - 1))); do counters vm$i >"$tmp/before$i"; done
+job=0
+for dtype in fp32 int32; do
+  job=$((job + 1))
+  t=$SECONDS
+  declare -a jobs
+  for i in $(seq $((n - 1)) -1 0); do
+    jobs[i]=$("$lab" run vm$i --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --mode ina --check --dtype $dtype --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 2 --warmup 0 --job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret --timeout 200 --seed $((7 + job))")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    "$lab" wait vm$i "${jobs[i]}" --timeout 260 >"$tmp/w$job-$i.log" 2>&1 || fail "$dtype: rank $i failed ($(tail -n 3 "$tmp/w$job-$i.log" | tr '\n' ' '))"
+    wrong=$(awk '$1 ~ /^[0-9]+$/ {s += $NF} END {print s + 0}' "$tmp/w$job-$i.log")
+    rows=$(awk '$1 ~ /^[0-9]+$/' "$tmp/w$job-$i.log" | wc -l)
+    [ "$rows" -eq 2 ] && [ "$wrong" -eq 0 ] || fail "$dtype: rank $i printed $rows size rows, $wrong wrong elements"
+  done
+  stats=$("$ctl" --socket "$tmp/ctl.sock" stats $job) || fail "stats $job: $stats"
+  # Each iteration: 1 message (1024 bytes, padded), then 10 (40960 bytes); 2 iterations; M/P packets each.
+  want=$(((1 + 10) * 2 * msg / payload))
+  grep -q "^slots_released $want$" <<<"$stats" || fail "job $job: want slots_released $want (one per packet): $(tr '\n' ' ' <<<"$stats")"
+  grep -q "^held_packets 0$" <<<"$stats" || fail "job $job: slots held after the run: $(tr '\n' ' ' <<<"$stats")"
+  "$ctl" --socket "$tmp/ctl.sock" remove $job >/dev/null || fail "cannot remove job $job"
+  echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 2: every element exact on every rank ($((SECONDS - t)) s); job $job: $(grep -E '^(slots_released|held_packets) ' <<<"$stats" | tr '\n' ' ')"
+  grep -h "^# rank .*verbs" "$tmp"/w$job-*.log
+done
+for i in $(seq 0 $((n - 1))); do counters vm$i >"$tmp/after$i"; done
+
+# --- checks: rxe's own counters -------------------------------------------------------------------
+for i in $(seq 0 $((n - 1))); do
+  udp=$(delta "$tmp/before$i" "$tmp/after$i" udp_in)
+  rcvd=$(delta "$tmp/before$i" "$tmp/after$i" rcvd_pkts)
+  [ "$udp" -gt 0 ] || fail "vm$i received no RoCE datagram"
+  [ "$udp" -eq "$rcvd" ] ||
+    fail "vm$i: its UDP stack took $udp RoCE datagrams but rxe accepted $rcvd: rxe refused some (bad ICRC or headers)"
+  [ "$(delta "$tmp/before$i" "$tmp/after$i" retry_exceeded_err)" -eq 0 ] || fail "vm$i: an RC QP exceeded its retry count"
+  echo "ok: vm$i: rxe accepted all $rcvd RoCE datagrams it got (no ICRC error); completer_retry_err +$(delta "$tmp/before$i" "$tmp/after$i" completer_retry_err), duplicate_request +$(delta "$tmp/before$i" "$tmp/after$i" duplicate_request), out_of_seq_request +$(delta "$tmp/before$i" "$tmp/after$i" out_of_seq_request)"
+done
+kill "$ipid"
+wait "$ipid"
+ipid=""
+refused=$(awk '$1 == "control" && $2 == "tcp" {print $(NF - 5)}' "$tmp/inagg.log")
+[ "$refused" = 1 ] || fail "inagg counted '$refused' refused TCP control requests, want 1: $(grep '^control tcp' "$tmp/inagg.log")"
+echo "ok: inagg: $(grep '^control tcp' "$tmp/inagg.log"); lab up in ${up_s} s, whole test $((SECONDS - started)) s"
