@@ -8,11 +8,14 @@
 #   2. --mode ina --check, fp32 then int32 (job 1, job 2): sizes of one packet (one message, padded)
 #      and of five windows (10 messages of 4 packets, window 2), 2 iterations each; every element is
 #      compared by each rank with its scalar reference (exit status 1 and #wrong otherwise).
+#   3. --mode ring --check (fp32) with no job registered: inagg only forwards.
+#   4. 2 again (fp32, job 3) with 1% loss (tc netem in the VMs) on every tap, from the VMs.
 #   Checks: every rank exits 0 with #wrong 0; rxe accepted every RoCE datagram its VM's UDP stack
 #   took (UDP InDatagrams grew exactly as much as rcvd_pkts: no packet with a bad ICRC, e.g. a
 #   regenerated one that is wrong, was refused; test_rxe_forward.sh shows that this check sees a
 #   bad ICRC); no QP exceeded its retries; inagg's stats show each job's slots released, exactly
-#   one per packet the job carried, none held.
+#   one per packet the job carried, none held; in 3 its engine passed RoCE packets through
+#   untouched; in 4 it recovered losses (resends, NAKs, answered retransmissions).
 #   test_rxe_verbs.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
@@ -92,32 +95,77 @@ bad=$("$lab" run vm0 --timeout 60 -- bash /lab/inagg/bad-secret.sh 2>&1)
 grep -q "^error: wrong secret" <<<"$bad" || fail "a request from vm0 with a wrong secret was not refused with 'wrong secret': $bad"
 echo "ok: control over TCP from vm0 (10.0.2.2:$port) with a wrong secret: $bad"
 
+# run_ranks NAME JOB ARGS...: every rank with ARGS (a job id 0: no registration), each checking
+# every element; the ranks' outputs in $tmp/NAME-RANK.log.
+run_ranks() {
+  local name=$1 job=$2 i wrong rows reg=""
+  shift 2
+  [ "$job" -gt 0 ] && reg="--job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret"
+  local -a ids
+  for i in $(seq $((n - 1)) -1 0); do
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --check --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 2 --warmup 0 --timeout 200 $reg $*")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||
+      fail "$name: rank $i failed ($(tail -n 3 "$tmp/$name-$i.log" | tr '\n' ' '))"
+    wrong=$(awk '$1 ~ /^[0-9]+$/ {s += $NF} END {print s + 0}' "$tmp/$name-$i.log")
+    rows=$(awk '$1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    if [ "$rows" -ne 2 ] || [ "$wrong" -ne 0 ]; then fail "$name: rank $i printed $rows size rows, $wrong wrong elements"; fi
+  done
+}
+# job_done NAME JOB: the job's slots: one released per packet it carried, none held; then removed.
+job_done() {
+  local stats want
+  stats=$("$ctl" --socket "$tmp/ctl.sock" stats "$2") || fail "stats $2: $stats"
+  # Each iteration: 1 message (1024 bytes, padded), then 10 (40960 bytes); 2 iterations; M/P packets each.
+  want=$(((1 + 10) * 2 * msg / payload))
+  grep -q "^slots_released $want$" <<<"$stats" || fail "$1: job $2: want slots_released $want (one per packet): $(tr '\n' ' ' <<<"$stats")"
+  grep -q "^held_packets 0$" <<<"$stats" || fail "$1: job $2: slots held after the run: $(tr '\n' ' ' <<<"$stats")"
+  "$ctl" --socket "$tmp/ctl.sock" remove "$2" >/dev/null || fail "cannot remove job $2"
+  echo "$stats" >"$tmp/$1.stats"
+}
+stat_of() { awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.stats"; }
+
+for i in $(seq 0 $((n - 1))); do counters "vm$i" >"$tmp/before$i"; done
 # --- 2. ina over verbs, fp32 and int32 -----------------------------------------------------------
-for i in $(seq 0 $((n - 1))); do counters vm$i >"$tmp/before$i"; done
 job=0
 for dtype in fp32 int32; do
   job=$((job + 1))
   t=$SECONDS
-  declare -a jobs
-  for i in $(seq $((n - 1)) -1 0); do
-    jobs[i]=$("$lab" run vm$i --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --mode ina --check --dtype $dtype --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 2 --warmup 0 --job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret --timeout 200 --seed $((7 + job))")
-  done
-  for i in $(seq 0 $((n - 1))); do
-    "$lab" wait vm$i "${jobs[i]}" --timeout 260 >"$tmp/w$job-$i.log" 2>&1 || fail "$dtype: rank $i failed ($(tail -n 3 "$tmp/w$job-$i.log" | tr '\n' ' '))"
-    wrong=$(awk '$1 ~ /^[0-9]+$/ {s += $NF} END {print s + 0}' "$tmp/w$job-$i.log")
-    rows=$(awk '$1 ~ /^[0-9]+$/' "$tmp/w$job-$i.log" | wc -l)
-    [ "$rows" -eq 2 ] && [ "$wrong" -eq 0 ] || fail "$dtype: rank $i printed $rows size rows, $wrong wrong elements"
-  done
-  stats=$("$ctl" --socket "$tmp/ctl.sock" stats $job) || fail "stats $job: $stats"
-  # Each iteration: 1 message (1024 bytes, padded), then 10 (40960 bytes); 2 iterations; M/P packets each.
-  want=$(((1 + 10) * 2 * msg / payload))
-  grep -q "^slots_released $want$" <<<"$stats" || fail "job $job: want slots_released $want (one per packet): $(tr '\n' ' ' <<<"$stats")"
-  grep -q "^held_packets 0$" <<<"$stats" || fail "job $job: slots held after the run: $(tr '\n' ' ' <<<"$stats")"
-  "$ctl" --socket "$tmp/ctl.sock" remove $job >/dev/null || fail "cannot remove job $job"
-  echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 2: every element exact on every rank ($((SECONDS - t)) s); job $job: $(grep -E '^(slots_released|held_packets) ' <<<"$stats" | tr '\n' ' ')"
-  grep -h "^# rank .*verbs" "$tmp"/w$job-*.log
+  run_ranks "ina-$dtype" $job --mode ina --dtype $dtype --seed $((7 + job))
+  job_done "ina-$dtype" $job
+  echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 2: every element exact on every rank ($((SECONDS - t)) s); job $job: slots_released $(stat_of "ina-$dtype" slots_released), held_packets 0"
+  grep -h "^# rank .*verbs" "$tmp"/ina-$dtype-*.log
 done
-for i in $(seq 0 $((n - 1))); do counters vm$i >"$tmp/after$i"; done
+
+# --- 3. ring over verbs, inagg only forwarding -------------------------------------------------
+t=$SECONDS
+"$ctl" --socket "$tmp/ctl.sock" list | grep -q "^id=" && fail "a job is still registered before the ring run"
+pass0=$("$ctl" --socket "$tmp/ctl.sock" stats | awk '$1 == "passthrough" {print $2}')
+run_ranks ring-fp32 0 --mode ring --dtype fp32 --seed 11
+pass1=$("$ctl" --socket "$tmp/ctl.sock" stats | awk '$1 == "passthrough" {print $2}')
+[ $((pass1 - pass0)) -gt 0 ] || fail "ring: inagg's engine counted no passthrough RoCE packets"
+echo "ok: ring over verbs, fp32, no job registered: every element exact on every rank ($((SECONDS - t)) s); inagg forwarded $((pass1 - pass0)) RoCE packets untouched"
+
+# --- 4. ina with 1% loss on every tap -------------------------------------------------------------
+# netem in each VM, on its data NIC's egress: every packet a VM sends into its tap (the senders'
+# data, the receivers' ACKs) may be lost. (The host kernel here has no sch_netem; the VMs' has.)
+t=$SECONDS
+for i in $(seq 0 $((n - 1))); do
+  "$lab" run "vm$i" --timeout 60 -- tc qdisc add dev eth0 root netem loss 1% || fail "tc netem in vm$i"
+done
+run_ranks ina-loss 3 --mode ina --dtype fp32 --seed 13
+dropped=0
+for i in $(seq 0 $((n - 1))); do
+  d=$("$lab" run "vm$i" --timeout 60 -- 'tc -s qdisc show dev eth0; tc qdisc del dev eth0 root' | awk '$1 == "Sent" {for (k = 1; k < NF; k++) if ($k == "(dropped") {sub(",", "", $(k + 1)); print $(k + 1)}}' | head -1)
+  dropped=$((dropped + ${d:-0}))
+done
+[ "$dropped" -gt 0 ] || fail "loss: netem dropped nothing in the VMs"
+job_done ina-loss 3
+recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' "$tmp/ina-loss.stats")
+[ "$recovered" -gt 0 ] || fail "loss: the appliance recovered nothing: $(tr '\n' ' ' <"$tmp/ina-loss.stats")"
+echo "ok: ina over verbs, fp32, 1% loss on every tap ($dropped packets dropped): every element exact ($((SECONDS - t)) s); job 3: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' "$tmp/ina-loss.stats" | tr '\n' ' ')"
+for i in $(seq 0 $((n - 1))); do counters "vm$i" >"$tmp/after$i"; done
 
 # --- checks: rxe's own counters -------------------------------------------------------------------
 for i in $(seq 0 $((n - 1))); do
