@@ -134,7 +134,7 @@ for dtype in fp32 int32; do
   t=$SECONDS
   run_ranks "ina-$dtype" $job --mode ina --dtype $dtype --seed $((7 + job))
   job_done "ina-$dtype" $job
-  echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 2: every element exact on every rank ($((SECONDS - t)) s); job $job: slots_released $(stat_of "ina-$dtype" slots_released), held_packets 0"
+  echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 2: every element exact on every rank ($((SECONDS - t)) s); job $job: slots_released $(stat_of "ina-$dtype" slots_released), held_packets 0, resends $(stat_of "ina-$dtype" resends), retransmits_answered $(stat_of "ina-$dtype" retransmits_answered)"
   grep -h "^# rank .*verbs" "$tmp"/ina-$dtype-*.log
 done
 
