@@ -260,18 +260,27 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& mine,
   return true;
 }
 
-bool Rendezvous::barrier(std::string* error) {
+bool Rendezvous::barrier(const std::string& what, std::string* error) {
   if (cfg_.workers == 0) {
     *error = "barrier before the exchange";
     return false;
   }
+  const std::string line = "barrier " + what;
   if (cfg_.rank == 0) {
     std::vector<std::string> lines;
-    return gather(
-        "reached the final barrier", &lines, [](std::vector<std::string>&) { return std::string(); }, error);
+    if (!gather(
+            "reached the barrier '" + what + "'", &lines, [](std::vector<std::string>&) { return std::string(); },
+            error))
+      return false;
+    for (const std::string& l : lines)
+      if (l != line) {
+        *error = "rank 0 at the barrier '" + what + "' got '" + l.substr(0, 100) + "' from another rank";
+        return false;
+      }
+    return true;
   }
   std::string answer;
-  return ask("barrier rank=" + std::to_string(cfg_.rank), &answer, error);
+  return ask(line, &answer, error);
 }
 
 }  // namespace inagg::client

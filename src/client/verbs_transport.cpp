@@ -266,6 +266,13 @@ bool VerbsTransport::connect(const RankEndpoint& successor, const RankEndpoint& 
   if (!to_rts(recv_qp_, predecessor.send_qpn, predecessor.gid, predecessor.start_psn, 0, "from the predecessor") ||
       !to_rts(send_qp_, successor.recv_qpn, successor.gid, 0, local_.start_psn, "to the successor"))
     return false;
+  // A WRITE that reaches a receive QP still in INIT is dropped without a NAK: the sender would
+  // wait a whole ACK timeout (a second) to send it again.
+  std::string why;
+  if (!rendezvous_.barrier("connected", &why)) {
+    *error = "after connecting the QPs: " + why;
+    return false;
+  }
   connected_ = true;
   last_arrival_ns_ = now_ns();
   return true;
@@ -378,7 +385,7 @@ void VerbsTransport::poll(int wait_ms) {
 void VerbsTransport::finish(uint64_t deadline_ns) {
   while (error_.empty() && !writes_done() && now_ns() < deadline_ns) poll(1);
   std::string why;
-  if (error_.empty() && !rendezvous_.barrier(&why)) fail("the final barrier: " + why);
+  if (error_.empty() && !rendezvous_.barrier("done", &why)) fail("the final barrier: " + why);
 }
 
 TransportCounters VerbsTransport::counters() const {

@@ -65,7 +65,8 @@ std::vector<std::string> run_ranks(unsigned n, uint16_t port, const std::vector<
       c.port = port;
       c.deadline_ns = now_ns() + 5'000'000'000ull;
       if (!rv.exchange(c, endpoint_of(r, payloads[r]), &(*tables)[r], &errors[r])) return;
-      if (barrier && !rv.barrier(&errors[r])) return;
+      if (barrier && !rv.barrier("connected", &errors[r])) return;
+      if (barrier && !rv.barrier("done", &errors[r])) return;
     });
   for (std::thread& t : threads) t.join();
   return errors;

@@ -15,11 +15,16 @@
 #   regenerated one that is wrong, was refused; test_rxe_forward.sh shows that this check sees a
 #   bad ICRC); no QP exceeded its retries; inagg's stats show each job's slots released, exactly
 #   one per packet the job carried, none held; in 3 its engine passed RoCE packets through
-#   untouched; in 4 it recovered losses (resends, NAKs, answered retransmissions).
+#   untouched; in 4 it recovered losses (resends, NAKs, answered retransmissions); and scapy's ICRC
+#   (check_icrc.py, independent of inagg's CRC code) agrees with every RoCEv2 packet inagg's engines
+#   emitted (--capture). Per phase, each VM's udp_in and rcvd_pkts are printed: a difference there
+#   names the phase (a WRITE that reached a receive QP not yet in RTR was one, before the verbs
+#   transport's "connected" barrier).
 #   test_rxe_verbs.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
 lab=$src/scripts/rxe-lab
+here=$(cd "$(dirname "$0")" && pwd)
 
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (taps, QEMU on them)"; exit 77; }
 command -v qemu-system-x86_64 >/dev/null || { echo "SKIP: qemu-system-x86_64 is missing: install qemu-system-x86 (scripts/packages.txt, scripts/setup --deps)"; exit 77; }
@@ -56,7 +61,7 @@ head -c 24 /dev/urandom | base64 >"$tmp/secret"
 chmod 600 "$tmp/secret"
 # shellcheck disable=SC2046
 "$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
   >"$tmp/inagg.log" 2>&1 &
 ipid=$!
 for _ in $(seq 300); do [ -S "$tmp/ctl.sock" ] && break; kill -0 "$ipid" 2>/dev/null || break; sleep 0.1; done
@@ -126,7 +131,14 @@ job_done() {
 }
 stat_of() { awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.stats"; }
 
-for i in $(seq 0 $((n - 1))); do counters "vm$i" >"$tmp/before$i"; done
+phases=()
+# snapshot PHASE: every VM's counters after PHASE.
+snapshot() {
+  local i
+  for i in $(seq 0 $((n - 1))); do counters "vm$i" >"$tmp/c-$1-$i"; done
+  phases+=("$1")
+}
+snapshot start
 # --- 2. ina over verbs, fp32 and int32 -----------------------------------------------------------
 job=0
 for dtype in fp32 int32; do
@@ -134,6 +146,7 @@ for dtype in fp32 int32; do
   t=$SECONDS
   run_ranks "ina-$dtype" $job --mode ina --dtype $dtype --seed $((7 + job))
   job_done "ina-$dtype" $job
+  snapshot "ina-$dtype"
   echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 2: every element exact on every rank ($((SECONDS - t)) s); job $job: slots_released $(stat_of "ina-$dtype" slots_released), held_packets 0, resends $(stat_of "ina-$dtype" resends), retransmits_answered $(stat_of "ina-$dtype" retransmits_answered)"
   grep -h "^# rank .*verbs" "$tmp"/ina-$dtype-*.log
 done
@@ -143,6 +156,7 @@ t=$SECONDS
 "$ctl" --socket "$tmp/ctl.sock" list | grep -q "^id=" && fail "a job is still registered before the ring run"
 pass0=$("$ctl" --socket "$tmp/ctl.sock" stats | awk '$1 == "passthrough" {print $2}')
 run_ranks ring-fp32 0 --mode ring --dtype fp32 --seed 11
+snapshot ring-fp32
 pass1=$("$ctl" --socket "$tmp/ctl.sock" stats | awk '$1 == "passthrough" {print $2}')
 [ $((pass1 - pass0)) -gt 0 ] || fail "ring: inagg's engine counted no passthrough RoCE packets"
 echo "ok: ring over verbs, fp32, no job registered: every element exact on every rank ($((SECONDS - t)) s); inagg forwarded $((pass1 - pass0)) RoCE packets untouched"
@@ -165,21 +179,32 @@ job_done ina-loss 3
 recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' "$tmp/ina-loss.stats")
 [ "$recovered" -gt 0 ] || fail "loss: the appliance recovered nothing: $(tr '\n' ' ' <"$tmp/ina-loss.stats")"
 echo "ok: ina over verbs, fp32, 1% loss on every tap ($dropped packets dropped): every element exact ($((SECONDS - t)) s); job 3: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' "$tmp/ina-loss.stats" | tr '\n' ' ')"
-for i in $(seq 0 $((n - 1))); do counters "vm$i" >"$tmp/after$i"; done
+snapshot ina-loss
 
-# --- checks: rxe's own counters -------------------------------------------------------------------
-for i in $(seq 0 $((n - 1))); do
-  udp=$(delta "$tmp/before$i" "$tmp/after$i" udp_in)
-  rcvd=$(delta "$tmp/before$i" "$tmp/after$i" rcvd_pkts)
-  [ "$udp" -gt 0 ] || fail "vm$i received no RoCE datagram"
-  [ "$udp" -eq "$rcvd" ] ||
-    fail "vm$i: its UDP stack took $udp RoCE datagrams but rxe accepted $rcvd: rxe refused some (bad ICRC or headers)"
-  [ "$(delta "$tmp/before$i" "$tmp/after$i" retry_exceeded_err)" -eq 0 ] || fail "vm$i: an RC QP exceeded its retry count"
-  echo "ok: vm$i: rxe accepted all $rcvd RoCE datagrams it got (no ICRC error); completer_retry_err +$(delta "$tmp/before$i" "$tmp/after$i" completer_retry_err), duplicate_request +$(delta "$tmp/before$i" "$tmp/after$i" duplicate_request), out_of_seq_request +$(delta "$tmp/before$i" "$tmp/after$i" out_of_seq_request)"
-done
 kill "$ipid"
 wait "$ipid"
 ipid=""
+/usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
+echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
+# --- checks: rxe's own counters, per phase -------------------------------------------------------
+for i in $(seq 0 $((n - 1))); do
+  line=""
+  for k in $(seq 1 $((${#phases[@]} - 1))); do
+    a=$tmp/c-${phases[k - 1]}-$i b=$tmp/c-${phases[k]}-$i
+    line+=" ${phases[k]}: udp_in +$(delta "$a" "$b" udp_in) rcvd_pkts +$(delta "$a" "$b" rcvd_pkts) dup +$(delta "$a" "$b" duplicate_request) retry +$(delta "$a" "$b" completer_retry_err);"
+  done
+  echo "vm$i:$line"
+done
+for i in $(seq 0 $((n - 1))); do
+  a=$tmp/c-start-$i b=$tmp/c-ina-loss-$i
+  udp=$(delta "$a" "$b" udp_in)
+  rcvd=$(delta "$a" "$b" rcvd_pkts)
+  [ "$udp" -gt 0 ] || fail "vm$i received no RoCE datagram"
+  [ "$udp" -eq "$rcvd" ] ||
+    fail "vm$i: its UDP stack took $udp RoCE datagrams but rxe accepted $rcvd: rxe refused some (bad ICRC or headers)"
+  [ "$(delta "$a" "$b" retry_exceeded_err)" -eq 0 ] || fail "vm$i: an RC QP exceeded its retry count"
+  echo "ok: vm$i: rxe accepted all $rcvd RoCE datagrams it got (no ICRC error); completer_retry_err +$(delta "$a" "$b" completer_retry_err), duplicate_request +$(delta "$a" "$b" duplicate_request), out_of_seq_request +$(delta "$a" "$b" out_of_seq_request)"
+done
 refused=$(awk '$1 == "control" && $2 == "tcp" {print $(NF - 5)}' "$tmp/inagg.log")
 [ "$refused" = 1 ] || fail "inagg counted '$refused' refused TCP control requests, want 1: $(grep '^control tcp' "$tmp/inagg.log")"
 echo "ok: inagg: $(grep '^control tcp' "$tmp/inagg.log"); lab up in ${up_s} s, whole test $((SECONDS - started)) s"

@@ -3,7 +3,9 @@
 // sends one line, and rank 0 answers all of them with every rank's line once it has them. A
 // hardware transport (VerbsTransport) learns its peers' QPNs, PSNs, GIDs, addresses and rkeys this
 // way, and rank 0 the real connections it registers with the appliance. The same listener then
-// serves the ranks' final barrier: no rank destroys its QPs while a peer may still need an ACK.
+// serves the ranks' barriers: no rank sends before every receive QP is ready (a packet that reaches
+// a QP not yet in RTR is dropped unanswered and costs a whole ACK timeout), and no rank destroys
+// its QPs while a peer may still need an ACK.
 //
 // The TCP connections run over the data network (the appliance switches them like any non-RoCE
 // traffic) or any other route to rank 0.
@@ -54,8 +56,9 @@ class Rendezvous {
   // False with *error ("rank 2 did not reach rank 0 at 10.77.0.101:18516 within 60 s ...").
   bool exchange(const RendezvousConfig& cfg, const RankEndpoint& mine, std::vector<RankEndpoint>* all,
                 std::string* error);
-  // Returns once every rank has called it (rank 0 keeps its listener open for this).
-  bool barrier(std::string* error);
+  // Returns once every rank has called it with the same `what` (rank 0 keeps its listener open
+  // for this): "connected" (every QP is ready to receive before anyone sends), "done".
+  bool barrier(const std::string& what, std::string* error);
 
  private:
   // Rank 0: one line from each of the others, then answer(lines) to every one of them.

@@ -8,7 +8,8 @@
 //
 //   open()      device, port, GID, PD, CQs, the two QPs (INIT) and the MRs: local() is this
 //               rank's endpoint for the out-of-band exchange (rendezvous.hpp)
-//   connect()   the QPs to RTR/RTS with the successor's and the predecessor's endpoints
+//   connect()   the QPs to RTR/RTS with the successor's and the predecessor's endpoints, then a
+//               barrier of the ranks
 //
 //   exchange()  the ranks' endpoints, out of band (rendezvous.hpp)
 //
@@ -70,6 +71,8 @@ class VerbsTransport final : public Transport {
   bool exchange(const RendezvousConfig& cfg, std::vector<RankEndpoint>* all, std::string* error) {
     return rendezvous_.exchange(cfg, local_, all, error);
   }
+  // Both QPs to RTR and RTS, then the ranks' barrier "connected": when it returns, every rank's
+  // receive QP is ready, so the first WRITE is not dropped by a peer still in INIT.
   bool connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error);
   // Which device, port and GID index open() chose ("rxe0 port 1 GID 1 ::ffff:10.77.0.101").
   const std::string& description() const { return description_; }

@@ -1,0 +1,42 @@
+#!/usr/bin/python3
+"""Checks the ICRC of every RoCEv2 packet in a pcap (inagg --capture: every packet its engines
+emitted, the regenerated sums among them) with scapy's own ICRC, an implementation independent of
+inagg's CRC code.
+  check_icrc.py PCAP
+Prints "N packets, M with a bad ICRC" and the first bad ones; exit status 1 when any is bad or
+there is no RoCEv2 packet at all."""
+import logging
+import sys
+
+logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+from scapy.all import IP, UDP, Ether, PcapReader, load_contrib  # noqa: E402
+
+load_contrib("roce")
+from scapy.contrib.roce import BTH  # noqa: E402
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    total = bad = 0
+    for frame in PcapReader(argv[1]):
+        raw = bytes(frame)
+        p = Ether(raw)
+        if IP not in p or UDP not in p or p[UDP].dport != 4791 or BTH not in p:
+            continue
+        total += 1
+        again = p.copy()
+        again[BTH].icrc = None
+        want = bytes(again)[-4:]
+        if want != raw[-4:]:
+            bad += 1
+            if bad <= 5:
+                print(f"bad ICRC: {p[IP].src} -> {p[IP].dst} QPN {p[BTH].dqpn:#x} PSN {p[BTH].psn:#x} opcode "
+                      f"{p[BTH].opcode:#x}: has {raw[-4:].hex()}, scapy computes {want.hex()}")
+    print(f"{total} RoCEv2 packets, {bad} with a bad ICRC")
+    return 1 if bad or total == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
