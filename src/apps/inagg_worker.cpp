@@ -261,6 +261,10 @@ int run(int argc, char** argv) {
   if (!nccl::parse_type(o.dtype_name))
     return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'");
   if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
+  if (vm.count("print-job") && o.transport_name == "verbs")
+    return usage(
+        "--print-job with --transport verbs: the QPNs are the device's, known only once the ranks have exchanged "
+        "them; rank 0 registers them itself (--register)");
   if (vm.count("print-job")) {
     std::fputs(o.rack.job_text().c_str(), stdout);
     return 0;
@@ -308,6 +312,9 @@ int run(int argc, char** argv) {
               o.mode_name.c_str(), std::string(nccl::type_name(dtype)).c_str(), o.message, o.payload, o.window,
               rank_from.empty() ? "" : ", rank from ", rank_from.c_str(), workers_from.empty() ? "" : ", size from ",
               workers_from.c_str());
+  if (const std::string d = w.transport_description(); !d.empty())
+    std::printf("# verbs: %s; QPN 0x%x to the successor\n", d.c_str(),
+                w.options().rack.connections.empty() ? 0 : w.options().rack.connections[o.rank].send_qpn);
   if (o.uses_tier()) {
     const unsigned group = o.xdp.group_of(o.rank, n);
     std::printf(

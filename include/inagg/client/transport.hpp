@@ -89,6 +89,9 @@ class Transport {
   // learned in its exchange), for rank 0's registration; nullptr when the rack plan's own
   // (RackPlan::send_qpn ...) are the ones in use, as with the software transport.
   virtual const std::vector<RankConnection>* job_connections() const { return nullptr; }
+  // One line about the hardware, for the worker's header ("rxe0 port 1 GID 1 ::ffff:10.77.0.101
+  // MTU 1024"); "" for a software transport.
+  virtual std::string description() const { return ""; }
 };
 
 }  // namespace inagg::client

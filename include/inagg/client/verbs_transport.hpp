@@ -75,7 +75,7 @@ class VerbsTransport final : public Transport {
   // receive QP is ready, so the first WRITE is not dropped by a peer still in INIT.
   bool connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error);
   // Which device, port and GID index open() chose ("rxe0 port 1 GID 1 ::ffff:10.77.0.101").
-  const std::string& description() const { return description_; }
+  std::string description() const override { return description_; }
 
   std::span<uint8_t> send_region() override { return {send_buf_, cfg_.send_bytes}; }
   std::span<const uint8_t> receive_region() const override { return {recv_buf_, cfg_.receive_bytes}; }

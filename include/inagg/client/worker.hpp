@@ -137,6 +137,7 @@ class Worker {
 
   const WorkerOptions& options() const { return o_; }
   std::optional<TransportCounters> transport_counters() const;
+  std::string transport_description() const { return transport_ ? transport_->description() : ""; }
   const XaggCounters* tier_counters() const { return xagg_ ? &xagg_->counters() : nullptr; }
   uint64_t saturated() const { return tier_ ? tier_->saturated() : 0; }
 
