@@ -91,8 +91,8 @@ std::string check_run_options(WorkerOptions& o) {
     if (!control::load_secret_file(o.control_secret_file, &o.control_secret, &why))
       return "--control-secret-file: " + why;
   }
-  if (o.transport_name == "verbs") {
-    o.use_verbs = true;
+  o.use_verbs = o.transport_name == "verbs";
+  if (o.use_verbs) {
     if (!verbs_supported())
       return "--transport verbs: this build of inagg-worker has no verbs support (meson did not find libibverbs; "
              "install libibverbs-dev and rebuild)";

@@ -182,3 +182,33 @@ TEST(Worker, InaWithoutTheApplianceIsWrongAndTheCheckSeesIt) {
   // The stand-in switches instead of summing: every rank gets its predecessor's input.
   EXPECT_GT(run_job("ina", Dtype::fp32, 4, 20000, false), 0u);
 }
+
+// --transport and --register tcp:// are checked before anything opens.
+TEST(Worker, TransportAndControlOptions) {
+  WorkerOptions o;
+  o.workers = 3;
+  o.rank = 0;
+  o.rank_given = true;
+  ASSERT_EQ(check_job_options(o), "");
+  o.transport_name = "roce";
+  EXPECT_NE(check_run_options(o).find("--transport must be udp"), std::string::npos);
+  o.transport_name = "verbs";
+  o.mode_name = "auto";
+  o.xdp_heads = "10.77.0.201";
+  const std::string want_auto = verbs_supported() ? "auto's fall-over over verbs is not done yet" : "no verbs support";
+  EXPECT_NE(check_run_options(o).find(want_auto), std::string::npos) << check_run_options(o);
+  o.mode_name = "ring";
+  if (verbs_supported()) {
+    EXPECT_EQ(check_run_options(o), "");
+    EXPECT_TRUE(o.use_verbs);
+    o.verbs.qp_timeout = 0;
+    EXPECT_NE(check_run_options(o).find("--qp-timeout"), std::string::npos);
+    o.verbs.qp_timeout = 18;
+  }
+  o.transport_name = "udp";
+  o.mode_name = "ina";
+  o.register_socket = "tcp://10.0.2.2:7000";
+  EXPECT_NE(check_run_options(o).find("needs --control-secret-file"), std::string::npos);
+  o.control_secret_file = "/nonexistent/secret";
+  EXPECT_NE(check_run_options(o).find("cannot read the secret file"), std::string::npos);
+}
