@@ -5,6 +5,8 @@
 # 64 MiB through the appliance (ina) and as a ring allreduce in the same run, against the
 # line-rate bound size / B. Also goodput with 1% loss on every link, as a fraction of lossless.
 # Ends with `ina_vs_bound=X ring_vs_ina=Y loss1_goodput=Z` and writes bench/allreduce.png.
+# The appliance runs in lab mode (--idle-sleep-us BENCH_IDLE_SLEEP_US, default 1000, as in the
+# virtual rack's tests); BENCH_IDLE_SLEEP_US=0 busy-polls.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 rate=${BENCH_RATE:-100mbit}
@@ -24,7 +26,8 @@ start_rack() {  # EXTRA rack args
   scripts/rack up --workers 4 --rate "$rate" "$@" >/dev/null
   # shellcheck disable=SC2046
   build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 2048 --file-prefix="inagg-bench-ar-$$" --log-level=lib.eal:error $(scripts/rack vdevs) \
-    -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 32768 --mbuf-budget 8192 --resend-us 50000 >"$tmp/inagg.log" 2>&1 &
+    -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 32768 --mbuf-budget 8192 --resend-us 50000 \
+    --idle-sleep-us "${BENCH_IDLE_SLEEP_US:-1000}" >"$tmp/inagg.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do [ -S "$tmp/ctl.sock" ] && break; sleep 0.1; done
 }
