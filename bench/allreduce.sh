@@ -6,10 +6,12 @@
 # line-rate bound size / B. Also goodput with 1% loss on every link, as a fraction of lossless.
 # Ends with `ina_vs_bound=X ring_vs_ina=Y loss1_goodput=Z` and writes bench/allreduce.png.
 # The appliance runs in lab mode (--idle-sleep-us BENCH_IDLE_SLEEP_US, default 1000, as in the
-# virtual rack's tests); BENCH_IDLE_SLEEP_US=0 busy-polls.
+# virtual rack's tests); BENCH_IDLE_SLEEP_US=0 busy-polls. BENCH_WORKER: another inagg-worker
+# binary (A/B runs of the transport).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 rate=${BENCH_RATE:-100mbit}
+worker=${BENCH_WORKER:-build/src/apps/inagg-worker}
 max=${BENCH_MAX:-67108864}
 tmp=$(mktemp -d)
 pid=""
@@ -35,7 +37,7 @@ stop_rack() { kill "$pid"; wait "$pid" 2>/dev/null; pid=""; scripts/rack down >/
 sweep() {  # MODE MIN -> rank 0's table in $tmp/MODE.txt
   local mode=$1 min=$2 w=()
   for r in 0 1 2 3; do
-    ip netns exec "inagg-w$r" build/src/apps/inagg-worker --workers 4 --rank "$r" --mode "$mode" -b "$min" -e "$max" -f 4 -n 1 -w 0 \
+    ip netns exec "inagg-w$r" "$worker" --workers 4 --rank "$r" --mode "$mode" -b "$min" -e "$max" -f 4 -n 1 -w 0 \
       -c 1 --in-place 0 --message 65536 --payload 1024 --window 2 --ack-timeout-ms 200 --register "$tmp/ctl.sock" --timeout 900 >"$tmp/$mode.$r" 2>&1 &
     w+=($!)
   done

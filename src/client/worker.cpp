@@ -30,6 +30,7 @@ std::string check_job_options(WorkerOptions& o) {
   o.rack.message = o.message;
   o.rack.payload = o.payload;
   o.rack.window = o.window;
+  o.rack.max_queued_bytes = o.max_queued_kib * 1024;
   return "";
 }
 

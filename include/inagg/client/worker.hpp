@@ -46,6 +46,7 @@ struct WorkerOptions {
   unsigned window = 2;
   double ack_timeout_ms = 50;
   unsigned retry = 7;
+  size_t max_queued_kib = 64;  // RcConfig::max_queued_bytes / 1024 (0: no limit)
   uint32_t seed = 1;
   double timeout_s = 60;
   uint32_t job_id = 1;
