@@ -63,7 +63,7 @@ class IdleBackoff {
       rte_pause();
       return false;
     }
-    const timespec ts{0, static_cast<long>(sleep_ns_)};
+    const timespec ts{static_cast<time_t>(sleep_ns_ / 1'000'000'000), static_cast<long>(sleep_ns_ % 1'000'000'000)};
     clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
     sleep_ns_ = std::min(sleep_ns_ * 2, max_ns_);
     return true;
