@@ -40,8 +40,8 @@ rtt=$(ip netns exec "$(ns_w 0)" /usr/bin/python3 "$src/scripts/lib/udp_rtt.py" p
 
 wpids=()
 for r in $(seq 0 $((n - 1))); do
-  ip netns exec "$(ns_w "$r")" "$worker" -n $n --rank "$r" --message 16384 --payload 1024 -b 4 -e 300000 -f 9 \
-    --iters 2 --warmup 0 --check --ack-timeout-ms 50 --timeout 90 --mode ina --register "$tmp/ctl.sock" \
+  ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" --message 16384 --payload 1024 -b 4 -e 300000 -f 9 \
+    -n 2 -w 0 -c 1 --ack-timeout-ms 50 --timeout 90 --mode ina --register "$tmp/ctl.sock" \
     >"$tmp/w$r.log" 2>&1 &
   wpids+=($!)
 done
@@ -49,7 +49,7 @@ for r in $(seq 0 $((n - 1))); do
   wait "${wpids[$r]}" || fail "worker $r exited with $?"
 done
 for r in $(seq 0 $((n - 1))); do
-  awk '!/^#/ && NF == 7 && $7 != 0 {bad = 1} END {exit bad}' "$tmp/w$r.log" || fail "worker $r reports wrong elements"
+  table_exact "$tmp/w$r.log" || fail "worker $r reports wrong elements"
   [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 3 ] || fail "worker $r printed too few rows"
 done
 stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
