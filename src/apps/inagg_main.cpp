@@ -96,7 +96,11 @@ po::options_description make_options(Options& o) {
       "tx-desc", po::value<uint16_t>(&o.app.tx_desc)->default_value(o.app.tx_desc), "TX descriptors per queue")(
       "drain-us", po::value<uint32_t>(&o.app.drain_us)->default_value(o.app.drain_us),
       "flush partial TX bursts at least this often")(
-      "no-flow", "do not try rte_flow steering of UDP 4791 (software classification only)")(
+      "idle-sleep-us", po::value<uint32_t>(&o.app.idle_sleep_us)->default_value(o.app.idle_sleep_us),
+      "lab mode: a datapath lcore whose queues stay empty backs off and sleeps, up to this many microseconds at a "
+      "time, so an appliance sharing cores with its workers does not starve them (at most half of --resend-us); 0: "
+      "busy-poll, for a dedicated server")("no-flow",
+                                           "do not try rte_flow steering of UDP 4791 (software classification only)")(
       "mac-ageing", po::value<double>()->default_value(300), "seconds before a learned MAC address is forgotten")(
       "mbuf-budget", po::value<size_t>(&o.app.engine.mbuf_budget)->default_value(8192),
       "packet buffers the jobs of one lcore may hold (held + retained); the rest stays for forwarding")(
@@ -260,6 +264,12 @@ int parse_app_options(int argc, char** argv, Options& o) {
   o.app.engine.resend_max_ns =
       std::max(o.app.engine.resend_max_ns, o.app.engine.resend_timeout_ns);  // never below the first wait
   o.app.engine.max_connections = o.app.engine.max_jobs * 128;
+  // Lab mode must not delay the engine's timers by more than half their period.
+  if (o.app.idle_sleep_us > 0 && uint64_t{o.app.idle_sleep_us} * 2000 > o.app.engine.resend_timeout_ns) {
+    std::cerr << "inagg: --idle-sleep-us " << o.app.idle_sleep_us << " would delay resends too much: keep it at most "
+              << "half of --resend-us (" << o.app.engine.resend_timeout_ns / 2000 << " here), or raise --resend-us\n";
+    return 2;
+  }
   if (o.app.burst < 1 || o.app.burst > 64) {
     std::cerr << "inagg: --burst must be between 1 and 64 (got " << o.app.burst << ")\n";
     return 2;

@@ -148,7 +148,14 @@ int run(int argc, char** argv) {
       "message", po::value<uint32_t>(&o.message)->default_value(o.message),
       "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
       "window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")(
-      "ack-timeout-ms", po::value<double>(&o.ack_timeout_ms)->default_value(o.ack_timeout_ms), "RC ACK timeout")(
+      "ack-timeout-ms", po::value<double>(&o.ack_timeout_ms)->default_value(o.ack_timeout_ms),
+      "RC ACK timeout: the retransmission timeout's ceiling (it follows the round trip below that)")(
+      "rto-min-ms", po::value<double>(&o.rto_min_ms)->default_value(o.rto_min_ms),
+      "the retransmission timeout's floor (it follows the round trip above that; at --ack-timeout-ms or more it is "
+      "fixed there)")(
+      "max-queued-kib", po::value<size_t>(&o.max_queued_kib)->default_value(o.max_queued_kib),
+      "stop sending while this many KiB of the worker's packets wait in the local qdisc (a rate-limited link): a "
+      "go-back-N would send them again anyway; 0: no limit")(
       "retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")(
       "seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the inputs")(
       "job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")(

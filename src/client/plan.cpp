@@ -46,6 +46,8 @@ UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry
   rq.window = window;
   rq.ack_timeout_ns = static_cast<uint64_t>(ack_timeout_ms * 1e6);
   rq.retry_count = retry;
+  rq.max_queued_bytes = max_queued_bytes;
+  rq.rto_min_ns = static_cast<uint64_t>(rto_min_ms * 1e6);
   RcConfig& rs = c.receive;
   rs = rq;
   rs.local_qpn = ring ? ring_recv_qpn(rank) : recv_qpn(rank);

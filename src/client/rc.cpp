@@ -15,6 +15,9 @@ int64_t sext24(uint32_t d) {
 
 uint32_t psn_at(uint32_t start, uint64_t seq) { return static_cast<uint32_t>((start + seq) & wire::kPsnMask); }
 
+// How soon a requester paused by a full local queue looks again: 64 KiB drain in 0.5 ms at 1 Gbit/s.
+constexpr uint64_t kQueueRecheckNs = 100'000;
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -22,6 +25,7 @@ uint32_t psn_at(uint32_t start, uint64_t seq) { return static_cast<uint32_t>((st
 
 RcRequester::RcRequester(RoceSocket& sock, const RcConfig& cfg) : sock_(sock), cfg_(cfg) {
   buf_.resize(cfg.mtu_payload + 256);
+  rto_ns_ = cfg.ack_timeout_ns;  // RFC 6298 (2.1): before the first sample
 }
 
 void RcRequester::post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey,
@@ -36,7 +40,7 @@ uint64_t RcRequester::seq_of(uint32_t psn, uint64_t reference) const {
   return s < 0 ? 0 : static_cast<uint64_t>(s);
 }
 
-void RcRequester::send_packet(uint64_t seq) {
+void RcRequester::send_packet(uint64_t seq, uint64_t now_ns) {
   const Message* m = nullptr;
   for (const Message& x : messages_)
     if (seq >= x.first_seq && seq < x.first_seq + x.packets) {
@@ -67,32 +71,75 @@ void RcRequester::send_packet(uint64_t seq) {
   if (n == 0) return;
   sock_.send_frame({buf_.data(), n});
   ++c_.packets_sent;
-  if (seq < sent_max_) ++c_.retransmitted;
+  if (seq < sent_max_) {
+    ++c_.retransmitted;
+  } else if (!timing_) {  // Karn: only a first transmission is timed
+    timing_ = true;
+    timed_seq_ = seq;
+    timed_at_ns_ = now_ns;
+  }
+}
+
+uint64_t RcRequester::send_limit() const {
+  // Window: messages [front, front + window) may be in flight.
+  if (messages_.size() > cfg_.window) return messages_[cfg_.window].first_seq;
+  return posted_seq_;
+}
+
+void RcRequester::go_back(uint64_t seq) {
+  next_ = seq;
+  if (timing_ && timed_seq_ >= seq) timing_ = false;  // Karn: it will be sent again, its ACK is ambiguous
+}
+
+void RcRequester::take_rtt_sample(uint64_t r) {
+  ++c_.rtt_samples;
+  if (srtt_ns_ == 0) {  // (2.2)
+    srtt_ns_ = std::max<uint64_t>(r, 1);
+    rttvar_ns_ = r / 2;
+  } else {  // (2.3): RTTVAR first, with the old SRTT
+    const uint64_t diff = srtt_ns_ > r ? srtt_ns_ - r : r - srtt_ns_;
+    rttvar_ns_ = (3 * rttvar_ns_ + diff) / 4;
+    srtt_ns_ = (7 * srtt_ns_ + r) / 8;
+  }
+  // (2.3), (2.4), (2.5) with a datacenter floor instead of 1 s, the ACK timeout as the ceiling.
+  rto_ns_ = std::clamp(srtt_ns_ + std::max<uint64_t>(4 * rttvar_ns_, 1000),
+                       std::min(cfg_.rto_min_ns, cfg_.ack_timeout_ns), cfg_.ack_timeout_ns);
+}
+
+uint64_t RcRequester::next_deadline_ns() const {
+  if (failed()) return UINT64_MAX;
+  if (next_ < send_limit()) return paused_until_ns_;
+  if (una_ < sent_max_) return last_progress_ns_ + rto_ns_;
+  return UINT64_MAX;
 }
 
 void RcRequester::progress(uint64_t now_ns) {
   if (failed()) return;
-  if (una_ < sent_max_ && now_ns - last_progress_ns_ > cfg_.ack_timeout_ns) {
+  if (una_ < sent_max_ && now_ns - last_progress_ns_ >= rto_ns_) {
     ++c_.timeouts;
-    if (++retries_ > cfg_.retry_count) {
+    // The failure budget counts timeouts at the full ACK timeout, as a NIC's retry count does:
+    // a shorter RTO doubles up to it first (RFC 6298 (5.5)).
+    if (rto_ns_ >= cfg_.ack_timeout_ns && ++retries_ > cfg_.retry_count) {
       error_ = "retry count (" + std::to_string(cfg_.retry_count) + ") exceeded: the peer did not acknowledge PSN " +
                std::to_string(psn_at(cfg_.send_start_psn, una_));
       return;
     }
-    next_ = una_;  // go back N
+    rto_ns_ = std::min(2 * rto_ns_, cfg_.ack_timeout_ns);
+    go_back(una_);
     last_progress_ns_ = now_ns;
   }
   if (messages_.empty()) return;
-  // Window: messages [front, front + window) may be in flight.
-  uint64_t limit = posted_seq_;
-  if (messages_.size() > cfg_.window) {
-    const Message& beyond = messages_[cfg_.window];
-    limit = beyond.first_seq;
-  }
+  const uint64_t limit = send_limit();
   // Bounded burst per call so the caller keeps receiving ACKs.
   for (int burst = 0; burst < 64 && next_ < limit; ++burst) {
+    if (cfg_.max_queued_bytes && burst % 16 == 0 && sock_.queued_bytes() >= cfg_.max_queued_bytes) {
+      ++c_.queue_full;
+      paused_until_ns_ = now_ns + kQueueRecheckNs;
+      break;
+    }
+    paused_until_ns_ = 0;
     if (next_ == una_ && una_ == sent_max_) last_progress_ns_ = now_ns;  // the timer starts now
-    send_packet(next_);
+    send_packet(next_, now_ns);
     ++next_;
     sent_max_ = std::max(sent_max_, next_);
   }
@@ -113,7 +160,16 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
     ++c_.naks_received;
     if (seq >= una_ && seq <= sent_max_) {  // everything below is acknowledged; resend from there
       new_una = seq;
-      next_ = seq;
+      // The same NAK again before what we resent can have arrived (the appliance repeats its NAKs
+      // on a timer): going back again would only send duplicates.
+      const uint64_t rtt = srtt_ns_ ? srtt_ns_ : rto_ns_;
+      if (seq == nak_seq_ && now_ns - nak_at_ns_ < rtt && next_ > seq) {
+        ++c_.naks_ignored;
+      } else {
+        go_back(seq);  // at once: the transport calls progress() right after its receive burst
+        nak_seq_ = seq;
+        nak_at_ns_ = now_ns;
+      }
       last_progress_ns_ = now_ns;
     }
   } else if (aeth.is_nak()) {
@@ -121,6 +177,10 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
     return;
   }
   if (new_una > una_) {
+    if (timing_ && new_una > timed_seq_) {
+      timing_ = false;
+      take_rtt_sample(now_ns - timed_at_ns_);
+    }  // (Karn: a backed-off RTO stays until the next sample, from a packet sent once)
     una_ = new_una;
     if (next_ < una_) next_ = una_;
     retries_ = 0;
@@ -218,6 +278,8 @@ void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
     unacked_ = 0;
   }
 }
+
+uint64_t RcResponder::next_deadline_ns() const { return unacked_ > 0 ? last_rx_ns_ + cfg_.ack_delay_ns : UINT64_MAX; }
 
 void RcResponder::progress(uint64_t now_ns) {
   if (unacked_ > 0 && now_ns - last_rx_ns_ > cfg_.ack_delay_ns) {

@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -71,8 +73,44 @@ bool RoceSocket::open(const wire::IpAddr& local, uint8_t tos, std::string* error
              (errno == EADDRINUSE ? " (is another worker or the kernel's RoCE driver using this address?)" : "");
     return false;
   }
-  rx_.resize(65536 + 128);
+  rx_.assign(size_t{kRxBatch} * kSlot, 0);
+  rx_from_.assign(kRxBatch, {});
+  rx_ctl_.assign(kRxBatch, {});
+  rx_msgs_.assign(kRxBatch, {});
+  rx_iov_.assign(kRxBatch, {});
+  tx_.assign(size_t{kBatch} * kSlot, 0);
+  tx_to_.assign(kBatch, {});
+  tx_msgs_.assign(kBatch, {});
+  tx_iov_.assign(kBatch, {});
   return true;
+}
+
+void RoceSocket::set_batching(bool on) {
+  if (!on) flush();
+  batching_ = on;
+}
+
+void RoceSocket::flush() {
+  unsigned done = 0;
+  while (done < tx_count_) {
+    const int k = ::sendmmsg(fd_, tx_msgs_.data() + done, tx_count_ - done, 0);
+    ++send_calls_;
+    if (k <= 0) {  // ENOBUFS and friends for the first one left: the same as a loss, RC recovers
+      ++send_errors_;
+      ++done;
+      continue;
+    }
+    sent_ += static_cast<unsigned>(k);
+    done += static_cast<unsigned>(k);
+  }
+  tx_count_ = 0;
+  tx_bytes_ = 0;
+}
+
+size_t RoceSocket::queued_bytes() const {
+  int n = 0;
+  if (::ioctl(fd_, SIOCOUTQ, &n) != 0 || n < 0) n = 0;
+  return static_cast<size_t>(n) + tx_bytes_;
 }
 
 void RoceSocket::fill_spec(wire::RoceFrameSpec& s, const wire::IpAddr& dst) const {
@@ -123,6 +161,22 @@ bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
   }
   const uint8_t* payload = frame.data() + l.l4 + wire::kUdpHeaderLen;
   const size_t n = l.end - (l.l4 + wire::kUdpHeaderLen);
+  if (batching_ && n <= kSlot) {
+    const unsigned i = tx_count_++;
+    uint8_t* slot = tx_.data() + size_t{i} * kSlot;
+    std::memcpy(slot, payload, n);
+    tx_to_[i] = ss;
+    tx_iov_[i] = {slot, n};
+    tx_bytes_ += n;
+    tx_msgs_[i] = {};
+    tx_msgs_[i].msg_hdr.msg_name = &tx_to_[i];
+    tx_msgs_[i].msg_hdr.msg_namelen = len;
+    tx_msgs_[i].msg_hdr.msg_iov = &tx_iov_[i];
+    tx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    if (tx_count_ == kBatch) flush();
+    return true;
+  }
+  ++send_calls_;
   if (::sendto(fd_, payload, n, 0, reinterpret_cast<sockaddr*>(&ss), len) != static_cast<ssize_t>(n)) {
     ++send_errors_;  // ENOBUFS and friends: the same as a loss, RC recovers
     return false;
@@ -132,28 +186,49 @@ bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
 }
 
 bool RoceSocket::receive(Datagram* d) {
-  sockaddr_storage from{};
-  iovec iov{rx_.data(), rx_.size()};
-  alignas(cmsghdr) char ctl[256];
-  msghdr msg{};
-  msg.msg_name = &from;
-  msg.msg_namelen = sizeof from;
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl;
-  msg.msg_controllen = sizeof ctl;
-  const ssize_t n = ::recvmsg(fd_, &msg, 0);
-  if (n < 0) return false;
+  while (rx_next_ == rx_count_) {
+    for (unsigned i = 0; i < kRxBatch; ++i) {
+      rx_iov_[i] = {rx_.data() + size_t{i} * kSlot, kSlot};
+      msghdr& h = rx_msgs_[i].msg_hdr;
+      h = {};
+      h.msg_name = &rx_from_[i];
+      h.msg_namelen = sizeof rx_from_[i];
+      h.msg_iov = &rx_iov_[i];
+      h.msg_iovlen = 1;
+      h.msg_control = rx_ctl_[i].data();
+      h.msg_controllen = rx_ctl_[i].size();
+    }
+    const int k = ::recvmmsg(fd_, rx_msgs_.data(), kRxBatch, MSG_DONTWAIT, nullptr);
+    if (k <= 0) return false;
+    ++receive_calls_;
+    rx_next_ = 0;
+    rx_count_ = static_cast<unsigned>(k);
+  }
+  const unsigned i = rx_next_++;
+  const mmsghdr& m = rx_msgs_[i];
+  if (m.msg_hdr.msg_flags & MSG_TRUNC) {  // larger than any RoCE packet: not one of ours
+    d->frame.clear();
+    d->roce = false;
+    return true;
+  }
+  decode(i, m.msg_len, d);
+  return true;
+}
+
+// Rebuilds datagram `slot` of the receive batch (n bytes) as the frame its sender's kernel sent.
+void RoceSocket::decode(unsigned slot, size_t n, Datagram* d) {
+  msghdr& msg = rx_msgs_[slot].msg_hdr;
+  const sockaddr_storage& from = rx_from_[slot];
   const bool v6 = local_.version == wire::IpVersion::v6;
   d->src.version = d->dst.version = local_.version;
   d->dst = local_;
   d->tos = 0;
   if (v6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&from);
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&from);
     std::memcpy(d->src.bytes.data(), &a->sin6_addr, 16);
     d->src_port = ntohs(a->sin6_port);
   } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&from);
+    auto* a = reinterpret_cast<const sockaddr_in*>(&from);
     d->src.bytes = {};
     std::memcpy(d->src.bytes.data(), &a->sin_addr, 4);
     d->src_port = ntohs(a->sin_port);
@@ -173,7 +248,7 @@ bool RoceSocket::receive(Datagram* d) {
   }
   // Rebuild the headers the ICRC covers, as the sender's kernel wrote them.
   const size_t l3 = wire::kEthHeaderLen, iplen = v6 ? wire::kIpv6HeaderLen : wire::kIpv4HeaderLen;
-  const size_t udp_len = wire::kUdpHeaderLen + static_cast<size_t>(n);
+  const size_t udp_len = wire::kUdpHeaderLen + n;
   d->frame.assign(l3 + iplen + udp_len, 0);
   uint8_t* f = d->frame.data();
   wire::store_be16(f + 12, v6 ? wire::kEtherTypeIpv6 : wire::kEtherTypeIpv4);
@@ -199,9 +274,8 @@ bool RoceSocket::receive(Datagram* d) {
   wire::store_be16(udp, d->src_port);
   wire::store_be16(udp + 2, wire::kRoceV2Port);
   wire::store_be16(udp + 4, static_cast<uint16_t>(udp_len));
-  std::memcpy(udp + wire::kUdpHeaderLen, rx_.data(), static_cast<size_t>(n));
+  std::memcpy(udp + wire::kUdpHeaderLen, rx_.data() + size_t{slot} * kSlot, n);
   d->roce = wire::parse_frame(d->frame, d->layout) == wire::ParseStatus::roce;
-  return true;
 }
 
 }  // namespace inagg::client

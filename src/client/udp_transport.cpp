@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <algorithm>
+
 #include "inagg/client/clock.hpp"
 #include "inagg/wire/parse.hpp"
 
@@ -10,6 +12,7 @@ namespace inagg::client {
 bool UdpRcTransport::open(const UdpRcConfig& cfg, std::string* error) {
   cfg_ = cfg;
   if (!sock_.open(cfg.local, cfg.tos, error)) return false;
+  sock_.set_batching(true);
   send_.assign(cfg.send_bytes, 0);
   recv_.assign(cfg.receive_bytes, 0);
   req_ = std::make_unique<RcRequester>(sock_, cfg.send);
@@ -36,13 +39,32 @@ bool UdpRcTransport::drain(uint64_t t) {
   return any;
 }
 
+// One round: the timers and the window, then what arrived (waiting for it, up to wait_ms or the
+// next timer, whichever comes first, to the microsecond), then the timers and the window again, so
+// that an ACK opens the window and a NAK goes back N within the same call. Every datagram queued
+// in the round leaves in one sendmmsg() before the wait and one after.
 void UdpRcTransport::poll(int wait_ms) {
-  const uint64_t t = now_ns();
+  uint64_t t = now_ns();
   req_->progress(t);
   rsp_->progress(t);
-  pollfd pfd{sock_.fd(), POLLIN, 0};
-  ::poll(&pfd, 1, wait_ms);
-  if (drain(t)) last_arrival_ns_ = t;
+  sock_.flush();
+  bool any = drain(t);
+  if (!any) {
+    const uint64_t deadline =
+        std::min({req_->next_deadline_ns(), rsp_->next_deadline_ns(), t + uint64_t(std::max(wait_ms, 0)) * 1'000'000});
+    if (deadline > t) {
+      const uint64_t wait = deadline - t;
+      const timespec ts{static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)};
+      pollfd pfd{sock_.fd(), POLLIN, 0};
+      ::ppoll(&pfd, 1, &ts, nullptr);
+    }
+    t = now_ns();
+    any = drain(t);
+  }
+  if (any) last_arrival_ns_ = t;
+  req_->progress(t);
+  rsp_->progress(t);
+  sock_.flush();
 }
 
 const std::string& UdpRcTransport::error() const {

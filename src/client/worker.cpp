@@ -31,6 +31,8 @@ std::string check_job_options(WorkerOptions& o) {
   o.rack.message = o.message;
   o.rack.payload = o.payload;
   o.rack.window = o.window;
+  o.rack.max_queued_bytes = o.max_queued_kib * 1024;
+  o.rack.rto_min_ms = o.rto_min_ms;
   return "";
 }
 

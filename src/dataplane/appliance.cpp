@@ -158,6 +158,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.dp.burst = cfg.burst;
   I.dp.tsc_hz = rte_get_tsc_hz();
   I.dp.drain_us = cfg.drain_us;
+  I.dp.idle_sleep_us = cfg.idle_sleep_us;
   I.dp.port_ids = I.ports.ids();
   I.dp.index_of_port = I.ports.index_of_port();
   for (auto& l : I.lcores) {
@@ -175,8 +176,11 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   if (I.cfg.wait_link_ms) I.ports.wait_for_links(I.cfg.wait_link_ms);
   for (auto& l : I.lcores) l->serving.store(true, std::memory_order_release);
   const ControlTick tick{control_tick, arg, tick_ms};
-  util::log(util::LogModule::dataplane, util::LogLevel::info, "forwarding on %zu ports with %zu datapath lcore(s)",
-            I.ports.ids().size(), I.lcores.size());
+  util::log(util::LogModule::dataplane, util::LogLevel::info, "forwarding on %zu ports with %zu datapath lcore(s), %s",
+            I.ports.ids().size(), I.lcores.size(),
+            I.cfg.idle_sleep_us
+                ? ("lab mode (idle sleeps up to " + std::to_string(I.cfg.idle_sleep_us) + " us)").c_str()
+                : "busy-polling");
   if (I.single) {
     pthread_t ctl;
     if (int rc =

@@ -94,6 +94,7 @@ struct Datapath {
   uint16_t burst = 32;
   uint64_t tsc_hz = 0;
   uint32_t drain_us = 100;
+  uint32_t idle_sleep_us = 0;       // lab mode's longest sleep; 0: busy-poll
   std::vector<uint16_t> port_ids;   // port index -> DPDK port id
   std::vector<int> index_of_port;   // DPDK port id -> port index (-1)
   std::vector<LcoreState*> lcores;  // by index, for handovers

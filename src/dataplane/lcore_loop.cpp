@@ -3,9 +3,13 @@
 // per port and drained on a TSC timer.
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
+#include <rte_pause.h>
 #include <rte_prefetch.h>
+#include <sys/prctl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 
 #include "inagg/wire/headers.hpp"
 #include "inagg/wire/parse.hpp"
@@ -37,10 +41,46 @@ bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k) {
   return true;
 }
 
+// Lab mode's back-off when an lcore's queues stay empty, DPDK l3fwd-power's empty-poll heuristic:
+// a few empty polls cost nothing (the next burst is often on its way), then rte_pause() between
+// polls, then sleeps that double from 1 us up to the configured maximum, and busy-polling again
+// from the first packet. The maximum stays below the engine's timers (inagg refuses
+// --idle-sleep-us above half of --resend-us), so resends and timeouts fire at most that late.
+class IdleBackoff {
+ public:
+  static constexpr unsigned kPauseAfter = 10;   // empty polls before rte_pause() (l3fwd-power: 10)
+  static constexpr unsigned kSleepAfter = 300;  // empty polls before the first sleep (l3fwd-power: 300)
+
+  explicit IdleBackoff(uint32_t max_us) : max_ns_(uint64_t{max_us} * 1000) {}
+  void on_work() {
+    empty_ = 0;
+    sleep_ns_ = 1000;
+  }
+  // After an empty poll. True when it slept.
+  bool on_empty() {
+    if (++empty_ < kPauseAfter) return false;
+    if (empty_ < kSleepAfter) {
+      rte_pause();
+      return false;
+    }
+    const timespec ts{static_cast<time_t>(sleep_ns_ / 1'000'000'000), static_cast<long>(sleep_ns_ % 1'000'000'000)};
+    clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
+    sleep_ns_ = std::min(sleep_ns_ * 2, max_ns_);
+    return true;
+  }
+
+ private:
+  uint64_t max_ns_;
+  unsigned empty_ = 0;
+  uint64_t sleep_ns_ = 1000;
+};
+
 // One lcore's loop; a class only so the per-packet steps share dp and l without passing them.
 class LcoreLoop {
  public:
   LcoreLoop(const Datapath& dp, LcoreState& l) : dp_(dp), l_(l) {}
+  // The loop, busy-polling or in lab mode (chosen once, by run_lcore_loop).
+  template <bool kLabMode>
   void run();
 
  private:
@@ -56,8 +96,12 @@ class LcoreLoop {
   LcoreState& l_;
 };
 
+template <bool kLabMode>
 void LcoreLoop::run() {
   LcoreState& l = l_;
+  IdleBackoff idle(dp_.idle_sleep_us);
+  // A thread's default timer slack (50 us) would stretch every short sleep to ~50 us.
+  if constexpr (kLabMode) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   const uint64_t drain_tsc = dp_.tsc_hz * dp_.drain_us / 1'000'000;
   const uint64_t poll_tsc = dp_.tsc_hz / 100'000;  // engine timers every 10 us
   uint64_t last_drain = rte_rdtsc(), last_poll = last_drain;
@@ -97,6 +141,14 @@ void LcoreLoop::run() {
     if (t0 - last_drain > drain_tsc) {
       flush_tx();
       last_drain = t0;
+    }
+    if constexpr (kLabMode) {
+      if (work) {
+        idle.on_work();
+      } else {
+        flush_tx();  // nothing waits in a TX buffer while the lcore sleeps
+        if (idle.on_empty()) ++l.c.idle_sleeps;
+      }
     }
     const uint64_t t1 = rte_rdtsc();
     (work ? l.c.busy_cycles : l.c.idle_cycles) += t1 - t0;
@@ -254,7 +306,12 @@ void LcoreLoop::flush_tx() {
 
 }  // namespace
 
-void run_lcore_loop(const Datapath& dp, LcoreState& l) { LcoreLoop(dp, l).run(); }
+void run_lcore_loop(const Datapath& dp, LcoreState& l) {
+  if (dp.idle_sleep_us > 0)
+    LcoreLoop(dp, l).run<true>();
+  else
+    LcoreLoop(dp, l).run<false>();
+}
 
 // Whether this lcore's TX queue towards DPDK port `port` holds at least `threshold` packets: those
 // waiting in its TX buffer, plus, where the PMD reports descriptor status, those still in the NIC's

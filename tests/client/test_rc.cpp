@@ -124,3 +124,59 @@ TEST(RcLoopback, AWriteOutsideTheMemoryRegionIsRefusedWithARemoteAccessNak) {
   EXPECT_NE(p.rsp->error().find("outside the memory region"), std::string::npos);
   EXPECT_EQ(std::count(p.mr.begin(), p.mr.end(), 1), 0) << "nothing written";
 }
+
+// RFC 6298: after round trips were measured on loopback (tens of microseconds), the RTO sits at
+// its floor, far below the ACK timeout; a lost tail (the last packets of a message, so no later
+// packet makes the responder NAK) is then resent after that RTO, not after the ACK timeout.
+TEST(RcLoopback, TheRetransmissionTimeoutFollowsTheRoundTrip) {
+  constexpr size_t kMsg = 8 * 1024;
+  Pair p(kMsg * 2);
+  p.ca.ack_timeout_ns = 2'000'000'000;  // 2 s: what a fixed timer would wait
+  p.ca.rto_min_ns = 50'000'000;         // 50 ms
+  p.req = std::make_unique<RcRequester>(p.a, p.ca);
+  EXPECT_EQ(p.req->rto_ns(), 2'000'000'000u) << "before any sample, the RTO is the ACK timeout (RFC 6298 (2.1))";
+  std::vector<uint8_t> src(kMsg * 2);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+  p.req->post_write(src.data(), kMsg, 0x10000, 0x77, std::nullopt);
+  ASSERT_TRUE(p.run(5)) << p.req->error();
+  ASSERT_GT(p.req->counters().rtt_samples, 0u);
+  EXPECT_GT(p.req->srtt_ns(), 0u);
+  EXPECT_EQ(p.req->rto_ns(), 50'000'000u) << "SRTT + 4 RTTVAR on loopback is below the floor";
+
+  // The second message's packets all vanish once: nothing reaches the responder, so only the
+  // retransmission timer can recover them.
+  p.req->post_write(src.data() + kMsg, kMsg, 0x10000 + kMsg, 0x77, std::nullopt);
+  const uint64_t t0 = now_ns();
+  EXPECT_FALSE(p.run(0.01, /*deliver_to_responder=*/false));
+  ASSERT_TRUE(p.run(5)) << p.req->error();
+  const uint64_t took = now_ns() - t0;
+  EXPECT_EQ(p.mr, src);
+  EXPECT_EQ(p.req->counters().timeouts, 1u);
+  EXPECT_GT(p.req->counters().retransmitted, 0u);
+  EXPECT_LT(took, 1'000'000'000u) << "recovered after the 50 ms RTO, not the 2 s ACK timeout";
+  EXPECT_EQ(p.req->rto_ns(), 100'000'000u) << "one timeout doubles the RTO (RFC 6298 (5.5)) until a new sample";
+}
+
+// Batched system calls: 48 packets queued by the requester leave in one sendmmsg() and arrive in
+// recvmmsg() batches of up to 32.
+TEST(RcLoopback, BatchingSendsAWindowInOneSystemCall) {
+  constexpr size_t kMsg = 48 * 1024;
+  Pair p(kMsg);
+  p.a.set_batching(true);
+  std::vector<uint8_t> src(kMsg, 5);
+  p.req->post_write(src.data(), kMsg, 0x10000, 0x77, std::nullopt);
+  p.req->progress(now_ns());  // 48 packets of 1 KiB
+  EXPECT_EQ(p.a.sent(), 0u) << "queued, not sent, until flush()";
+  p.a.flush();
+  EXPECT_EQ(p.a.send_calls(), 1u);
+  EXPECT_EQ(p.a.sent(), 48u);
+  Datagram d;
+  unsigned got = 0;
+  while (p.b.receive(&d)) {
+    ++got;
+    p.rsp->on_data(d, now_ns());
+  }
+  EXPECT_EQ(got, 48u);
+  EXPECT_EQ(p.b.receive_calls(), 2u);
+  EXPECT_EQ(p.rsp->counters().accepted, 48u);
+}

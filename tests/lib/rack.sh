@@ -24,18 +24,33 @@ ns_w() { echo "$rack-w$1"; }   # worker R's namespace
 ns_h() { echo "$rack-h$1"; }   # head H's namespace
 port_q() { echo "$rack-q$1"; } # head H's port (the appliance's side of its veth)
 
-# start_rack [RACK_ARGS...] -- [INAGG_ARGS...]: the rack, then inagg with its control socket at
-# $tmp/ctl.sock.
+# start_rack [RACK_ARGS...] -- [INAGG_ARGS...]: the rack, then inagg (start_inagg).
 start_rack() {
   local rack_args=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do rack_args+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   rack_cmd up --workers "$n" "${rack_args[@]}" >"$tmp/rack.log" 2>&1 || fail "rack up: $(cat "$tmp/rack.log")"
+  start_inagg "$@"
+}
+
+# start_inagg [INAGG_ARGS...]: inagg on the rack's ports with its control socket at $tmp/ctl.sock,
+# in lab mode (it shares the machine's cores with the workers) unless the caller set
+# idle_sleep_us (0: busy-poll). Its output goes to $tmp/inagg.log.
+start_inagg() {
+  rm -f "$tmp/ctl.sock"
   # shellcheck disable=SC2046
   "$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $(rack_cmd vdevs) \
-    -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 "$@" >"$tmp/inagg.log" 2>&1 &
+    -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 \
+    --idle-sleep-us "${idle_sleep_us:-1000}" "$@" >"$tmp/inagg.log" 2>&1 &
   pid=$!
   wait_alive "$pid" 30 "inagg's control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start"
+}
+
+# stop_inagg: SIGTERM, and wait until it has exited (its final stats are then in $tmp/inagg.log).
+stop_inagg() {
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  pid=""
 }
 
 # start_agent H MODE JOBFILE...: inagg-xdp on head H's eth0 (native mode also puts xagg_pass on the

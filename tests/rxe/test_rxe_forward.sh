@@ -51,7 +51,7 @@ ip1=10.77.0.102
 
 # shellcheck disable=SC2046
 "$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 >"$tmp/inagg.log" 2>&1 &
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --idle-sleep-us 100 >"$tmp/inagg.log" 2>&1 &
 ipid=$!
 for _ in $(seq 300); do [ -S "$tmp/ctl.sock" ] && break; kill -0 "$ipid" 2>/dev/null || break; sleep 0.1; done
 [ -S "$tmp/ctl.sock" ] || fail "inagg did not start on the taps"

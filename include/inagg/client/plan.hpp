@@ -22,6 +22,8 @@ struct RackPlan {
   util::Dtype dtype = util::Dtype::fp32;
   uint32_t message = 65536, payload = 1024;  // RDMA WRITE message M, path MTU payload P
   unsigned window = 2;                       // messages in flight per QP
+  size_t max_queued_bytes = 64 * 1024;       // the transport's local queue limit (RcConfig)
+  double rto_min_ms = 2;                     // the retransmission timeout's floor (RcConfig)
 
   util::IpAddr ip_of(unsigned r) const { return util::IpAddr::v4(ip_base.v4_host_order() + r + 1); }
   unsigned successor() const { return (rank + 1) % workers; }

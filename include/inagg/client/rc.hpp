@@ -1,9 +1,15 @@
 // A software RoCEv2 RC endpoint, the two halves of a queue pair as an RDMA NIC implements them
 // (IBTA Vol 1 ch. 9): the requester sends RDMA WRITEs with PSNs, keeps at most `window` messages
-// outstanding, goes back N on a NAK (PSN sequence error) or when its ACK timer expires, and fails
-// after `retry_count` timeouts in a row; the responder accepts packets in PSN order into its
-// memory region, ACKs (coalesced, at once when AckReq is set), NAKs once per sequence error and
-// re-ACKs duplicates. Single-threaded: the caller feeds received datagrams and calls progress().
+// outstanding, goes back N on a NAK (PSN sequence error) or when its retransmission timer
+// expires, and fails after `retry_count` timeouts in a row at the full ACK timeout; the responder
+// accepts packets in PSN order into its memory region, ACKs (coalesced, at once when AckReq is
+// set), NAKs once per sequence error and re-ACKs duplicates. Single-threaded: the caller feeds
+// received datagrams and calls progress() by next_deadline_ns() at the latest.
+//
+// Unlike a NIC's fixed ACK timeout, the requester's retransmission timeout follows the measured
+// round trip (RFC 6298): SRTT and RTTVAR from one timed packet at a time, never a retransmitted
+// one (Karn), RTO = SRTT + 4 RTTVAR within [rto_min_ns, ack_timeout_ns], doubled per timeout. So
+// a lost tail costs a few round trips, not the ACK timeout the failure budget is counted in.
 #pragma once
 
 #include <cstdint>
@@ -19,12 +25,17 @@ namespace inagg::client {
 struct RcConfig {
   uint32_t local_qpn = 0, remote_qpn = 0;
   wire::IpAddr remote_ip;
-  uint32_t send_start_psn = 0;  // our first packet's PSN
-  uint32_t recv_start_psn = 0;  // the peer's first packet's PSN
-  uint32_t mtu_payload = 1024;  // path MTU payload
-  unsigned window = 2;          // RDMA WRITE messages in flight
-  uint64_t ack_timeout_ns = 4'000'000;
-  unsigned retry_count = 7;
+  uint32_t send_start_psn = 0;          // our first packet's PSN
+  uint32_t recv_start_psn = 0;          // the peer's first packet's PSN
+  uint32_t mtu_payload = 1024;          // path MTU payload
+  unsigned window = 2;                  // RDMA WRITE messages in flight
+  uint64_t ack_timeout_ns = 4'000'000;  // the RTO's first value and its ceiling
+  uint64_t rto_min_ns = 2'000'000;      // the RTO's floor; >= ack_timeout_ns: fixed at ack_timeout_ns
+  unsigned retry_count = 7;             // timeouts in a row at ack_timeout_ns before failing
+  // The requester stops sending while this many bytes of its socket wait in the local qdisc
+  // (RoceSocket::queued_bytes), as TCP Small Queues does: what waits there has to be sent again
+  // after a go-back-N anyway. 0: no limit.
+  size_t max_queued_bytes = 0;
   unsigned ack_every = 16;         // responder: ACK at least every N in-order packets
   uint64_t ack_delay_ns = 20'000;  // responder: flush a pending ACK after this
 };
@@ -34,6 +45,9 @@ struct RcConfig {
   X(retransmitted, "data packets sent again")                                    \
   X(timeouts, "ACK timer expirations")                                           \
   X(naks_received, "NAKs (PSN sequence error) received")                         \
+  X(naks_ignored, "NAKs again for the PSN just gone back to, within an RTT")     \
+  X(rtt_samples, "round-trip samples taken (RFC 6298, Karn's rule)")             \
+  X(queue_full, "sending paused: max_queued_bytes waited in the local qdisc")    \
   X(acks_sent, "ACKs sent")                                                      \
   X(naks_sent, "NAKs sent")                                                      \
   X(accepted, "data packets accepted in order")                                  \
@@ -57,6 +71,11 @@ class RcRequester {
   void post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey, std::optional<uint32_t> imm);
   void on_ack(const Datagram& d, uint64_t now_ns);  // an ACK/NAK to our QP
   void progress(uint64_t now_ns);                   // send what the window allows; the ACK timer
+  // When progress() must run next: now when it has packets the window allows but left unsent,
+  // the retransmission timer's expiry while packets are unacknowledged, otherwise UINT64_MAX.
+  uint64_t next_deadline_ns() const;
+  uint64_t rto_ns() const { return rto_ns_; }    // the retransmission timeout now in effect
+  uint64_t srtt_ns() const { return srtt_ns_; }  // 0 until the first sample
   bool idle() const { return messages_.empty(); }
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
@@ -72,16 +91,28 @@ class RcRequester {
     uint64_t first_seq;
     uint32_t packets;
   };
-  void send_packet(uint64_t seq);
+  void send_packet(uint64_t seq, uint64_t now_ns);
   uint64_t seq_of(uint32_t psn, uint64_t reference) const;
+  uint64_t send_limit() const;            // one past the last packet the window allows
+  void go_back(uint64_t seq);             // resend from seq (a NAK or a timeout)
+  void take_rtt_sample(uint64_t rtt_ns);  // RFC 6298 (2.2), (2.3)
 
   RoceSocket& sock_;
   RcConfig cfg_;
   std::deque<Message> messages_;  // posted, not yet acknowledged
   uint64_t posted_seq_ = 0;       // one past the last packet of the last posted message
   uint64_t next_ = 0, una_ = 0, sent_max_ = 0;
-  uint64_t last_progress_ns_ = 0;
+  uint64_t last_progress_ns_ = 0;  // the retransmission timer runs from here
   unsigned retries_ = 0;
+  // RFC 6298 state. One packet at a time is timed (timed_seq_, sent at timed_at_ns_), never a
+  // retransmitted one.
+  uint64_t rto_ns_ = 0, srtt_ns_ = 0, rttvar_ns_ = 0;
+  bool timing_ = false;
+  uint64_t timed_seq_ = 0, timed_at_ns_ = 0;
+  // The last NAK acted on: the appliance NAKs again on its own timer, and a NAK for the PSN we
+  // just went back to, arriving within an RTT, asks for what is already on its way.
+  uint64_t nak_seq_ = UINT64_MAX, nak_at_ns_ = 0;
+  uint64_t paused_until_ns_ = 0;  // the local queue was full: look again then
   std::string error_;
   RcCounters c_;
   std::vector<uint8_t> buf_;
@@ -94,6 +125,7 @@ class RcResponder {
 
   void on_data(const Datagram& d, uint64_t now_ns);  // an RDMA WRITE to our QP
   void progress(uint64_t now_ns);                    // flushes a coalesced ACK
+  uint64_t next_deadline_ns() const;                 // when a coalesced ACK is due; UINT64_MAX: none
   uint64_t messages() const { return msn_; }
   const std::vector<uint32_t>& immediates() const { return imms_; }
   const RcCounters& counters() const { return c_; }

@@ -4,8 +4,15 @@
 // the socket stays unconnected, which makes Linux send IP ID 0; the source port is the bound
 // port, 4791. The receiver rebuilds the same headers (from the datagram's addresses, length and
 // TOS) to verify the ICRC with the wire layer.
+//
+// System calls are batched: receive() takes what recvmmsg() brought in one call, and with
+// batching on, send_frame() queues datagrams that flush() (or a full queue) hands to the kernel in
+// one sendmmsg().
 #pragma once
 
+#include <sys/socket.h>
+
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -38,13 +45,22 @@ class RoceSocket {
   const wire::IpAddr& local() const { return local_; }
 
   // Sends a frame built by wire::build_roce_frame for this socket (src = local, src port 4791,
-  // IP ID 0, DF): only its UDP payload goes to the kernel.
+  // IP ID 0, DF): only its UDP payload goes to the kernel, at once or, with batching on, at the
+  // next flush().
   bool send_frame(std::span<const uint8_t> frame);
+
+  // With batching on, send_frame() queues up to kBatch datagrams; the caller must flush() before
+  // it waits. Off (the default): every send_frame() is one sendto().
+  static constexpr unsigned kBatch = 64;
+  void set_batching(bool on);
+  // Sends what send_frame() queued (sendmmsg). A datagram the kernel refuses counts as an error,
+  // which to RC is a loss.
+  void flush();
 
   // The frame spec fields this socket's packets must carry for their ICRC to verify at the peer.
   void fill_spec(wire::RoceFrameSpec& s, const wire::IpAddr& dst) const;
 
-  // Non-blocking receive of one datagram; false when none is waiting.
+  // Non-blocking receive of one datagram (from a recvmmsg() batch); false when none is waiting.
   bool receive(Datagram* d);
 
   // Drops each outgoing packet with probability p (seeded): loss injection for tests and demos,
@@ -53,16 +69,40 @@ class RoceSocket {
 
   uint64_t sent() const { return sent_; }
   uint64_t dropped() const { return dropped_; }
+  // Bytes of this socket's datagrams the kernel holds but has not handed to a device yet (a
+  // qdisc's queue, e.g. a rate-limiting tbf), plus those queued for flush(): SIOCOUTQ.
+  size_t queued_bytes() const;
+
   uint64_t send_errors() const { return send_errors_; }
+  uint64_t send_calls() const { return send_calls_; }        // sendto/sendmmsg system calls
+  uint64_t receive_calls() const { return receive_calls_; }  // recvmmsg system calls that returned datagrams
 
  private:
+  static constexpr unsigned kRxBatch = 32;
+  static constexpr size_t kSlot = 9216;  // a datagram slot: RoCE MTU 4096 and then some
+  void decode(unsigned slot, size_t n, Datagram* d);
+
   int fd_ = -1;
   wire::IpAddr local_;
   uint8_t tos_ = 0;
-  uint64_t sent_ = 0, send_errors_ = 0, dropped_ = 0;
+  uint64_t sent_ = 0, send_errors_ = 0, dropped_ = 0, send_calls_ = 0, receive_calls_ = 0;
   uint32_t loss_threshold_ = 0;  // of 2^32
   uint64_t rng_ = 0;
+  // Receive batch: kRxBatch slots, their addresses and control data; [rx_next_, rx_count_) waits.
   std::vector<uint8_t> rx_;
+  std::vector<sockaddr_storage> rx_from_;
+  std::vector<std::array<char, 256>> rx_ctl_;
+  std::vector<mmsghdr> rx_msgs_;
+  std::vector<iovec> rx_iov_;
+  unsigned rx_next_ = 0, rx_count_ = 0;
+  // Send queue (batching on): kBatch slots.
+  bool batching_ = false;
+  std::vector<uint8_t> tx_;
+  std::vector<sockaddr_storage> tx_to_;
+  std::vector<mmsghdr> tx_msgs_;
+  std::vector<iovec> tx_iov_;
+  unsigned tx_count_ = 0;
+  size_t tx_bytes_ = 0;
 };
 
 }  // namespace inagg::client

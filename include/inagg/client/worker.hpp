@@ -47,6 +47,8 @@ struct WorkerOptions {
   unsigned window = 2;
   double ack_timeout_ms = 50;
   unsigned retry = 7;
+  size_t max_queued_kib = 64;  // RcConfig::max_queued_bytes / 1024 (0: no limit)
+  double rto_min_ms = 2;       // RcConfig::rto_min_ns, in ms
   uint32_t seed = 1;
   double timeout_s = 60;
   uint32_t job_id = 1;

@@ -29,7 +29,10 @@ struct ApplianceConfig {
   uint32_t mbuf_cache = 256;
   uint16_t rx_desc = 1024, tx_desc = 1024;
   uint16_t burst = 32;
-  uint32_t drain_us = 100;    // TX buffers are flushed at least this often
+  uint32_t drain_us = 100;  // TX buffers are flushed at least this often
+  // Lab mode: a datapath lcore whose queues stay empty backs off and sleeps, up to this many
+  // microseconds at a time (lcore_loop.cpp). 0: busy-poll (a dedicated server).
+  uint32_t idle_sleep_us = 0;
   bool flow_steering = true;  // try rte_flow for UDP 4791 (falls back to software)
   uint64_t mac_ageing_ns = 300'000'000'000ull;
   size_t mac_table_size = 4096;
@@ -54,6 +57,7 @@ struct ApplianceConfig {
   X(handover_full, "handovers dropped: the owner's ring was full")                           \
   X(multiseg_linearize_failed,                                                               \
     "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)") \
+  X(idle_sleeps, "times the loop slept with its queues empty (lab mode, --idle-sleep-us)")   \
   X(busy_cycles, "TSC cycles of loop iterations that moved packets")                         \
   X(idle_cycles, "TSC cycles of loop iterations that found nothing")
 
