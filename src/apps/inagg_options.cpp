@@ -3,34 +3,12 @@
 
 #include <boost/program_options.hpp>
 
-#include <algorithm>
-#include <cinttypes>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
 #include <iostream>
-#include <mutex>
-#include <span>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "inagg/agg/job_status.hpp"
-#include "inagg/agg/kernels.hpp"
-#include "inagg/control/job_file.hpp"
-#include "inagg/control/protocol.hpp"
-#include "inagg/control/refused_jobs.hpp"
-#include "inagg/control/socket.hpp"
-#include "inagg/dataplane/appliance.hpp"
-#include "inagg/dataplane/eal_args.hpp"
-#include "inagg/dataplane/events.hpp"
 #include "inagg/dataplane/metrics.hpp"
-#include "inagg/dataplane/selftest.hpp"
-#include "inagg/dataplane/telemetry.hpp"
 #include "inagg/util/key_value.hpp"
-#include "inagg/util/log.hpp"
-#include "inagg/wire/crc32.hpp"
 #include "version.hpp"
 
 namespace po = boost::program_options;
