@@ -38,20 +38,8 @@ others+=($!)
 rtt=$(ip netns exec "$(ns_w 0)" /usr/bin/python3 "$src/scripts/lib/udp_rtt.py" ping 10.77.0.2 7777 5 2>&1) ||
   fail "no UDP round trip through the appliance in lab mode: $rtt"
 
-wpids=()
-for r in $(seq 0 $((n - 1))); do
-  ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" --message 16384 --payload 1024 -b 4 -e 300000 -f 9 \
-    -n 2 -w 0 -c 1 --ack-timeout-ms 50 --timeout 90 --mode ina --register "$tmp/ctl.sock" \
-    >"$tmp/w$r.log" 2>&1 &
-  wpids+=($!)
-done
-for r in $(seq 0 $((n - 1))); do
-  wait "${wpids[$r]}" || fail "worker $r exited with $?"
-done
-for r in $(seq 0 $((n - 1))); do
-  table_exact "$tmp/w$r.log" || fail "worker $r reports wrong elements"
-  [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 3 ] || fail "worker $r printed too few rows"
-done
+run_workers 3 --message 16384 --payload 1024 -b 4 -e 300000 -f 9 -n 2 -w 0 -c 1 --ack-timeout-ms 50 --timeout 90 \
+  --mode ina --register "$tmp/ctl.sock"
 stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
 grep -q "^held_packets 0$" <<<"$stats" || fail "stuck slots: $stats"
 recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$stats")

@@ -14,20 +14,8 @@ n=4
 lossarg=()
 [ "$loss" != 0 ] && lossarg=(--loss "$loss")
 start_rack "${lossarg[@]}" --
-wpids=()
-for r in $(seq 0 $((n - 1))); do
-  ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" -d "$dtype" --message 16384 --payload 1024 \
-    -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 50 --timeout 90 --mode "$mode" \
-    --register "$tmp/ctl.sock" >"$tmp/w$r.log" 2>&1 &
-  wpids+=($!)
-done
-for r in $(seq 0 $((n - 1))); do
-  wait "${wpids[$r]}" || fail "worker $r exited with $?"
-done
-for r in $(seq 0 $((n - 1))); do
-  table_exact "$tmp/w$r.log" || fail "worker $r reports wrong elements"
-  [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge 4 ] || fail "worker $r printed too few rows"
-done
+run_workers 4 -d "$dtype" --message 16384 --payload 1024 -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 50 \
+  --timeout 90 --mode "$mode" --register "$tmp/ctl.sock"
 if [ "$mode" = ring ]; then
   out=$("$ctl" --socket "$tmp/ctl.sock" list)
   grep -q "no jobs" <<<"$out" || fail "ring mode registered a job: $out"

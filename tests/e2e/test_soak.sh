@@ -12,6 +12,7 @@ n=4
 # shellcheck source=../lib/rack.sh
 . "$src/tests/lib/rack.sh"
 C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
+worker_failure_hint() { echo "the appliance's job: $(C stats 1 2>&1 | tr '\n' ' ')"; }
 
 start_rack --impair "$impair" -- --metrics 127.0.0.1:0
 url=$(sed -n 's|^inagg: metrics at \(http://[^ ]*\)$|\1|p' "$tmp/inagg.log")
@@ -24,20 +25,9 @@ slack=64  # buffers in flight when the gauge is read (the lcores keep forwarding
 baseline="" total_naks=0 total_resends=0 total_dups=0 t0=$SECONDS
 for round in $(seq 1 "$rounds"); do
   ts=$SECONDS
-  wpids=()
-  for r in $(seq 0 $((n - 1))); do
-    ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" -d float --minbytes "$size" --maxbytes "$size" \
-      -n 1 -w 0 -c $((iters + 1)) --in-place 0 --seed "$round" --ack-timeout-ms 200 --timeout 300 --register "$tmp/ctl.sock" \
-      >"$tmp/w$r.log" 2>&1 &
-    wpids+=($!)
-  done
-  for r in $(seq 0 $((n - 1))); do
-    wait "${wpids[$r]}" || fail "round $round: worker $r exited with status $?; the appliance's job: $(C stats 1 2>&1 | tr '\n' ' ')"
-  done
-  for r in $(seq 0 $((n - 1))); do
-    table_exact "$tmp/w$r.log" || fail "round $round: worker $r reports wrong elements"
-    grep -q "^ " "$tmp/w$r.log" || fail "round $round: worker $r printed no result row"
-  done
+  worker_context="round $round: "
+  run_workers 1 -d float --minbytes "$size" --maxbytes "$size" -n 1 -w 0 -c $((iters + 1)) --in-place 0 --seed "$round" \
+    --ack-timeout-ms 200 --timeout 300 --register "$tmp/ctl.sock"
   stats=$(C stats 1) || fail "round $round: stats: $stats"
   grep -q "^state active" <<<"$stats" || fail "round $round: job not active: $stats"
   grep -q "^held_packets 0$" <<<"$stats" || fail "round $round: stuck slots: $(grep -E '^(held|retained)' <<<"$stats")"

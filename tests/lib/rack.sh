@@ -73,6 +73,30 @@ table_exact() {
   awk '!/^#/ && NF >= 9 {rows++; if ($9 != "0" || (NF >= 13 && $13 != "0")) bad = 1} END {exit bad || !rows}' "$@"
 }
 
+# run_workers MIN_ROWS WORKER_ARGS...: inagg-worker ($worker) on every rank in its namespace, as
+# --workers $n --rank R and WORKER_ARGS, its output in $tmp/wR.log; fails unless every worker exits
+# 0, every row of its table is exact and it printed at least MIN_ROWS rows. A failure message
+# starts with $worker_context (e.g. "round 3: ") and ends with what worker_failure_hint prints,
+# when the test defines that function.
+run_workers() {
+  local rows=$1 r rc hint wpids=()
+  shift
+  for r in $(seq 0 $((n - 1))); do
+    ip netns exec "$(ns_w "$r")" "$worker" --workers "$n" --rank "$r" "$@" >"$tmp/w$r.log" 2>&1 &
+    wpids+=($!)
+  done
+  for r in $(seq 0 $((n - 1))); do
+    wait "${wpids[$r]}" && continue
+    rc=$?
+    hint=$(declare -F worker_failure_hint >/dev/null && worker_failure_hint)
+    fail "${worker_context:-}worker $r exited with status $rc${hint:+; $hint}"
+  done
+  for r in $(seq 0 $((n - 1))); do
+    table_exact "$tmp/w$r.log" || fail "${worker_context:-}worker $r reports wrong elements"
+    [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge "$rows" ] || fail "${worker_context:-}worker $r printed fewer than $rows result rows"
+  done
+}
+
 # released_over ID N: the appliance ($ctl on $tmp/ctl.sock) has released more than N slots of job ID.
 released_over() {
   local v
