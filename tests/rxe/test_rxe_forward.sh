@@ -16,34 +16,13 @@
 #   test_rxe_forward.sh INAGG SRCDIR
 set -uo pipefail
 inagg=$1 src=$2
-lab=$src/scripts/rxe-lab
 here=$(cd "$(dirname "$0")" && pwd)
 
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (taps, QEMU on them)"; exit 77; }
-command -v qemu-system-x86_64 >/dev/null || { echo "SKIP: qemu-system-x86_64 is missing: install qemu-system-x86 (scripts/packages.txt, scripts/setup --deps)"; exit 77; }
-[ -c /dev/net/tun ] || { echo "SKIP: /dev/net/tun is missing: no taps on this host"; exit 77; }
 
-tmp=$(mktemp -d)
-prefix="rxe-fwd-$$"
-ipid=""
-started=$SECONDS
-cleanup() {
-  if [ -n "$ipid" ]; then kill "$ipid" 2>/dev/null && wait "$ipid" 2>/dev/null; fi
-  "$lab" down >/dev/null 2>&1
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-fail() {
-  echo "FAIL: $*"
-  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 8 "$f"; }; done
-  exit 1
-}
-# One lab at a time: its taps and VMs have fixed names.
-exec 9>/run/rxe-lab.lock
-flock -w 900 9 || { echo "FAIL: another rxe-lab run held /run/rxe-lab.lock for 15 minutes"; exit 1; }
-trap cleanup EXIT
+# shellcheck source=lab.sh
+. "$src/tests/rxe/lab.sh" fwd 8
 
-"$lab" up --vms 2 >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
-cat "$tmp/up.log"
+lab_up 2
 up_s=$((SECONDS - started))
 gid0=$(awk '$1 == "gid_index" {print $2}' /run/rxe-lab/vm0/share/ready)
 gid1=$(awk '$1 == "gid_index" {print $2}' /run/rxe-lab/vm1/share/ready)
@@ -53,8 +32,7 @@ ip1=10.77.0.102
 "$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
   -- --socket "$tmp/ctl.sock" --mtu 1500 --idle-sleep-us 100 >"$tmp/inagg.log" 2>&1 &
 ipid=$!
-for _ in $(seq 300); do [ -S "$tmp/ctl.sock" ] && break; kill -0 "$ipid" 2>/dev/null || break; sleep 0.1; done
-[ -S "$tmp/ctl.sock" ] || fail "inagg did not start on the taps"
+wait_appliance
 for t in rxe-t0 rxe-t1; do
   ip -o link show "$t" | grep -q ' master ' && fail "$t is enslaved to a bridge: traffic could bypass inagg"
 done

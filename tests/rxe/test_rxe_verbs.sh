@@ -24,38 +24,17 @@
 #   test_rxe_verbs.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
-lab=$src/scripts/rxe-lab
 here=$(cd "$(dirname "$0")" && pwd)
 
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (taps, QEMU on them)"; exit 77; }
-command -v qemu-system-x86_64 >/dev/null || { echo "SKIP: qemu-system-x86_64 is missing: install qemu-system-x86 (scripts/packages.txt, scripts/setup --deps)"; exit 77; }
-[ -c /dev/net/tun ] || { echo "SKIP: /dev/net/tun is missing: no taps on this host"; exit 77; }
 "$worker" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
   { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
 
 n=3 msg=4096 payload=1024 window=2
-tmp=$(mktemp -d)
-prefix="rxe-verbs-$$"
+# shellcheck source=lab.sh
+. "$src/tests/rxe/lab.sh" verbs 12
 port=$((20000 + $$ % 20000))
-ipid=""
-started=$SECONDS
-cleanup() {
-  if [ -n "$ipid" ]; then kill "$ipid" 2>/dev/null && wait "$ipid" 2>/dev/null; fi
-  "$lab" down >/dev/null 2>&1
-  rm -rf "$tmp" "/var/run/dpdk/$prefix"
-}
-fail() {
-  echo "FAIL: $*"
-  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 12 "$f"; }; done
-  exit 1
-}
-# One lab at a time: its taps and VMs have fixed names.
-exec 9>/run/rxe-lab.lock
-flock -w 900 9 || { echo "FAIL: another rxe-lab run held /run/rxe-lab.lock for 15 minutes"; exit 1; }
-trap cleanup EXIT
 
-"$lab" up --vms $n >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
-cat "$tmp/up.log"
+lab_up $n
 up_s=$((SECONDS - started))
 
 head -c 24 /dev/urandom | base64 >"$tmp/secret"
@@ -65,8 +44,7 @@ chmod 600 "$tmp/secret"
   -- --socket "$tmp/ctl.sock" --mtu 1500 --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
   >"$tmp/inagg.log" 2>&1 &
 ipid=$!
-for _ in $(seq 300); do [ -S "$tmp/ctl.sock" ] && break; kill -0 "$ipid" 2>/dev/null || break; sleep 0.1; done
-[ -S "$tmp/ctl.sock" ] || fail "inagg did not start on the taps"
+wait_appliance
 grep -q "control requests over TCP on 127.0.0.1:$port" "$tmp/inagg.log" || fail "inagg does not say it listens on TCP port $port"
 
 # The worker, its libraries but the VM's own libc and libibverbs (with the VM's providers), and
