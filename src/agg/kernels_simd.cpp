@@ -220,46 +220,9 @@ void add_into_units(uint8_t* dst, const uint8_t* src, size_t bytes) {
   }
 }
 
-// A chunk of chunk_units units stays in registers across all n ranks, so each source byte is read
-// once and dst is written once. Ranks are added in order 0, 1, ..., n-1.
-template <class C>
-void sum_ranked_units(uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes) {
-  constexpr size_t unit = C::unit_bytes;
-  constexpr size_t chunk = C::chunk_units * unit;
-  size_t off = 0;
-  for (; off + chunk <= bytes; off += chunk) {
-    typename C::Acc acc[C::chunk_units];
-#pragma GCC unroll 8
-    for (size_t k = 0; k < C::chunk_units; ++k) acc[k] = C::load(srcs[0] + off + k * unit);
-    for (size_t r = 1; r < n; ++r) {
-      const uint8_t* src = srcs[r] + off;
-#pragma GCC unroll 8
-      for (size_t k = 0; k < C::chunk_units; ++k) acc[k] = C::add(acc[k], C::load(src + k * unit));
-    }
-#pragma GCC unroll 8
-    for (size_t k = 0; k < C::chunk_units; ++k) C::store(dst + off + k * unit, acc[k]);
-  }
-  for (; off + unit <= bytes; off += unit) {
-    typename C::Acc acc = C::load(srcs[0] + off);
-    for (size_t r = 1; r < n; ++r) acc = C::add(acc, C::load(srcs[r] + off));
-    C::store(dst + off, acc);
-  }
-  if (off < bytes) {
-    const size_t rest = bytes - off;
-    Tail<C> t;
-    std::memcpy(t.bytes, srcs[0] + off, rest);
-    typename C::Acc acc = C::load(t.bytes);
-    for (size_t r = 1; r < n; ++r) {
-      std::memcpy(t.bytes, srcs[r] + off, rest);
-      acc = C::add(acc, C::load(t.bytes));
-    }
-    C::store(t.bytes, acc);
-    std::memcpy(dst + off, t.bytes, rest);
-  }
-}
-
-// sum_ranked_units, each chunk stored into every dst. All loads of a chunk come before its stores,
-// so a dst may be a source at the same address.
+// The rank-ordered sum (ranks added in order 0, 1, ..., n-1): a chunk of chunk_units units is held
+// in registers across all n ranks, then stored into every dst, so each source byte is read once.
+// All loads of a chunk come before its stores, so a dst may be a source at the same address.
 template <class C>
 void sum_ranked_broadcast_units(uint8_t* const* dsts, size_t ndst, const uint8_t* const* srcs, size_t n, size_t bytes) {
   constexpr size_t unit = C::unit_bytes;
@@ -297,6 +260,13 @@ void sum_ranked_broadcast_units(uint8_t* const* dsts, size_t ndst, const uint8_t
     C::store(t.bytes, acc);
     for (size_t d = 0; d < ndst; ++d) std::memcpy(dsts[d] + off, t.bytes, rest);
   }
+}
+
+// The rank-ordered sum into one dst.
+template <class C>
+void sum_ranked_units(uint8_t* dst, const uint8_t* const* srcs, size_t n, size_t bytes) {
+  uint8_t* const dsts[1] = {dst};
+  sum_ranked_broadcast_units<C>(dsts, 1, srcs, n, bytes);
 }
 
 void add_into(Dtype dtype, uint8_t* dst, const uint8_t* src, size_t bytes) {
