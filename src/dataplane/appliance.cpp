@@ -114,6 +114,11 @@ Appliance::MbufUse Appliance::mbuf_use() const {
   return use;
 }
 
+Appliance::FlowRuleCounts Appliance::flow_rules() const {
+  const SteeringCounters c = impl_->ports.steering().counters();
+  return {c.job_rules, c.job_rules_refused};
+}
+
 bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   Impl& I = *impl_;
   I.cfg = cfg;
@@ -211,8 +216,20 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   return ok;
 }
 
-bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) { return impl_->jobs.add(spec, error); }
-bool Appliance::remove_job(uint32_t id, std::string* error) { return impl_->jobs.remove(id, error); }
+// The job's rte_flow rules follow its owner (flow.hpp). They are an optimisation: until they are in
+// place, and where a PMD refuses them, the lcores hand the job's packets to the owner.
+bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
+  if (!impl_->jobs.add(spec, error)) return false;
+  if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1)
+    impl_->ports.steering().steer_job(spec.id, spec.conns, static_cast<uint16_t>(owner));
+  return true;
+}
+
+bool Appliance::remove_job(uint32_t id, std::string* error) {
+  if (!impl_->jobs.remove(id, error)) return false;
+  impl_->ports.steering().unsteer_job(id);
+  return true;
+}
 std::vector<control::JobStatus> Appliance::describe_jobs() { return impl_->jobs.describe_all(); }
 bool Appliance::describe_job(uint32_t id, control::JobStatus* out) { return impl_->jobs.describe(id, out); }
 agg::EngineCounters Appliance::engine_totals() { return impl_->jobs.totals(); }

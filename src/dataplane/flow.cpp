@@ -1,60 +1,214 @@
 #include "inagg/dataplane/flow.hpp"
 
 #include <rte_byteorder.h>
+#include <rte_ethdev.h>
+
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "inagg/util/log.hpp"
 
 namespace inagg::dataplane {
+namespace {
 
-RoceSteeringRule::RoceSteeringRule(bool ipv6, uint16_t queue_index) {
-  attr.ingress = 1;
-  udp_spec.hdr.dst_port = RTE_BE16(4791);
-  udp_mask.hdr.dst_port = RTE_BE16(0xffff);
-  queue.index = queue_index;
-  pattern[0].type = RTE_FLOW_ITEM_TYPE_ETH;
-  pattern[1].type = ipv6 ? RTE_FLOW_ITEM_TYPE_IPV6 : RTE_FLOW_ITEM_TYPE_IPV4;
-  pattern[2].type = RTE_FLOW_ITEM_TYPE_UDP;
-  pattern[2].spec = &udp_spec;
-  pattern[2].mask = &udp_mask;
-  pattern[3].type = RTE_FLOW_ITEM_TYPE_END;
-  actions[0].type = RTE_FLOW_ACTION_TYPE_QUEUE;
-  actions[0].conf = &queue;
-  actions[1].type = RTE_FLOW_ACTION_TYPE_END;
+constexpr uint16_t kRoceUdpPort = 4791;
+
+// ETH / IPv4|IPv6 / UDP dst 4791; the IP item matches any address until a caller fills it.
+std::unique_ptr<FlowRule> roce_match(bool ipv6, uint32_t priority) {
+  auto r = std::make_unique<FlowRule>();
+  r->attr.ingress = 1;
+  r->attr.priority = priority;
+  r->udp_spec.hdr.dst_port = RTE_BE16(kRoceUdpPort);
+  r->udp_mask.hdr.dst_port = RTE_BE16(0xffff);
+  r->pattern[0].type = RTE_FLOW_ITEM_TYPE_ETH;
+  r->pattern[1].type = ipv6 ? RTE_FLOW_ITEM_TYPE_IPV6 : RTE_FLOW_ITEM_TYPE_IPV4;
+  r->pattern[2].type = RTE_FLOW_ITEM_TYPE_UDP;
+  r->pattern[2].spec = &r->udp_spec;
+  r->pattern[2].mask = &r->udp_mask;
+  r->pattern[3].type = RTE_FLOW_ITEM_TYPE_END;
+  r->actions[1].type = RTE_FLOW_ACTION_TYPE_END;
+  return r;
 }
 
-namespace {
 std::string describe(const rte_flow_error& e) {
   std::string s = e.message ? e.message : "no reason given";
   return s + " (rte_flow error type " + std::to_string(static_cast<int>(e.type)) + ")";
 }
+
 }  // namespace
 
-SteeringResult install_roce_steering(uint16_t port, uint16_t queue_index) {
-  SteeringResult r;
-  for (bool v6 : {false, true}) {
-    RoceSteeringRule rule(v6, queue_index);
-    rte_flow_error err{};
-    if (rte_flow_validate(port, &rule.attr, rule.pattern, rule.actions, &err) != 0) {
-      r.reason = describe(err);
-      remove_roce_steering(port, r);
-      return r;
-    }
-    rte_flow* f = rte_flow_create(port, &rule.attr, rule.pattern, rule.actions, &err);
-    if (f == nullptr) {
-      r.reason = describe(err);
-      remove_roce_steering(port, r);
-      return r;
-    }
-    (v6 ? r.v6 : r.v4) = f;
-  }
-  r.mode = SteeringMode::hardware;
+std::unique_ptr<FlowRule> roce_queue_rule(bool ipv6, uint16_t queue, uint32_t priority) {
+  auto r = roce_match(ipv6, priority);
+  r->queue.index = queue;
+  r->actions[0].type = RTE_FLOW_ACTION_TYPE_QUEUE;
+  r->actions[0].conf = &r->queue;
   return r;
 }
 
-void remove_roce_steering(uint16_t port, SteeringResult& r) {
+std::unique_ptr<FlowRule> roce_rss_rule(bool ipv6, uint16_t queues, uint32_t priority) {
+  auto r = roce_match(ipv6, priority);
+  for (uint16_t q = 0; q < queues; ++q) r->rss_queues.push_back(q);
+  r->rss.func = RTE_ETH_HASH_FUNCTION_DEFAULT;
+  r->rss.level = 0;  // the outer headers: RoCEv2 is not a tunnel
+  r->rss.types = (ipv6 ? RTE_ETH_RSS_NONFRAG_IPV6_UDP : RTE_ETH_RSS_NONFRAG_IPV4_UDP) | RTE_ETH_RSS_L4_SRC_ONLY;
+  r->rss.key_len = 0;  // the PMD's default key
+  r->rss.key = nullptr;
+  r->rss.queue_num = queues;
+  r->rss.queue = r->rss_queues.data();
+  r->actions[0].type = RTE_FLOW_ACTION_TYPE_RSS;
+  r->actions[0].conf = &r->rss;
+  return r;
+}
+
+std::unique_ptr<FlowRule> connection_rule(const util::IpAddr& src, const util::IpAddr& dst, uint16_t queue,
+                                          uint32_t priority) {
+  const bool v6 = src.version == util::IpVersion::v6;
+  auto r = roce_queue_rule(v6, queue, priority);
+  if (v6) {
+    std::memcpy(r->ip6_spec.hdr.src_addr, src.bytes.data(), 16);
+    std::memcpy(r->ip6_spec.hdr.dst_addr, dst.bytes.data(), 16);
+    std::memset(r->ip6_mask.hdr.src_addr, 0xff, 16);
+    std::memset(r->ip6_mask.hdr.dst_addr, 0xff, 16);
+    r->pattern[1].spec = &r->ip6_spec;
+    r->pattern[1].mask = &r->ip6_mask;
+  } else {
+    std::memcpy(&r->ip4_spec.hdr.src_addr, src.bytes.data(), 4);  // IpAddr keeps network order
+    std::memcpy(&r->ip4_spec.hdr.dst_addr, dst.bytes.data(), 4);
+    r->ip4_mask.hdr.src_addr = RTE_BE32(0xffffffff);
+    r->ip4_mask.hdr.dst_addr = RTE_BE32(0xffffffff);
+    r->pattern[1].spec = &r->ip4_spec;
+    r->pattern[1].mask = &r->ip4_mask;
+  }
+  return r;
+}
+
+const char* steering_mode_name(SteeringMode m) {
+  switch (m) {
+    case SteeringMode::rss:
+      return "rss";
+    case SteeringMode::queue:
+      return "queue";
+    case SteeringMode::software:
+      break;
+  }
+  return "software";
+}
+
+rte_flow* FlowSteering::create(uint16_t port, const FlowRule& r, std::string* reason) const {
   rte_flow_error err{};
-  if (r.v4) rte_flow_destroy(port, r.v4, &err);
-  if (r.v6) rte_flow_destroy(port, r.v6, &err);
-  r.v4 = r.v6 = nullptr;
-  r.mode = SteeringMode::software;
+  if (ops_.validate(port, &r.attr, r.pattern, r.actions, &err) != 0) {
+    *reason = describe(err);
+    return nullptr;
+  }
+  rte_flow* f = ops_.create(port, &r.attr, r.pattern, r.actions, &err);
+  if (f == nullptr) *reason = describe(err);
+  return f;
+}
+
+PortSteering FlowSteering::add_port(uint16_t port, uint16_t queues) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PortSteering ps;
+  ps.port = port;
+  // Both IP versions or neither: a mode that steers IPv4 but not IPv6 would split one lcore's jobs.
+  auto try_mode = [&](SteeringMode mode) {
+    for (bool v6 : {false, true}) {
+      std::unique_ptr<FlowRule> r = mode == SteeringMode::rss ? roce_rss_rule(v6, queues, kRoceRulePriority)
+                                                              : roce_queue_rule(v6, 0, kRoceRulePriority);
+      std::string why;
+      rte_flow* f = create(port, *r, &why);
+      if (f == nullptr) {
+        ps.reason += (ps.reason.empty() ? "" : "; ") + std::string(steering_mode_name(mode)) + ": " + why;
+        rte_flow_error err{};
+        for (rte_flow* g : ps.flows) ops_.destroy(port, g, &err);
+        ps.flows.clear();
+        return false;
+      }
+      ps.flows.push_back(f);
+    }
+    ps.mode = mode;
+    return true;
+  };
+  if (!(queues > 1 && try_mode(SteeringMode::rss)) && !try_mode(SteeringMode::queue)) ps.mode = SteeringMode::software;
+  ports_.push_back(ps);
+  return ps;
+}
+
+PortSteering FlowSteering::add_unsteered_port(uint16_t port, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PortSteering ps;
+  ps.port = port;
+  ps.reason = reason;
+  ports_.push_back(ps);
+  return ps;
+}
+
+unsigned FlowSteering::steer_job(uint32_t id, const std::vector<control::ConnectionSpec>& conns, uint16_t queue) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  unsteer_locked(id);
+  // Both directions of every connection: the WRITEs one way, the ACKs and NAKs the other. A ring's
+  // neighbours share address pairs; one rule per pair.
+  std::set<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> pairs;
+  std::vector<std::pair<util::IpAddr, util::IpAddr>> dirs;
+  for (const control::ConnectionSpec& c : conns)
+    for (const auto& [a, b] : {std::pair{c.src_ip, c.dst_ip}, std::pair{c.dst_ip, c.src_ip}})
+      if (a.version == b.version && pairs.insert({a.bytes, b.bytes}).second) dirs.emplace_back(a, b);
+  unsigned refused = 0;
+  std::string first_reason;
+  auto& flows = job_flows_[id];
+  for (const PortSteering& ps : ports_) {
+    if (ps.mode != SteeringMode::rss) continue;
+    for (const auto& [src, dst] : dirs) {
+      std::unique_ptr<FlowRule> r = connection_rule(src, dst, queue, kJobRulePriority);
+      std::string why;
+      if (rte_flow* f = create(ps.port, *r, &why)) {
+        flows.emplace_back(ps.port, f);
+      } else {
+        if (refused++ == 0) first_reason = "port " + std::to_string(ps.port) + ": " + why;
+      }
+    }
+  }
+  if (flows.empty()) job_flows_.erase(id);
+  if (refused) {
+    job_rules_refused_ += refused;
+    util::log(util::LogModule::dataplane, util::LogLevel::notice,
+              "job %u: %u of its rte_flow rules to queue %u refused (%s); its packets that land on other queues "
+              "reach the owner lcore through the handover ring",
+              id, refused, queue, first_reason.c_str());
+  }
+  return refused;
+}
+
+void FlowSteering::unsteer_locked(uint32_t id) {
+  auto it = job_flows_.find(id);
+  if (it == job_flows_.end()) return;
+  rte_flow_error err{};
+  for (auto [port, f] : it->second) ops_.destroy(port, f, &err);
+  job_flows_.erase(it);
+}
+
+void FlowSteering::unsteer_job(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  unsteer_locked(id);
+}
+
+void FlowSteering::remove_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (!job_flows_.empty()) unsteer_locked(job_flows_.begin()->first);
+  rte_flow_error err{};
+  for (PortSteering& ps : ports_) {
+    for (rte_flow* f : ps.flows) ops_.destroy(ps.port, f, &err);
+    ps.flows.clear();
+  }
+  ports_.clear();
+}
+
+SteeringCounters FlowSteering::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SteeringCounters c;
+  for (const auto& [id, flows] : job_flows_) c.job_rules += flows.size();
+  c.job_rules_refused = job_rules_refused_;
+  return c;
 }
 
 }  // namespace inagg::dataplane

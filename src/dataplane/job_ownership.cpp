@@ -115,6 +115,12 @@ bool JobOwnership::describe(uint32_t id, control::JobStatus* out) {
   return true;
 }
 
+int JobOwnership::owner_of(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = owner_.find(id);
+  return it == owner_.end() ? -1 : it->second;
+}
+
 agg::EngineCounters JobOwnership::totals() {
   std::lock_guard<std::mutex> lock(mutex_);
   agg::EngineCounters sum;

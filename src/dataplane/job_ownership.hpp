@@ -25,6 +25,8 @@ class JobOwnership {
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);
   agg::EngineCounters totals();
+  // The index (= queue) of the lcore that owns job `id`, or -1.
+  int owner_of(uint32_t id);
 
  private:
   bool conflicts(const agg::JobSpec& spec, std::string* error) const;

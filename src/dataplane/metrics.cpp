@@ -87,11 +87,12 @@ std::string PrometheusRenderer::render() {
   port_family("inagg_port_tx_errors_total", "packets the port failed to send", &rte_eth_stats::oerrors);
   {
     Family f(o, "inagg_port_info",
-             "the port's driver, MTU and whether RoCE is steered by rte_flow (hardware) or in software", "gauge");
+             "the port's driver, MTU and how RoCE is steered: rte_flow RSS by UDP source port (rss), rte_flow to "
+             "queue 0 (queue), or classified in software",
+             "gauge");
     for (const PortInfo& p : ports)
       f.sample(label("port", std::to_string(p.port)) + "," + label("driver", p.name) + "," +
-                   label("mtu", std::to_string(p.mtu)) + "," +
-                   label("steering", p.flow_hardware ? "hardware" : "software"),
+                   label("mtu", std::to_string(p.mtu)) + "," + label("steering", p.flow_mode),
                uint64_t{1});
   }
 
@@ -122,6 +123,16 @@ std::string PrometheusRenderer::render() {
     Family(o, "inagg_mbufs_in_use", "packet buffers in use: held by jobs, queued, or in per-lcore caches", "gauge")
         .sample("", use.in_use);
     Family(o, "inagg_mbufs", "packet buffers in the pools", "gauge").sample("", static_cast<uint64_t>(use.total));
+  }
+  {
+    const Appliance::FlowRuleCounts rules = app_.flow_rules();
+    Family(o, "inagg_flow_job_rules", "per-job rte_flow rules steering jobs' connections to their owner lcore's queue",
+           "gauge")
+        .sample("", rules.in_place);
+    Family(o, "inagg_flow_job_rules_refused_total",
+           "per-job rte_flow rules a port's PMD refused (those packets reach the owner through a handover ring)",
+           "counter")
+        .sample("", rules.refused);
   }
 
   const agg::EngineCounters totals = app_.engine_totals();

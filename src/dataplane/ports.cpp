@@ -53,7 +53,7 @@ bool is_af_packet(const rte_eth_dev_info& info) {
 }  // namespace
 
 PortSet::~PortSet() {
-  for (size_t i = 0; i < steering_.size(); ++i) remove_roce_steering(ids_[i], steering_[i]);
+  steering_.remove_all();
   for (uint16_t p : configured_) rte_eth_dev_stop(p);
   for (uint16_t p : ids_) rte_eth_dev_close(p);  // net_pcap completes its output file here
   for (rte_mempool* p : pools_) rte_mempool_free(p);
@@ -249,19 +249,17 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   uint16_t actual_mtu = 0;
   rte_eth_dev_get_mtu(p, &actual_mtu);
   PortInfo pi{p, info.driver_name ? info.driver_name : "?", false, "", kernel_mtu ? kernel_mtu : actual_mtu};
-  SteeringResult sr;
-  if (cfg.flow_steering) {
-    sr = install_roce_steering(p, 0);
-    if (sr.mode == SteeringMode::software)
-      util::log(util::LogModule::dataplane, util::LogLevel::notice,
-                "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software", p,
-                pi.name.c_str(), sr.reason.c_str());
-  } else {
-    sr.reason = "disabled by --no-flow";
-  }
-  pi.flow_hardware = sr.mode == SteeringMode::hardware;
-  pi.flow_reason = sr.reason;
-  steering_.push_back(sr);
+  const PortSteering ps =
+      cfg.flow_steering ? steering_.add_port(p, nq) : steering_.add_unsteered_port(p, "disabled by --no-flow");
+  if (cfg.flow_steering && ps.mode != SteeringMode::rss)
+    util::log(util::LogModule::dataplane, util::LogLevel::notice,
+              ps.mode == SteeringMode::queue
+                  ? "port %u (%s): rte_flow steers UDP 4791 to queue 0 (%s)"
+                  : "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software",
+              p, pi.name.c_str(), ps.reason.c_str());
+  pi.flow_hardware = ps.mode != SteeringMode::software;
+  pi.flow_mode = steering_mode_name(ps.mode);
+  pi.flow_reason = ps.reason;
   info_.push_back(pi);
   return true;
 }
@@ -293,8 +291,8 @@ std::string PortSet::stats_text() const {
     std::snprintf(buf, sizeof buf,
                   "port %u (%s, mtu %u, steering %s): rx %" PRIu64 " tx %" PRIu64 " rx_missed %" PRIu64
                   " rx_nombuf %" PRIu64 " rx_errors %" PRIu64 " tx_errors %" PRIu64 "\n",
-                  p.port, p.name.c_str(), p.mtu, p.flow_hardware ? "rte_flow" : "software", st.ipackets, st.opackets,
-                  st.imissed, st.rx_nombuf, st.ierrors, st.oerrors);
+                  p.port, p.name.c_str(), p.mtu, p.flow_hardware ? ("rte_flow " + p.flow_mode).c_str() : "software",
+                  st.ipackets, st.opackets, st.imissed, st.rx_nombuf, st.ierrors, st.oerrors);
     s += buf;
   }
   return s;

@@ -39,6 +39,8 @@ class PortSet {
     return tx_ring_size_;
   }                                // port index -> TX descriptors per queue
   std::string stats_text() const;  // one line per port: PMD counters
+  FlowSteering& steering() { return steering_; }
+  const FlowSteering& steering() const { return steering_; }
 
  private:
   bool open_port(const ApplianceConfig& cfg, uint16_t port, uint16_t queues, std::string* error);
@@ -51,7 +53,7 @@ class PortSet {
   std::vector<rte_mempool*> pool_of_port_;  // port index -> the pool its RX queues fill from
   std::vector<uint16_t> ids_;
   std::vector<uint16_t> configured_;  // ports rte_eth_dev_configure accepted: to stop and close
-  std::vector<SteeringResult> steering_;
+  FlowSteering steering_;             // its rules are removed in ~PortSet, before the ports stop
   std::vector<PortInfo> info_;
   std::vector<uint16_t> tx_ring_size_;
 };

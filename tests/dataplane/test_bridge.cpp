@@ -1,8 +1,7 @@
-// The L2 learning bridge and the rte_flow rule construction (no EAL needed for either).
+// The L2 learning bridge (no EAL needed).
 #include <gtest/gtest.h>
 
 #include "inagg/dataplane/bridge.hpp"
-#include "inagg/dataplane/flow.hpp"
 
 using namespace inagg::dataplane;
 
@@ -68,24 +67,5 @@ TEST(MacTable, AFullNeighbourhoodFloodsInsteadOfEvictingLiveEntries) {
     mac[5] = static_cast<uint8_t>(i);
     const uint16_t out = t.lookup(mac, 7, 2);
     EXPECT_TRUE(out == kFlood || out == i % 3) << i;
-  }
-}
-
-TEST(RoceSteeringRule, MatchesUdpDestinationPort4791IntoTheQueue) {
-  for (bool v6 : {false, true}) {
-    RoceSteeringRule r(v6, 3);
-    EXPECT_EQ(r.attr.ingress, 1u);
-    EXPECT_EQ(r.pattern[0].type, RTE_FLOW_ITEM_TYPE_ETH);
-    EXPECT_EQ(r.pattern[1].type, v6 ? RTE_FLOW_ITEM_TYPE_IPV6 : RTE_FLOW_ITEM_TYPE_IPV4);
-    EXPECT_EQ(r.pattern[2].type, RTE_FLOW_ITEM_TYPE_UDP);
-    const auto* spec = static_cast<const rte_flow_item_udp*>(r.pattern[2].spec);
-    const auto* mask = static_cast<const rte_flow_item_udp*>(r.pattern[2].mask);
-    EXPECT_EQ(rte_be_to_cpu_16(spec->hdr.dst_port), 4791);
-    EXPECT_EQ(mask->hdr.dst_port, 0xffff);
-    EXPECT_EQ(mask->hdr.src_port, 0);
-    EXPECT_EQ(r.pattern[3].type, RTE_FLOW_ITEM_TYPE_END);
-    EXPECT_EQ(r.actions[0].type, RTE_FLOW_ACTION_TYPE_QUEUE);
-    EXPECT_EQ(static_cast<const rte_flow_action_queue*>(r.actions[0].conf)->index, 3);
-    EXPECT_EQ(r.actions[1].type, RTE_FLOW_ACTION_TYPE_END);
   }
 }

@@ -31,6 +31,11 @@ grep -q "datapath on the worker lcores" "$tmp/log" || fail "not two datapath lco
 grep -Eq "^lcore [0-9]+: .* handover_out [1-9]" "$tmp/log" || fail "no packet was handed over: the test does not test ownership"
 grep -Eq "^lcore [0-9]+: .* handover_full [1-9]" "$tmp/log" && fail "handovers dropped (owner's ring full)"
 grep -q "job 1: active" "$tmp/log" || fail "job not active at exit"
+# net_pcap takes no rte_flow rule: the RSS rule, then the queue rule, are tried and refused, and
+# the port says it classifies in software (flow.hpp's fallback), in the log and in the stats.
+grep -Eq "port 0 .*rte_flow steering of UDP 4791 unavailable \(rss: .*; queue: .*\); classifying in software" "$tmp/log" ||
+  fail "the rte_flow fallback (rss, then queue, then software) was not reported"
+grep -Eq "^port 0 .*steering software\)" "$tmp/log" || fail "stats do not show steering software"
 /usr/bin/python3 - "$tmp" <<'PY' || fail "merging the per-queue output"
 import logging, sys
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)

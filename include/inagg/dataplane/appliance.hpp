@@ -73,6 +73,7 @@ struct PortInfo {
   bool flow_hardware;
   std::string flow_reason;
   uint32_t mtu;
+  std::string flow_mode = "software";  // rss, queue or software (flow.hpp)
 };
 
 // The engines' mbuf budget must leave the pool buffers for forwarding: the check inagg makes at
@@ -119,6 +120,11 @@ class Appliance {
     uint64_t in_use = 0, total = 0;
   };
   MbufUse mbuf_use() const;
+  // Per-job rte_flow rules in place and refused (flow.hpp); zero where no port is in rss mode.
+  struct FlowRuleCounts {
+    uint64_t in_place = 0, refused = 0;
+  };
+  FlowRuleCounts flow_rules() const;
   std::string stats_text();  // ports, lcores, jobs: the periodic and final print
 
   struct Impl;
