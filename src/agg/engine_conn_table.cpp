@@ -134,13 +134,13 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
   emit(pkt, tx, nullptr);
 }
 
-bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre) {
   untrusted_ = false;
-  process_frame(pkt, now_ns, tx);
+  process_frame(pkt, now_ns, tx, pre);
   return !untrusted_;
 }
 
-void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre) {
   ++totals_.rx_packets;
   if (now_ns > now_ns_) now_ns_ = now_ns;
   Layout l;
@@ -194,7 +194,7 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   if (e->ack_direction)
     handle_ack(job, e->rank, pkt, l, now_ns, tx);
   else
-    handle_data(job, e->rank, pkt, l, now_ns, tx);
+    handle_data(job, e->rank, pkt, l, now_ns, tx, pre);
 }
 
 }  // namespace inagg::agg

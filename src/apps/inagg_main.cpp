@@ -148,6 +148,10 @@ int check_config(const Options& opt, const std::vector<agg::JobSpec>& jobs, std:
     return 2;
   }
   const unsigned datapath = lc->datapath_lcores();
+  if (!dataplane::check_job_lcores(opt.app, datapath, &err)) {
+    std::cerr << "inagg: " << err << "\n";
+    return 2;
+  }
   if (!dataplane::check_mbuf_budget(opt.app, datapath, &err)) {
     std::cerr << "inagg: " << err << " (" << lc->lcores.size() << " EAL lcores: " << datapath
               << (datapath == 1 && lc->lcores.size() == 1 ? " datapath lcore, the main one"

@@ -57,6 +57,10 @@ po::options_description make_options(Options& o) {
       "tx-desc", po::value<uint16_t>(&o.app.tx_desc)->default_value(o.app.tx_desc), "TX descriptors per queue")(
       "drain-us", po::value<uint32_t>(&o.app.drain_us)->default_value(o.app.drain_us),
       "flush partial TX bursts at least this often")(
+      "job-lcores", po::value<uint16_t>(&o.app.job_lcores)->default_value(o.app.job_lcores),
+      "datapath lcores each job is spread over: 1, the lcore that owns it; N > 1, its owner plus N - 1 lcores that "
+      "compute its data packets' payload CRCs before the owner sums them (a pipeline; docs/protocol.md section 4). "
+      "At most the datapath lcores")(
       "idle-sleep-us", po::value<uint32_t>(&o.app.idle_sleep_us)->default_value(o.app.idle_sleep_us),
       "lab mode: a datapath lcore whose queues stay empty backs off and sleeps, up to this many microseconds at a "
       "time, so an appliance sharing cores with its workers does not starve them (at most half of --resend-us); 0: "

@@ -7,6 +7,7 @@
 #include <rte_errno.h>
 #include <rte_launch.h>
 #include <rte_lcore.h>
+#include <rte_mbuf_dyn.h>
 
 #include <chrono>
 #include <cstdio>
@@ -74,6 +75,15 @@ bool check_mbuf_budget(const ApplianceConfig& cfg, unsigned datapath_lcores, std
   return false;
 }
 
+bool check_job_lcores(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error) {
+  if (cfg.job_lcores >= 1 && cfg.job_lcores <= datapath_lcores) return true;
+  *error = "--job-lcores " + std::to_string(cfg.job_lcores) + " needs that many datapath lcores, and there " +
+           (datapath_lcores == 1 ? std::string("is 1") : "are " + std::to_string(datapath_lcores)) +
+           " (every worker lcore of EAL's -l/--lcores runs the datapath; the main lcore alone when there is none): "
+           "give EAL more lcores or lower --job-lcores";
+  return false;
+}
+
 struct Appliance::Impl {
   ApplianceConfig cfg;
   PortSet ports;  // declared first: destroyed after the lcores have given their buffers back
@@ -91,10 +101,11 @@ Appliance::~Appliance() {
     l->engine.reset();  // frees the mbufs its jobs hold
     l->capture.close();
     free_request_rings(*l);
-    if (l->handover) {
+    for (rte_ring* ring : {l->handover, l->to_verify}) {
+      if (!ring) continue;
       rte_mbuf* m;
-      while (rte_ring_dequeue(l->handover, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
-      rte_ring_free(l->handover);
+      while (rte_ring_dequeue(ring, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+      rte_ring_free(ring);
     }
   }
   I.lcores.clear();
@@ -135,6 +146,16 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.single = lcore_ids.empty();
   if (I.single) lcore_ids.push_back(rte_get_main_lcore());
   const uint16_t nq = static_cast<uint16_t>(lcore_ids.size());
+  if (!check_job_lcores(cfg, nq, error)) return false;
+  // The tag a packet carries between lcores (lcore.hpp, HandoverTag).
+  static const rte_mbuf_dynfield tag_field = {"inagg_handover_tag", sizeof(HandoverTag), alignof(HandoverTag), 0};
+  if (nq > 1) {
+    I.dp.handover_tag_offset = rte_mbuf_dynfield_register(&tag_field);
+    if (I.dp.handover_tag_offset < 0) {
+      *error = std::string("cannot register the handover tag in the mbufs' dynamic fields: ") + rte_strerror(rte_errno);
+      return false;
+    }
+  }
   if (!I.ports.open(cfg, nq, error)) return false;
 
   for (uint16_t i = 0; i < nq; ++i) {
@@ -147,7 +168,10 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
-    if (!l->handover) {
+    if (cfg.job_lcores > 1)
+      l->to_verify = rte_ring_create(("inagg_vf_" + std::to_string(i)).c_str(), kHandoverRingSize,
+                                     static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
+    if (!l->handover || (cfg.job_lcores > 1 && !l->to_verify)) {
       *error = std::string("cannot create lcore rings: ") + rte_strerror(rte_errno);
       return false;
     }
@@ -164,6 +188,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.dp.tsc_hz = rte_get_tsc_hz();
   I.dp.drain_us = cfg.drain_us;
   I.dp.idle_sleep_us = cfg.idle_sleep_us;
+  I.dp.job_lcores = cfg.job_lcores;
   I.dp.port_ids = I.ports.ids();
   I.dp.index_of_port = I.ports.index_of_port();
   for (auto& l : I.lcores) {
@@ -173,6 +198,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   }
   I.jobs.set_lcores(I.dp.lcores);
   I.jobs.set_closed_hold(cfg.engine.closed_hold_ns);
+  I.jobs.set_job_lcores(cfg.job_lcores);
   return true;
 }
 

@@ -26,15 +26,23 @@ bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const
 }
 
 // With one datapath lcore there is nobody to hand packets to: no owner tables.
-void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns) {
+void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
+                             const std::vector<uint16_t>& verifiers) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{kind};
     r.spec = &spec;
     r.owner = owner;
     r.linger_ns = linger_ns;
+    r.verifiers = verifiers;
     call_lcore(*l, r);
   }
+}
+
+uint16_t JobOwnership::verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores) {
+  if (job_lcores < 2 || nlcores < 2) return owner;
+  const size_t verifiers = std::min<size_t>(job_lcores, nlcores) - 1;
+  return static_cast<uint16_t>((owner + 1 + rank % verifiers) % nlcores);
 }
 
 bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
@@ -62,7 +70,11 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
-  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner);
+  std::vector<uint16_t> verifiers;
+  if (job_lcores_ > 1)
+    for (const agg::ConnectionSpec& c : spec.conns)
+      verifiers.push_back(verifier_of(owner, c.rank, job_lcores_, lcores_.size()));
+  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, verifiers);
   return true;
 }
 

@@ -17,6 +17,12 @@ class JobOwnership {
   void set_lcores(std::vector<LcoreState*> lcores) { lcores_ = std::move(lcores); }
   // How long a removed job's connections stay closed on the lcores that did not own it.
   void set_closed_hold(uint64_t ns) { closed_hold_ns_ = ns; }
+  // Lcores each job is spread over (ApplianceConfig::job_lcores): its owner and job_lcores - 1
+  // verifiers, the lcores that follow the owner's index.
+  void set_job_lcores(uint16_t n) { job_lcores_ = n; }
+  // The lcore that verifies rank `rank`'s data for a job owned by `owner`: one verifier per rank, so
+  // each connection's packets take one path and stay in order.
+  static uint16_t verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores);
 
   // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
   // whose engine decides. Refused when one of its connections belongs to another job.
@@ -31,10 +37,12 @@ class JobOwnership {
  private:
   bool conflicts(const agg::JobSpec& spec, std::string* error) const;
   control::JobStatus description(const agg::JobInfo& info) const;
-  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0);
+  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
+                 const std::vector<uint16_t>& verifiers = {});
 
   std::vector<LcoreState*> lcores_;
   uint64_t closed_hold_ns_ = 0;
+  uint16_t job_lcores_ = 1;
   // Taken by control-side threads only (the control thread, DPDK's telemetry thread): it keeps the
   // maps below consistent and lets one request at a time use an lcore's rings. The lcores never
   // take it.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <rte_mbuf.h>
+#include <rte_mbuf_dyn.h>
 #include <rte_ring.h>
 
 #include <array>
@@ -23,6 +24,7 @@
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/bridge.hpp"
 #include "inagg/util/pcap.hpp"
+#include "inagg/wire/icrc.hpp"
 
 namespace inagg::dataplane {
 
@@ -54,6 +56,28 @@ inline OwnerKey key_of(const wire::IpAddr& ip, uint32_t qpn) {
   return k;
 }
 
+// Where an lcore sends a RoCEv2 packet of a registered connection: to the lcore that owns its job,
+// through `verifier` first when that is another lcore (a job spread over several lcores, --job-lcores:
+// its data direction only; protocol.md section 4).
+struct OwnerRoute {
+  uint16_t owner = 0;
+  uint16_t verifier = 0;  // == owner: no verify stage
+};
+
+// What a packet on a handover ring carries beside its bytes, in an mbuf dynamic field (registered by
+// Appliance::init) written by the lcore that hands it over: an mbuf's dynamic fields are not reset
+// between uses, so every handover writes the stage.
+enum class HandoverStage : uint8_t {
+  plain,      // for the receiving lcore's engine, as it is
+  to_verify,  // on a verify ring: for the receiving lcore to compute its payload CRC and pass on to `owner`
+  verified,   // for the receiving lcore's engine, with `crc` computed by the lcore that verified it
+};
+struct HandoverTag {
+  wire::PayloadCrc crc;
+  uint16_t owner = 0;
+  HandoverStage stage = HandoverStage::plain;
+};
+
 struct TxBuffer {
   uint16_t n = 0;
   rte_mbuf* pkts[kMaxBurst];
@@ -73,11 +97,12 @@ struct alignas(64) LcoreState {
   uint64_t lookup_cache_mac = ~0ull, lookup_cache_ns = 0;
   uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
   // Each lcore's own copy of which lcore owns which connection, kept by requests: nothing shared.
-  std::unordered_map<OwnerKey, uint16_t, OwnerKeyHash> owners;
-  rte_ring* requests = nullptr;  // SP/SC: the control side (one caller at a time) -> this lcore
-  rte_ring* replies = nullptr;   // SP/SC: this lcore -> the control side
-  rte_ring* handover = nullptr;  // MP/SC: other lcores -> this lcore
-  std::vector<TxBuffer> tx;      // per port index
+  std::unordered_map<OwnerKey, OwnerRoute, OwnerKeyHash> owners;
+  rte_ring* requests = nullptr;   // SP/SC: the control side (one caller at a time) -> this lcore
+  rte_ring* replies = nullptr;    // SP/SC: this lcore -> the control side
+  rte_ring* handover = nullptr;   // MP/SC: other lcores -> this lcore's engine
+  rte_ring* to_verify = nullptr;  // MP/SC: other lcores -> this lcore, to verify for an owner (--job-lcores > 1)
+  std::vector<TxBuffer> tx;       // per port index
   agg::TxList engine_tx{4096};
   util::PcapWriter capture;
   LcoreCounters c;
@@ -98,7 +123,11 @@ struct Datapath {
   std::vector<uint16_t> port_ids;   // port index -> DPDK port id
   std::vector<int> index_of_port;   // DPDK port id -> port index (-1)
   std::vector<LcoreState*> lcores;  // by index, for handovers
+  int handover_tag_offset = -1;     // the HandoverTag mbuf dynamic field
+  uint16_t job_lcores = 1;          // > 1: RX waits while another lcore's handover ring is short of room
 };
+
+inline HandoverTag& handover_tag(rte_mbuf* m, int offset) { return *RTE_MBUF_DYNFIELD(m, offset, HandoverTag*); }
 
 // lcore_loop.cpp: the run-to-completion loop, until Appliance::stop_requested().
 void run_lcore_loop(const Datapath& dp, LcoreState& l);
@@ -126,6 +155,7 @@ struct LcoreRequest {
   const agg::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
   uint32_t id = 0;                     // remove_job, job_info
   uint16_t owner = 0;                  // set_owner
+  std::vector<uint16_t> verifiers;     // set_owner: per rank, the lcore that verifies its data (empty: the owner)
   uint64_t linger_ns = 0;              // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;

@@ -34,11 +34,15 @@ void apply(LcoreState& l, LcoreRequest& r) {
     case LcoreRequest::Kind::set_owner:
     case LcoreRequest::Kind::clear_owner:
       for (const agg::ConnectionSpec& c : r.spec->conns) {
-        for (const OwnerKey& k : {key_of(c.dst_ip, c.dst_qpn), key_of(c.src_ip, c.src_qpn)}) {
-          if (r.kind == LcoreRequest::Kind::set_owner)
-            l.owners[k] = r.owner;
-          else
-            l.owners.erase(k);
+        const OwnerKey data = key_of(c.dst_ip, c.dst_qpn), acks = key_of(c.src_ip, c.src_qpn);
+        if (r.kind == LcoreRequest::Kind::set_owner) {
+          // Only the data direction has payloads to verify; ACKs go to the owner straight.
+          const uint16_t verifier = c.rank < r.verifiers.size() ? r.verifiers[c.rank] : r.owner;
+          l.owners[data] = {r.owner, verifier};
+          l.owners[acks] = {r.owner, r.owner};
+        } else {
+          l.owners.erase(data);
+          l.owners.erase(acks);
         }
       }
       // A lcore that does not own the job keeps its connections closed while it lives (a packet of
