@@ -120,9 +120,9 @@ void LcoreLoop::run() {
     serve_requests(l);  // control requests, between bursts
 
     // A job spread over lcores (--job-lcores): what this lcore takes in may all go to another
-    // lcore's handover ring, so it takes in no more than that ring has room for. An RX queue left
-    // unpolled fills and the port drops at its RX ring (as it does for an lcore that cannot keep up)
-    // rather than this lcore dropping packets the next one could not take (handover_full).
+    // lcore's ring, so it takes in no more than the rings have room for. An RX queue left unpolled
+    // fills and the port drops at its RX ring (as it does for an lcore that cannot keep up) rather
+    // than this lcore dropping packets the next one could not take (handover_full).
     unsigned room = dp_.job_lcores > 1 ? handover_room() : ~0u;
 
     // Packets other lcores handed over (their job is ours): always taken, they go to our engine only,
@@ -145,13 +145,11 @@ void LcoreLoop::run() {
       }
     }
 
-    for (uint16_t pi = 0; pi < dp_.port_ids.size(); ++pi) {
-      if (room < dp_.burst) {
-        ++l.c.rx_deferred;
-        break;
-      }
+    // Every port or none, so that no port's senders fall behind the others'.
+    const bool rx = room >= uint64_t{dp_.burst} * dp_.port_ids.size();
+    if (!rx) ++l.c.rx_deferred;
+    for (uint16_t pi = 0; rx && pi < dp_.port_ids.size(); ++pi) {
       n = rte_eth_rx_burst(dp_.port_ids[pi], l.queue, pkts, dp_.burst);
-      if (room != ~0u) room -= n;
       if (n == 0) continue;
       work = true;
       l.c.rx += n;
@@ -266,13 +264,14 @@ void LcoreLoop::verify_for(rte_mbuf* m, uint16_t owner) {
   hand_over(m, owner, ok ? HandoverStage::verified : HandoverStage::plain, owner);
 }
 
-// The fewest free slots of the other lcores' handover and verify rings (a read of each ring's head
-// and tail).
+// The fewest free slots of the handover rings (this lcore's too: what it takes in while its own
+// engine is behind only adds to that backlog) and of the other lcores' verify rings (a read of each
+// ring's head and tail).
 unsigned LcoreLoop::handover_room() const {
   unsigned room = ~0u;
   for (const LcoreState* o : dp_.lcores) {
-    if (o == &l_) continue;
     room = std::min(room, rte_ring_free_count(o->handover));
+    if (o == &l_) continue;
     if (o->to_verify) room = std::min(room, rte_ring_free_count(o->to_verify));
   }
   return room;
