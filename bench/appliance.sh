@@ -7,6 +7,7 @@
 #                    per second vs single-core memcpy of the same bytes (bench_engine's reference)
 #   agg_gbps_per_lcore, and forwarding with 1 and 2 datapath lcores (2 lcores share this 2-core
 #   machine with the control thread: indicative only)
+#   job_2lcores_vs_1 the aggregation job on 2 datapath lcores (--job-lcores 2) vs 1 (bench/job_lcores.py)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 secs=${BENCH_SECS:-10}  # EAL start-up with --no-huge -m 2048 takes a few of these
@@ -98,6 +99,9 @@ echo "forwarding, 64 B, 2 ports: testpmd $(awk -v x="$testpmd_pps" 'BEGIN {print
 echo "job ownership: the non-owner lcore spends ${ho_cyc:-?} cycles per 4 KiB packet it receives and hands over (net_pcap RX copy included; the owner, at ${own_cyc:-?} cycles per packet, cannot keep up, so most handovers find its ring full and are dropped and counted)"
 echo "aggregation, fp32 n=4 4 KiB: $(awk -v x="$agg_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps of input per lcore," \
      "memcpy $(awk -v x="$memcpy_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps"
-awk -v f="$inagg_pps" -v t="$testpmd_pps" -v a="$agg_bps" -v m="$memcpy_bps" -v f2="$inagg_pps2" -v f1="$inagg_pps_s1" 'BEGIN {
-  printf "fwd_vs_testpmd=%.2f agg_vs_memcpy=%.2f agg_gbps_per_lcore=%.1f fwd_2lcores_vs_1=%.2f\n",
-    (t > 0 ? f / t : 0), (m > 0 ? a / m : 0), a * 8 / 1e9, (f1 > 0 ? f2 / f1 : 0) }'
+# One job on two datapath lcores against one (bench/job_lcores.py, one round; `bench/run job-lcores`
+# runs more).
+job=$(/usr/bin/python3 bench/job_lcores.py 1 "$secs" | tee /dev/stderr | grep -o 'job_2lcores_vs_1=[0-9.]*')
+awk -v f="$inagg_pps" -v t="$testpmd_pps" -v a="$agg_bps" -v m="$memcpy_bps" -v f2="$inagg_pps2" -v f1="$inagg_pps_s1" -v j="${job:-job_2lcores_vs_1=?}" 'BEGIN {
+  printf "fwd_vs_testpmd=%.2f agg_vs_memcpy=%.2f agg_gbps_per_lcore=%.1f fwd_2lcores_vs_1=%.2f %s\n",
+    (t > 0 ? f / t : 0), (m > 0 ? a / m : 0), a * 8 / 1e9, (f1 > 0 ? f2 / f1 : 0), j }'
