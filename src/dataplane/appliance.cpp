@@ -242,12 +242,17 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   return ok;
 }
 
-// The job's rte_flow rules follow its owner (flow.hpp). They are an optimisation: until they are in
-// place, and where a PMD refuses them, the lcores hand the job's packets to the owner.
+// The job's rte_flow rules follow its owner (flow.hpp); with --job-lcores above 1 they go to its
+// first verifier's queue instead, so the job's data is received where it is verified and crosses
+// cores once (its ACKs are handed to the owner from there). They are an optimisation: until they
+// are in place, and where a PMD refuses them, the lcores hand the job's packets on.
 bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
   if (!impl_->jobs.add(spec, error)) return false;
-  if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1)
-    impl_->ports.steering().steer_job(spec.id, spec.conns, static_cast<uint16_t>(owner));
+  if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
+    const uint16_t queue =
+        JobOwnership::verifier_of(static_cast<uint16_t>(owner), 0, impl_->cfg.job_lcores, impl_->lcores.size());
+    impl_->ports.steering().steer_job(spec.id, spec.conns, queue);
+  }
   return true;
 }
 
