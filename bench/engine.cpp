@@ -5,11 +5,16 @@
 // the measured work. The job is a `replay` job, so the same packets loop like a capture would.
 #include <benchmark/benchmark.h>
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "inagg/agg/engine.hpp"
@@ -123,6 +128,90 @@ void BM_engine(benchmark::State& state) {
                  " crc=" + std::string(wire::crc32_impl_name()));
 }
 
+// Issue 17's verify pipeline on the same packets, without ports: a second thread (the verifier,
+// pinned to the CPU the main thread is not on) computes each packet's payload CRC
+// (wire::precompute_payload_crc) up to kLead packets ahead, and the engine on the main thread takes
+// it as Engine::process's `pre`, as the owner lcore does with --job-lcores 2. Compare with
+// BM_engine, the same work on one thread. The lead stays well below a cycle of the replay, so the
+// verifier never reads a packet whose payload the engine is still rewriting with a sum.
+void BM_engine_pipeline(benchmark::State& state) {
+  Setup s = make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)));
+  agg::EngineConfig cfg;
+  agg::Engine engine(cfg, static_ops());
+  std::string err;
+  if (!engine.add_job(s.spec, &err)) {
+    state.SkipWithError(err.c_str());
+    return;
+  }
+  const uint64_t total = s.seqs * s.n;
+  constexpr uint64_t kLead = 64;
+  if (total < 4 * kLead) {
+    state.SkipWithError("too few packets per cycle for the verifier's lead");
+    return;
+  }
+  std::vector<wire::PayloadCrc> crcs(kLead);
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> v{0};
+  };
+  Counter produced, consumed;
+  std::atomic<bool> stop{false};
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  pthread_getaffinity_np(pthread_self(), sizeof mine, &mine);
+  int other = -1;  // the verifier's CPU: one this thread is not pinned to, if the set allows
+  int main_cpu = sched_getcpu();
+  for (int c = 0; c < CPU_SETSIZE && other < 0; ++c)
+    if (CPU_ISSET(c, &mine) && c != main_cpu) other = c;
+  std::thread verifier([&] {
+    if (other >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(other, &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    }
+    for (uint64_t g = 0; !stop.load(std::memory_order_relaxed); ++g) {
+      while (g - consumed.v.load(std::memory_order_acquire) >= kLead)
+        if (stop.load(std::memory_order_relaxed)) return;
+      const std::vector<uint8_t>& f = s.pkt[g % total];
+      wire::precompute_payload_crc(f, &crcs[g % kLead]);
+      produced.v.store(g + 1, std::memory_order_release);
+    }
+  });
+  if (main_cpu >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(main_cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  }
+  agg::TxList tx(4096);
+  uint64_t now = 0, g = 0;
+  for (auto _ : state) {
+    for (uint64_t seq = 0; seq < s.seqs; ++seq) {
+      for (unsigned r = 0; r < s.n; ++r, ++g) {
+        while (produced.v.load(std::memory_order_acquire) <= g) {}
+        const wire::PayloadCrc pre = crcs[g % kLead];
+        consumed.v.store(g + 1, std::memory_order_release);
+        std::vector<uint8_t>& f = s.pkt[seq * s.n + r];
+        engine.process({&f, f.data(), static_cast<uint16_t>(f.size())}, now, tx, &pre);
+      }
+      tx.clear();
+    }
+    ++now;
+  }
+  stop.store(true);
+  verifier.join();
+  pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+  agg::JobInfo info{};
+  engine.job_info(1, &info);
+  if (info.counters.bad_icrc || info.counters.job_errors || info.counters.slots_released == 0) {
+    state.SkipWithError("the engine did not aggregate the packets: check the setup");
+    return;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.seqs * s.n * s.P));
+  state.SetLabel(other >= 0 ? "verifier on CPU " + std::to_string(other) + ", engine on CPU " + std::to_string(main_cpu)
+                            : std::string("one CPU only: verifier unpinned"));
+}
+
 // The engine's data work alone, on the same packets in the same order, without its bookkeeping
 // (bench/README.md's breakdown): level 0 parses each packet; 1 adds the payload's CRC; 2 the header
 // part of the ICRC as the engine derives it (the full verify); 3 adds, per slot of n packets, the
@@ -186,6 +275,7 @@ void BM_memcpy(benchmark::State& state) {
 
 #define CONFIGS ->Args({4, 1024})->Args({4, 4096})->Args({8, 1024})->Args({8, 4096})->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_engine) CONFIGS;
+BENCHMARK(BM_engine_pipeline) CONFIGS->UseRealTime();
 BENCHMARK(BM_memcpy) CONFIGS;
 BENCHMARK(BM_parts)->ArgsProduct({{4, 8}, {1024, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
 
@@ -224,6 +314,20 @@ int main(int argc, char** argv) {
     std::printf("n/P=%s parts vs memcpy: parse %.2f, +payload CRC %.2f, +header CRC %.2f, +sum into n and ICRCs %.2f\n",
                 cfg, pr[0] / mr, pr[1] / mr, pr[2] / mr, pr[3] / mr);
   }
-  std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s\n", worst, worst_gbps, worst_cfg.c_str());
+  // Issue 17's verify pipeline (two threads) against the engine on one, per configuration.
+  std::string pipeline;
+  for (const char* cfg : {"4/1024", "4/4096", "8/1024", "8/4096"}) {
+    double er = 0, pr = 0;
+    for (auto& [name, v] : rep.rate) {
+      if (name.rfind(std::string("BM_engine/") + cfg, 0) == 0) er = v;
+      if (name.rfind(std::string("BM_engine_pipeline/") + cfg, 0) == 0) pr = v;
+    }
+    if (er == 0 || pr == 0) continue;
+    std::printf("n/P=%s: verify pipeline on two threads %.1f Gbps, the engine on one %.1f Gbps, ratio %.2f\n", cfg,
+                pr * 8 / 1e9, er * 8 / 1e9, pr / er);
+    if (std::string(cfg) == "4/4096") pipeline = " pipeline_vs_one_4k=" + std::to_string(pr / er).substr(0, 4);
+  }
+  std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s%s\n", worst, worst_gbps, worst_cfg.c_str(),
+              pipeline.c_str());
   return 0;
 }
