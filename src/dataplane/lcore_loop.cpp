@@ -209,8 +209,12 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   }
   const wire::PayloadCrc* pre = nullptr;
   if (from_handover) {
-    HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
-    if (t.stage == HandoverStage::verified) pre = &t.crc;
+    // Tags are written (and so read) only with --job-lcores above 1: the default handover touches
+    // no more of the mbuf than before.
+    if (dp_.job_lcores > 1) {
+      HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
+      if (t.stage == HandoverStage::verified) pre = &t.crc;
+    }
   } else if (dp_.lcores.size() > 1) {
     OwnerKey k;
     if (owner_key_of(data, len, &k)) {
@@ -241,9 +245,11 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
 // Onto another lcore's handover ring (or, to_verify, its verify ring), tagged with what that lcore
 // is to do with it.
 void LcoreLoop::hand_over(rte_mbuf* m, uint16_t to, HandoverStage stage, uint16_t owner) {
-  HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
-  t.stage = stage;
-  t.owner = owner;
+  if (dp_.job_lcores > 1) {
+    HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
+    t.stage = stage;
+    t.owner = owner;
+  }
   LcoreState& dst = *dp_.lcores[to];
   if (rte_ring_enqueue(stage == HandoverStage::to_verify ? dst.to_verify : dst.handover, m) == 0) {
     ++l_.c.handover_out;
