@@ -147,9 +147,9 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   if (I.single) lcore_ids.push_back(rte_get_main_lcore());
   const uint16_t nq = static_cast<uint16_t>(lcore_ids.size());
   if (!check_job_lcores(cfg, nq, error)) return false;
-  // The tag a packet carries between lcores (lcore.hpp, HandoverTag).
+  // The tag a packet carries between the lcores of a spread job (lcore.hpp, HandoverTag).
   static const rte_mbuf_dynfield tag_field = {"inagg_handover_tag", sizeof(HandoverTag), alignof(HandoverTag), 0};
-  if (nq > 1) {
+  if (cfg.job_lcores > 1) {
     I.dp.handover_tag_offset = rte_mbuf_dynfield_register(&tag_field);
     if (I.dp.handover_tag_offset < 0) {
       *error = std::string("cannot register the handover tag in the mbufs' dynamic fields: ") + rte_strerror(rte_errno);

@@ -124,7 +124,7 @@ struct Datapath {
   std::vector<int> index_of_port;   // DPDK port id -> port index (-1)
   std::vector<LcoreState*> lcores;  // by index, for handovers
   int handover_tag_offset = -1;     // the HandoverTag mbuf dynamic field
-  uint16_t job_lcores = 1;          // > 1: RX waits while another lcore's handover ring is short of room
+  uint16_t job_lcores = 1;          // > 1: tags on handovers, verify rings, RX waits for ring room
 };
 
 inline HandoverTag& handover_tag(rte_mbuf* m, int offset) { return *RTE_MBUF_DYNFIELD(m, offset, HandoverTag*); }
