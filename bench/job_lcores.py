@@ -143,10 +143,12 @@ def main():
         handoff = subprocess.run([os.path.join(os.path.dirname(INAGG), "..", "..", "bench", "bench_handoff")],
                                  capture_output=True, text=True).stdout
         print(handoff.splitlines()[0] if handoff else "bench_handoff did not run", flush=True)
+        two = re.search(r"two_cores_vs_one=([0-9.]+)", handoff)
         print(f"job_2lcores_vs_1={med['pipeline'][0] / med['one'][0]:.2f} "
               f"handover_vs_1={med['handover'][0] / med['one'][0]:.2f} "
               f"pipeline_per_cpu_vs_1={med['pipeline'][1] / med['one'][1]:.2f} "
-              f"one_gbps={med['one'][0]:.1f} pipeline_gbps={med['pipeline'][0]:.1f}")
+              f"one_gbps={med['one'][0]:.1f} pipeline_gbps={med['pipeline'][0]:.1f} "
+              f"two_cores_vs_one={two.group(1) if two else '?'}")
     finally:
         subprocess.run(["rm", "-rf", d, f"/var/run/dpdk/{prefix}"])
 
