@@ -127,7 +127,7 @@ Appliance::MbufUse Appliance::mbuf_use() const {
 
 Appliance::FlowRuleCounts Appliance::flow_rules() const {
   const SteeringCounters c = impl_->ports.steering().counters();
-  return {c.job_rules, c.job_rules_refused};
+  return {c.job_rules, c.job_rules_refused, c.job_rules_contended};
 }
 
 bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
@@ -242,16 +242,19 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   return ok;
 }
 
-// The job's rte_flow rules follow its owner (flow.hpp); with --job-lcores above 1 they go to its
-// first verifier's queue instead, so the job's data is received where it is verified and crosses
-// cores once (its ACKs are handed to the owner from there). They are an optimisation: until they
-// are in place, and where a PMD refuses them, the lcores hand the job's packets on.
+// The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
+// owner, or with --job-lcores above 1 the rank's verifier), its ACKs to the owner, as the lcores'
+// owner tables route them (lcore_requests.cpp), so each packet crosses cores at most once. They are
+// an optimisation: until they are in place, and where a PMD refuses them, the lcores hand the job's
+// packets on.
 bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
   if (!impl_->jobs.add(spec, error)) return false;
   if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
-    const uint16_t queue =
-        JobOwnership::verifier_of(static_cast<uint16_t>(owner), 0, impl_->cfg.job_lcores, impl_->lcores.size());
-    impl_->ports.steering().steer_job(spec.id, spec.conns, queue);
+    std::vector<uint16_t> data_queue(spec.workers);
+    for (unsigned rank = 0; rank < spec.workers; ++rank)
+      data_queue[rank] =
+          JobOwnership::verifier_of(static_cast<uint16_t>(owner), rank, impl_->cfg.job_lcores, impl_->lcores.size());
+    impl_->ports.steering().steer_job(spec.id, job_pairs(spec.conns, data_queue, static_cast<uint16_t>(owner)));
   }
   return true;
 }

@@ -111,14 +111,15 @@ PortSteering FlowSteering::add_port(uint16_t port, uint16_t queues) {
   PortSteering ps;
   ps.port = port;
   // Both IP versions or neither: a mode that steers IPv4 but not IPv6 would split one lcore's jobs.
-  auto try_mode = [&](SteeringMode mode) {
+  auto try_mode = [&](SteeringMode mode, uint32_t priority) {
     for (bool v6 : {false, true}) {
-      std::unique_ptr<FlowRule> r = mode == SteeringMode::rss ? roce_rss_rule(v6, queues, kRoceRulePriority)
-                                                              : roce_queue_rule(v6, 0, kRoceRulePriority);
+      std::unique_ptr<FlowRule> r =
+          mode == SteeringMode::rss ? roce_rss_rule(v6, queues, priority) : roce_queue_rule(v6, 0, priority);
       std::string why;
       rte_flow* f = create(port, *r, &why);
       if (f == nullptr) {
-        ps.reason += (ps.reason.empty() ? "" : "; ") + std::string(steering_mode_name(mode)) + ": " + why;
+        ps.reason += (ps.reason.empty() ? "" : "; ") + std::string(steering_mode_name(mode)) + " at priority " +
+                     std::to_string(priority) + ": " + why;
         rte_flow_error err{};
         for (rte_flow* g : ps.flows) ops_.destroy(port, g, &err);
         ps.flows.clear();
@@ -129,7 +130,14 @@ PortSteering FlowSteering::add_port(uint16_t port, uint16_t queues) {
     ps.mode = mode;
     return true;
   };
-  if (!(queues > 1 && try_mode(SteeringMode::rss)) && !try_mode(SteeringMode::queue)) ps.mode = SteeringMode::software;
+  // With one queue there is nothing to spread; the queue rule still tells whether the PMD steers.
+  if (queues > 1 && try_mode(SteeringMode::rss, kRoceRulePriority)) {
+    ps.job_rules = true;
+  } else if (queues > 1 && try_mode(SteeringMode::rss, kJobRulePriority)) {
+    // The PMD takes only priority 0: spread, but no per-job rules could outrank this one.
+  } else if (!try_mode(SteeringMode::queue, kRoceRulePriority) && !try_mode(SteeringMode::queue, kJobRulePriority)) {
+    ps.mode = SteeringMode::software;
+  }
   ports_.push_back(ps);
   return ps;
 }
@@ -143,59 +151,108 @@ PortSteering FlowSteering::add_unsteered_port(uint16_t port, const std::string& 
   return ps;
 }
 
-unsigned FlowSteering::steer_job(uint32_t id, const std::vector<control::ConnectionSpec>& conns, uint16_t queue) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  unsteer_locked(id);
-  // Both directions of every connection: the WRITEs one way, the ACKs and NAKs the other. A ring's
-  // neighbours share address pairs; one rule per pair.
-  std::set<std::pair<std::array<uint8_t, 16>, std::array<uint8_t, 16>>> pairs;
-  std::vector<std::pair<util::IpAddr, util::IpAddr>> dirs;
+std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns,
+                                   const std::vector<uint16_t>& data_queue, uint16_t ack_queue) {
+  std::vector<SteeredPair> out;
+  auto add = [&](const util::IpAddr& src, const util::IpAddr& dst, uint16_t queue) {
+    if (src.version != dst.version) return;
+    for (const SteeredPair& p : out)
+      if (p.src == src && p.dst == dst) return;  // the first (data) wins
+    out.push_back({src, dst, queue});
+  };
   for (const control::ConnectionSpec& c : conns)
-    for (const auto& [a, b] : {std::pair{c.src_ip, c.dst_ip}, std::pair{c.dst_ip, c.src_ip}})
-      if (a.version == b.version && pairs.insert({a.bytes, b.bytes}).second) dirs.emplace_back(a, b);
-  unsigned refused = 0;
-  std::string first_reason;
-  auto& flows = job_flows_[id];
-  for (const PortSteering& ps : ports_) {
-    if (ps.mode != SteeringMode::rss) continue;
-    for (const auto& [src, dst] : dirs) {
-      std::unique_ptr<FlowRule> r = connection_rule(src, dst, queue, kJobRulePriority);
-      std::string why;
-      if (rte_flow* f = create(ps.port, *r, &why)) {
-        flows.emplace_back(ps.port, f);
-      } else {
-        if (refused++ == 0) first_reason = "port " + std::to_string(ps.port) + ": " + why;
-      }
-    }
-  }
-  if (flows.empty()) job_flows_.erase(id);
-  if (refused) {
-    job_rules_refused_ += refused;
-    util::log(util::LogModule::dataplane, util::LogLevel::notice,
-              "job %u: %u of its rte_flow rules to queue %u refused (%s); its packets that land on other queues "
-              "reach the owner lcore through the handover ring",
-              id, refused, queue, first_reason.c_str());
-  }
-  return refused;
+    add(c.src_ip, c.dst_ip, c.rank < data_queue.size() ? data_queue[c.rank] : ack_queue);
+  for (const control::ConnectionSpec& c : conns) add(c.dst_ip, c.src_ip, ack_queue);
+  return out;
 }
 
-void FlowSteering::unsteer_locked(uint32_t id) {
-  auto it = job_flows_.find(id);
-  if (it == job_flows_.end()) return;
+unsigned FlowSteering::steer_job(uint32_t id, const std::vector<SteeredPair>& pairs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<RuleKey> mine;
+  unsigned refused = 0, contended = 0;
+  std::string first_reason;
+  for (const PortSteering& ps : ports_) {
+    if (!ps.job_rules) continue;
+    for (const SteeredPair& p : pairs) {
+      const RuleKey key{ps.port, static_cast<uint8_t>(p.src.version), p.src.bytes, p.dst.bytes};
+      if (auto it = rules_.find(key); it != rules_.end()) {
+        if (it->second.queue == p.queue) {
+          it->second.jobs.insert(id);
+          mine.insert(key);
+        } else if (it->second.jobs.count(id) && it->second.jobs.size() == 1) {
+          // Only this job holds it, on another queue (its owner moved): a new rule, then the old
+          // one goes. Two rules of one match briefly coexist; either queue reaches the owner.
+          std::string why;
+          rte_flow* f = create(ps.port, *connection_rule(p.src, p.dst, p.queue, kJobRulePriority), &why);
+          if (f == nullptr) {
+            if (refused++ == 0) first_reason = "port " + std::to_string(ps.port) + ": " + why;
+            continue;  // the old rule goes below, with the job's others it no longer needs
+          }
+          rte_flow_error err{};
+          ops_.destroy(ps.port, it->second.flow, &err);
+          it->second.flow = f;
+          it->second.queue = p.queue;
+          mine.insert(key);
+        } else {
+          ++contended;
+        }
+        continue;
+      }
+      std::string why;
+      rte_flow* f = create(ps.port, *connection_rule(p.src, p.dst, p.queue, kJobRulePriority), &why);
+      if (f == nullptr) {
+        if (refused++ == 0) first_reason = "port " + std::to_string(ps.port) + ": " + why;
+        continue;
+      }
+      rules_[key] = SharedRule{f, p.queue, {id}};
+      mine.insert(key);
+    }
+  }
+  release_locked(id, mine);  // the job's earlier rules it no longer needs, after the new ones exist
+  if (!mine.empty()) job_rules_[id] = std::move(mine);
+  job_rules_refused_ += refused;
+  job_rules_contended_ += contended;
+  if (refused)
+    util::log(util::LogModule::dataplane, util::LogLevel::notice,
+              "job %u: %u of its rte_flow rules refused (%s); its packets that land on other queues reach their "
+              "lcore through the handover ring",
+              id, refused, first_reason.c_str());
+  if (contended)
+    util::log(util::LogModule::dataplane, util::LogLevel::info,
+              "job %u: %u of its address pairs are steered to another queue for another job; those packets reach "
+              "their lcore through the handover ring",
+              id, contended);
+  return refused + contended;
+}
+
+void FlowSteering::release_locked(uint32_t id, const std::set<RuleKey>& keep) {
+  auto it = job_rules_.find(id);
+  if (it == job_rules_.end()) return;
   rte_flow_error err{};
-  for (auto [port, f] : it->second) ops_.destroy(port, f, &err);
-  job_flows_.erase(it);
+  for (const RuleKey& key : it->second) {
+    if (keep.count(key)) continue;
+    auto r = rules_.find(key);
+    if (r == rules_.end()) continue;
+    r->second.jobs.erase(id);
+    if (r->second.jobs.empty()) {
+      ops_.destroy(std::get<0>(key), r->second.flow, &err);
+      rules_.erase(r);
+    }
+  }
+  job_rules_.erase(it);
 }
 
 void FlowSteering::unsteer_job(uint32_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  unsteer_locked(id);
+  release_locked(id, {});
 }
 
 void FlowSteering::remove_all() {
   std::lock_guard<std::mutex> lock(mutex_);
-  while (!job_flows_.empty()) unsteer_locked(job_flows_.begin()->first);
   rte_flow_error err{};
+  for (auto& [key, r] : rules_) ops_.destroy(std::get<0>(key), r.flow, &err);
+  rules_.clear();
+  job_rules_.clear();
   for (PortSteering& ps : ports_) {
     for (rte_flow* f : ps.flows) ops_.destroy(ps.port, f, &err);
     ps.flows.clear();
@@ -206,8 +263,9 @@ void FlowSteering::remove_all() {
 SteeringCounters FlowSteering::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   SteeringCounters c;
-  for (const auto& [id, flows] : job_flows_) c.job_rules += flows.size();
+  c.job_rules = rules_.size();
   c.job_rules_refused = job_rules_refused_;
+  c.job_rules_contended = job_rules_contended_;
   return c;
 }
 

@@ -70,10 +70,12 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
-  std::vector<uint16_t> verifiers;
+  std::vector<uint16_t> verifiers;  // by rank (a job file may list its connections in any order)
   if (job_lcores_ > 1)
-    for (const agg::ConnectionSpec& c : spec.conns)
-      verifiers.push_back(verifier_of(owner, c.rank, job_lcores_, lcores_.size()));
+    for (const agg::ConnectionSpec& c : spec.conns) {
+      if (c.rank >= verifiers.size()) verifiers.resize(c.rank + 1, owner);
+      verifiers[c.rank] = verifier_of(owner, c.rank, job_lcores_, lcores_.size());
+    }
   broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, verifiers);
   return true;
 }

@@ -126,13 +126,18 @@ std::string PrometheusRenderer::render() {
   }
   {
     const Appliance::FlowRuleCounts rules = app_.flow_rules();
-    Family(o, "inagg_flow_job_rules", "per-job rte_flow rules steering jobs' connections to their owner lcore's queue",
-           "gauge")
+    Family(o, "inagg_flow_job_rules",
+           "per-job rte_flow rules steering jobs' connections to the queue of the lcore that takes them first", "gauge")
         .sample("", rules.in_place);
     Family(o, "inagg_flow_job_rules_refused_total",
            "per-job rte_flow rules a port's PMD refused (those packets reach the owner through a handover ring)",
            "counter")
         .sample("", rules.refused);
+    Family(o, "inagg_flow_job_rules_contended_total",
+           "per-job rte_flow rules not made because another job's rule steers the same address pair to another "
+           "queue (those packets reach their lcore through a handover ring)",
+           "counter")
+        .sample("", rules.contended);
   }
 
   const agg::EngineCounters totals = app_.engine_totals();

@@ -251,12 +251,15 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   PortInfo pi{p, info.driver_name ? info.driver_name : "?", false, "", kernel_mtu ? kernel_mtu : actual_mtu};
   const PortSteering ps =
       cfg.flow_steering ? steering_.add_port(p, nq) : steering_.add_unsteered_port(p, "disabled by --no-flow");
-  if (cfg.flow_steering && ps.mode != SteeringMode::rss)
+  if (cfg.flow_steering && ps.mode == SteeringMode::software)
     util::log(util::LogModule::dataplane, util::LogLevel::notice,
-              ps.mode == SteeringMode::queue
-                  ? "port %u (%s): rte_flow steers UDP 4791 to queue 0 (%s)"
-                  : "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software",
-              p, pi.name.c_str(), ps.reason.c_str());
+              "port %u (%s): rte_flow steering of UDP 4791 unavailable (%s); classifying in software", p,
+              pi.name.c_str(), ps.reason.c_str());
+  else if (cfg.flow_steering && !ps.reason.empty())  // steered, but not the best way
+    util::log(util::LogModule::dataplane, util::LogLevel::notice,
+              "port %u (%s): rte_flow steers UDP 4791 by %s%s (refused: %s)", p, pi.name.c_str(),
+              ps.mode == SteeringMode::rss ? "RSS over the datapath queues" : "one rule to queue 0",
+              ps.job_rules ? "" : ", without per-job rules", ps.reason.c_str());
   pi.flow_hardware = ps.mode != SteeringMode::software;
   pi.flow_mode = steering_mode_name(ps.mode);
   pi.flow_reason = ps.reason;

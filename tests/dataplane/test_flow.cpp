@@ -39,6 +39,7 @@ void expect_roce_match(const FlowRule& r, bool v6, uint32_t priority) {
 // The fake PMD: which action types it takes, and what it holds.
 struct FakePmd {
   bool take_rss = true, take_queue = true, take_job_rules = true;
+  uint32_t max_priority = 7;  // i40e, iavf, igb: 0
   struct Held {
     uint16_t port;
     uint32_t priority;
@@ -50,7 +51,7 @@ struct FakePmd {
     uint32_t src, dst;  // IPv4 rules, network order
   };
   std::vector<std::unique_ptr<Held>> held;
-  int destroyed = 0;
+  int destroyed = 0, created = 0;
 };
 FakePmd* pmd;
 
@@ -64,7 +65,11 @@ int fake_validate(uint16_t, const rte_flow_attr* attr, const rte_flow_item patte
     err->message = "fake PMD refuses this rule";
     return -ENOTSUP;
   }
-  (void)attr;
+  if (attr->priority > pmd->max_priority) {
+    err->type = RTE_FLOW_ERROR_TYPE_ATTR_PRIORITY;
+    err->message = "fake PMD: no such priority";
+    return -ENOTSUP;
+  }
   return 0;
 }
 
@@ -88,6 +93,7 @@ rte_flow* fake_create(uint16_t port, const rte_flow_attr* attr, const rte_flow_i
     h->dst = static_cast<const rte_flow_item_ipv4*>(pattern[1].spec)->hdr.dst_addr;
   }
   pmd->held.push_back(std::move(h));
+  ++pmd->created;
   return reinterpret_cast<rte_flow*>(pmd->held.back().get());
 }
 
@@ -193,17 +199,18 @@ TEST_F(FlowSteeringTest, FallsBackToQueueThenSoftwareWithThePmdsReasons) {
   FlowSteering s(kFakeOps);
   PortSteering ps = s.add_port(0, 2);
   EXPECT_EQ(ps.mode, SteeringMode::queue);
-  EXPECT_NE(ps.reason.find("rss: fake PMD refuses this rule"), std::string::npos) << ps.reason;
+  EXPECT_NE(ps.reason.find("rss at priority 1: fake PMD refuses this rule"), std::string::npos) << ps.reason;
+  EXPECT_FALSE(ps.job_rules);
   ASSERT_EQ(fake.held.size(), 2u);
   for (const auto& h : fake.held) EXPECT_EQ(h->queue, 0);
 
   fake.take_queue = false;
   ps = s.add_port(1, 2);
   EXPECT_EQ(ps.mode, SteeringMode::software);
-  EXPECT_NE(ps.reason.find("queue: fake PMD"), std::string::npos) << ps.reason;
+  EXPECT_NE(ps.reason.find("queue at priority 0: fake PMD"), std::string::npos) << ps.reason;
   EXPECT_EQ(fake.held.size(), 2u);  // port 1 holds nothing
   // No job rules where the port is not in rss mode.
-  EXPECT_EQ(s.steer_job(7, ring3(), 1), 0u);
+  EXPECT_EQ(s.steer_job(7, job_pairs(ring3(), {}, 1)), 0u);
   EXPECT_EQ(s.counters().job_rules, 0u);
 }
 
@@ -211,7 +218,7 @@ TEST_F(FlowSteeringTest, JobRulesCoverBothDirectionsOfEveryConnectionOnEveryRssP
   FlowSteering s(kFakeOps);
   s.add_port(0, 2);
   s.add_port(1, 2);
-  EXPECT_EQ(s.steer_job(7, ring3(), 1), 0u);
+  EXPECT_EQ(s.steer_job(7, job_pairs(ring3(), {}, 1)), 0u);
   // A 3-ring has 3 connections, 6 directed address pairs; on 2 ports.
   EXPECT_EQ(s.counters().job_rules, 12u);
   std::vector<std::pair<uint32_t, uint32_t>> seen;
@@ -230,9 +237,13 @@ TEST_F(FlowSteeringTest, JobRulesCoverBothDirectionsOfEveryConnectionOnEveryRssP
   std::sort(want.begin(), want.end());
   EXPECT_EQ(seen, want);
 
-  // Re-steering (a job re-added to the same owner) replaces, never duplicates.
-  s.steer_job(7, ring3(), 1);
+  // Re-steering (a job re-added to the same owner) keeps its rules: none destroyed and re-made, so
+  // its packets never fall back to RSS in between.
+  const int created = fake.created, destroyed = fake.destroyed;
+  s.steer_job(7, job_pairs(ring3(), {}, 1));
   EXPECT_EQ(s.counters().job_rules, 12u);
+  EXPECT_EQ(fake.created, created);
+  EXPECT_EQ(fake.destroyed, destroyed);
   s.unsteer_job(7);
   EXPECT_EQ(s.counters().job_rules, 0u);
   EXPECT_EQ(fake.held.size(), 4u);  // the ports' RSS rules stay
@@ -244,7 +255,7 @@ TEST_F(FlowSteeringTest, RefusedJobRulesAreCountedNotFatal) {
   fake.take_job_rules = false;
   FlowSteering s(kFakeOps);
   s.add_port(0, 2);
-  EXPECT_EQ(s.steer_job(9, ring3(), 0), 6u);
+  EXPECT_EQ(s.steer_job(9, job_pairs(ring3(), {}, 0)), 6u);
   EXPECT_EQ(s.counters().job_rules, 0u);
   EXPECT_EQ(s.counters().job_rules_refused, 6u);
 }
@@ -255,7 +266,7 @@ TEST_F(FlowSteeringTest, TwoRankJobSharesOneRulePerDirection) {
   std::vector<ConnectionSpec> conns(2);
   conns[0].src_ip = conns[1].dst_ip = IpAddr::v4(0x0a000001);
   conns[0].dst_ip = conns[1].src_ip = IpAddr::v4(0x0a000002);
-  s.steer_job(1, conns, 1);
+  s.steer_job(1, job_pairs(conns, {}, 1));
   EXPECT_EQ(s.counters().job_rules, 2u);
 }
 
@@ -263,8 +274,77 @@ TEST_F(FlowSteeringTest, DestructorRemovesEveryRule) {
   {
     FlowSteering s(kFakeOps);
     s.add_port(0, 2);
-    s.steer_job(1, ring3(), 1);
+    s.steer_job(1, job_pairs(ring3(), {}, 1));
     EXPECT_FALSE(fake.held.empty());
   }
   EXPECT_TRUE(fake.held.empty());
+}
+
+TEST_F(FlowSteeringTest, APmdWithOnlyPriorityZeroSpreadsButTakesNoJobRules) {
+  fake.max_priority = 0;
+  FlowSteering s(kFakeOps);
+  const PortSteering ps = s.add_port(0, 2);
+  EXPECT_EQ(ps.mode, SteeringMode::rss);
+  EXPECT_FALSE(ps.job_rules);  // nothing could outrank the port-wide rule
+  EXPECT_NE(ps.reason.find("rss at priority 1: fake PMD: no such priority"), std::string::npos) << ps.reason;
+  for (const auto& h : fake.held) EXPECT_EQ(h->priority, 0u);
+  EXPECT_EQ(s.steer_job(1, job_pairs(ring3(), {}, 1)), 0u);
+  EXPECT_EQ(s.counters().job_rules, 0u);
+}
+
+TEST_F(FlowSteeringTest, TwoJobsBetweenTheSameHostsShareRulesAndNeverClash) {
+  FlowSteering s(kFakeOps);
+  s.add_port(0, 2);
+  EXPECT_EQ(s.steer_job(1, job_pairs(ring3(), {}, 0)), 0u);
+  // Job 2 (another communicator on the same workers, owned by lcore 1) wants the same pairs elsewhere.
+  EXPECT_EQ(s.steer_job(2, job_pairs(ring3(), {}, 1)), 6u);
+  EXPECT_EQ(s.counters().job_rules, 6u);  // each pair held once
+  EXPECT_EQ(s.counters().job_rules_contended, 6u);
+  // Job 3 wants them where job 1 has them: shares.
+  EXPECT_EQ(s.steer_job(3, job_pairs(ring3(), {}, 0)), 0u);
+  EXPECT_EQ(s.counters().job_rules, 6u);
+  // Removing job 1 leaves job 3's (the same) rules in place, untouched.
+  const int destroyed = fake.destroyed;
+  s.unsteer_job(1);
+  EXPECT_EQ(s.counters().job_rules, 6u);
+  EXPECT_EQ(fake.destroyed, destroyed);
+  s.unsteer_job(3);
+  EXPECT_EQ(s.counters().job_rules, 0u);
+  EXPECT_EQ(fake.held.size(), 2u);  // the port's RSS rules
+  s.unsteer_job(2);                 // held nothing: harmless
+  EXPECT_EQ(fake.held.size(), 2u);
+}
+
+TEST_F(FlowSteeringTest, AJobWhoseOwnerMovedGetsItsRulesMovedNewBeforeOld) {
+  FlowSteering s(kFakeOps);
+  s.add_port(0, 2);
+  s.steer_job(1, job_pairs(ring3(), {}, 0));
+  s.steer_job(1, job_pairs(ring3(), {}, 1));
+  EXPECT_EQ(s.counters().job_rules, 6u);
+  for (const auto& h : fake.held)
+    if (h->has_ip) EXPECT_EQ(h->queue, 1);
+}
+
+TEST(FlowJobPairs, DataGoesToItsRanksFirstLcoreAndAcksToTheOwner) {
+  // A 3-ring owned by lcore 0 whose ranks' data is verified on lcores 1, 2, 1 (--job-lcores 3).
+  const std::vector<SteeredPair> pairs = job_pairs(ring3(), {1, 2, 1}, 0);
+  ASSERT_EQ(pairs.size(), 6u);
+  for (const ConnectionSpec& c : ring3()) {
+    int data = -1, acks = -1;
+    for (const SteeredPair& p : pairs) {
+      if (p.src == c.src_ip && p.dst == c.dst_ip) data = p.queue;
+      if (p.src == c.dst_ip && p.dst == c.src_ip) acks = p.queue;
+    }
+    EXPECT_EQ(data, std::vector<int>({1, 2, 1})[c.rank]) << "rank " << c.rank;
+    EXPECT_EQ(acks, 0) << "rank " << c.rank;
+  }
+  // Two ranks: each pair carries one connection's data and the other's ACKs; the data's queue wins.
+  std::vector<ConnectionSpec> two(2);
+  two[0].rank = 0;
+  two[1].rank = 1;
+  two[0].src_ip = two[1].dst_ip = IpAddr::v4(0x0a000001);
+  two[0].dst_ip = two[1].src_ip = IpAddr::v4(0x0a000002);
+  const std::vector<SteeredPair> p2 = job_pairs(two, {1, 1}, 0);
+  ASSERT_EQ(p2.size(), 2u);
+  for (const SteeredPair& p : p2) EXPECT_EQ(p.queue, 1);
 }

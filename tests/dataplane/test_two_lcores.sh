@@ -41,7 +41,7 @@ grep -Eq "^lcore [0-9]+: .* handover_full [1-9]" "$tmp/log" && fail "handovers d
 grep -q "job 1: active" "$tmp/log" || fail "job not active at exit"
 # net_pcap takes no rte_flow rule: the RSS rule, then the queue rule, are tried and refused, and
 # the port says it classifies in software (flow.hpp's fallback), in the log and in the stats.
-grep -Eq "port 0 .*rte_flow steering of UDP 4791 unavailable \(rss: .*; queue: .*\); classifying in software" "$tmp/log" ||
+grep -Eq "port 0 .*rte_flow steering of UDP 4791 unavailable \(rss at priority 1: .*; queue at priority 0: .*\); classifying in software" "$tmp/log" ||
   fail "the rte_flow fallback (rss, then queue, then software) was not reported"
 grep -Eq "^port 0 .*steering software\)" "$tmp/log" || fail "stats do not show steering software"
 if [ "${extra[*]}" = "--job-lcores 2" ]; then

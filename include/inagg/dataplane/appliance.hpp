@@ -128,9 +128,10 @@ class Appliance {
     uint64_t in_use = 0, total = 0;
   };
   MbufUse mbuf_use() const;
-  // Per-job rte_flow rules in place and refused (flow.hpp); zero where no port is in rss mode.
+  // Per-job rte_flow rules in place, refused by a PMD, and not made because another job's rule
+  // holds the address pair (flow.hpp); zero where no port takes per-job rules.
   struct FlowRuleCounts {
-    uint64_t in_place = 0, refused = 0;
+    uint64_t in_place = 0, refused = 0, contended = 0;
   };
   FlowRuleCounts flow_rules() const;
   std::string stats_text();  // ports, lcores, jobs: the periodic and final print

@@ -5,23 +5,28 @@
 //   rss      ETH / IPv4|IPv6 / UDP dst 4791 -> RSS over every datapath queue, hashing the UDP source
 //            port only. RoCE NICs pick a source port per QP (rxe: 49152 + a hash of the QPN), so
 //            connections spread over the queues and each connection stays on one queue. Priority 1,
-//            under the per-job rules below.
+//            under the per-job rules below; at priority 0 where the PMD takes no other.
 //   queue    the same match -> QUEUE 0 (one datapath lcore, or a PMD without the RSS action).
 //   software the PMD refused both (every virtual device here): the lcore loop classifies every
 //            frame itself, with the same result; the reason is logged once and shown in the stats.
-// On a port in rss mode, a job's connections get rules of their own (priority 0): both directions
-// of each connection, ETH / IP src, dst / UDP dst 4791 -> the queue of the lcore that owns the job,
-// so the owner receives its packets directly instead of through another lcore's handover ring.
-// A per-job rule the PMD refuses costs only that handover: it is counted and logged once per job.
+// On a port in rss mode whose port-wide rule sits at priority 1, a job's connections get rules of
+// their own (priority 0): per direction of each connection, ETH / IP src, dst / UDP dst 4791 -> the
+// queue of the lcore that takes those packets first (the job's owner; for data with --job-lcores,
+// the rank's verifier; job_pairs below), so it receives them directly instead of through another
+// lcore's handover ring. A per-job rule the PMD refuses costs only that handover: it is counted and
+// logged once per job.
 #pragma once
 
 #include <rte_flow.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "inagg/control/job.hpp"
@@ -71,17 +76,43 @@ const char* steering_mode_name(SteeringMode m);  // "rss", "queue", "software"
 struct PortSteering {
   uint16_t port = 0;
   SteeringMode mode = SteeringMode::software;
+  // Per-job rules need the port-wide rule below them (priority 1). A PMD that takes only priority 0
+  // (i40e, iavf, igb) gets the port-wide rule at 0 and no per-job rules.
+  bool job_rules = false;
   std::string reason;  // why the PMD refused the better modes, when it did
   std::vector<rte_flow*> flows;
 };
 
+// One direction of one connection, and the queue its packets should land on.
+struct SteeredPair {
+  util::IpAddr src, dst;
+  uint16_t queue = 0;
+};
+
+// The directions of a job's connections and their queues: connection r's data (src -> dst) to
+// data_queue[r] (the lcore that takes its data first: the owner, or its verifier with
+// --job-lcores), its ACKs and NAKs (dst -> src) to ack_queue (the owner). In a ring of two ranks a
+// pair carries one connection's data and the other's ACKs: the data's queue wins. A connection
+// whose rank has no entry in data_queue goes to ack_queue both ways.
+std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns,
+                                   const std::vector<uint16_t>& data_queue, uint16_t ack_queue);
+
 struct SteeringCounters {
-  uint64_t job_rules = 0;          // per-job rules in place now
-  uint64_t job_rules_refused = 0;  // per-job rules a PMD refused, since start
+  uint64_t job_rules = 0;            // per-job rules in place now (one per port and address pair)
+  uint64_t job_rules_refused = 0;    // per-job rules a PMD refused, since start
+  uint64_t job_rules_contended = 0;  // pairs already steered elsewhere for another job, since start
 };
 
 // The steering of every port. Control side only (start-up, the control thread, telemetry); the
 // lcores never call it. Thread-safe.
+//
+// Per-job rules are shared: two jobs between the same hosts (two communicators on the same
+// workers) use the same address pairs, and identical matches at one priority are undefined in
+// rte_flow. A pair's rule is made for the first job that needs it and destroyed with the last; a
+// later job that wants the pair on another queue gets no rule for it (counted as contended: its
+// packets reach their lcore through the handover ring). Re-steering a job makes its new rules
+// before it destroys the old ones and keeps those that do not change, so a job's packets never
+// fall back to RSS in between (a switch of queue mid-stream can reorder a connection).
 class FlowSteering {
  public:
   explicit FlowSteering(FlowOps ops = {}) : ops_(ops) {}
@@ -93,22 +124,31 @@ class FlowSteering {
   PortSteering add_port(uint16_t port, uint16_t queues);
   // The port's entry when it is not steered at all (--no-flow): software with `reason`.
   PortSteering add_unsteered_port(uint16_t port, const std::string& reason);
-  // Rules sending both directions of every connection of job `id` to `queue`, on every port in
-  // rss mode. Replaces the job's earlier rules. Returns how many the PMDs refused (0: all taken).
-  unsigned steer_job(uint32_t id, const std::vector<control::ConnectionSpec>& conns, uint16_t queue);
+  // Job `id`'s rules: `pairs` on every port that takes per-job rules. Replaces the job's earlier
+  // ones. Returns how many rules it lacks (refused by a PMD or contended; 0: all in place).
+  unsigned steer_job(uint32_t id, const std::vector<SteeredPair>& pairs);
   void unsteer_job(uint32_t id);
   void remove_all();  // before the ports stop
   SteeringCounters counters() const;
 
  private:
+  // A rule's identity: port, IP version, source and destination addresses.
+  using RuleKey = std::tuple<uint16_t, uint8_t, std::array<uint8_t, 16>, std::array<uint8_t, 16>>;
+  struct SharedRule {
+    rte_flow* flow = nullptr;
+    uint16_t queue = 0;
+    std::set<uint32_t> jobs;
+  };
+
   rte_flow* create(uint16_t port, const FlowRule& r, std::string* reason) const;
-  void unsteer_locked(uint32_t id);
+  void release_locked(uint32_t id, const std::set<RuleKey>& keep);
 
   FlowOps ops_;
   mutable std::mutex mutex_;
   std::vector<PortSteering> ports_;  // stable after start-up: add_port is called before any job
-  std::map<uint32_t, std::vector<std::pair<uint16_t, rte_flow*>>> job_flows_;
-  uint64_t job_rules_refused_ = 0;
+  std::map<RuleKey, SharedRule> rules_;
+  std::map<uint32_t, std::set<RuleKey>> job_rules_;  // the rules each job holds a share of
+  uint64_t job_rules_refused_ = 0, job_rules_contended_ = 0;
 };
 
 }  // namespace inagg::dataplane
