@@ -93,7 +93,7 @@ void print_preamble(const Worker& w, const CommandLine& cl) {
               rank_from.empty() ? "" : ", rank from ", rank_from.c_str(), workers_from.empty() ? "" : ", size from ",
               workers_from.c_str());
   if (const std::string d = w.transport_description(); !d.empty())
-    std::printf("# verbs: %s; QPN 0x%x to the successor\n", d.c_str(),
+    std::printf("# %s: %s; QPN 0x%x to the successor\n", o.use_verbs ? "verbs" : "udp", d.c_str(),
                 w.options().rack.connections.empty() ? 0 : w.options().rack.connections[o.rank].send_qpn);
   if (o.uses_tier()) {
     const unsigned group = o.xdp.group_of(o.rank, n);

@@ -133,7 +133,12 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "qp-timeout", po::value<unsigned>(&o.verbs.qp_timeout)->default_value(o.verbs.qp_timeout),
       "verbs: the QPs' local ACK timeout, 4.096 us x 2^t (docs/protocol.md: >= 18)")(
       "exchange-port", po::value<unsigned>(&o.exchange_port)->default_value(o.exchange_port),
-      "verbs: rank 0 listens on this TCP port (at its --ip-base address) for the other ranks' QP numbers")(
+      "verbs, --exchange: rank 0 listens on this TCP port (at its --ip-base address) for the other ranks' QP "
+      "numbers")(
+      "exchange", po::bool_switch(&o.exchange),
+      "udp: join the ranks' TCP exchange, as verbs ranks do, instead of the rack plan's fixed QPNs: a ring in which "
+      "some ranks are RDMA NICs (--transport verbs). Needs CAP_NET_RAW: a NIC's ICRC covers its IP ID, which only a "
+      "raw socket shows")(
       "register", po::value<std::string>(&o.register_socket),
       "ina mode: rank 0 adds the job through this inagg control socket (a path, or tcp://HOST:PORT: the appliance's "
       "--control-tcp), and every rank waits until the job is active before sending")(
@@ -225,9 +230,10 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
   if (!nccl::parse_type(o.dtype_name))
     return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'");
   if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
-  if (vm.count("print-job") && o.transport_name == "verbs")
+  if (vm.count("print-job") && (o.transport_name == "verbs" || o.exchange))
     return usage(
-        "--print-job with --transport verbs: the QPNs are the device's, known only once the ranks have exchanged "
+        "--print-job with --transport verbs or --exchange: the QPNs are the device's, known only once the ranks have "
+        "exchanged "
         "them; rank 0 registers them itself (--register)");
   if (vm.count("print-job")) {
     std::fputs(o.rack.job_text().c_str(), stdout);

@@ -27,33 +27,6 @@ int ms_left(uint64_t deadline_ns) {
   return static_cast<int>(std::min<uint64_t>((deadline_ns - t) / 1'000'000 + 1, 1'000'000));
 }
 
-// Reads until `stop` has been seen (or the peer closed); false on timeout, error or an oversized answer.
-bool read_until(int fd, const std::string& stop, std::string* out, uint64_t deadline_ns) {
-  char buf[1024];
-  while (out->find(stop) == std::string::npos) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, ms_left(deadline_ns)) <= 0) return false;
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    out->append(buf, static_cast<size_t>(n));
-    if (out->size() > 64 * kMaxLine) return false;
-  }
-  return true;
-}
-
-bool write_all(int fd, const std::string& s, uint64_t deadline_ns) {
-  for (size_t done = 0; done < s.size();) {
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, ms_left(deadline_ns)) <= 0) return false;
-    const ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 sockaddr_in address_of(const util::IpAddr& ip, uint16_t port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -84,6 +57,48 @@ std::optional<uint64_t> number(const std::string& line, const std::string& key, 
 }
 
 }  // namespace
+
+bool Rendezvous::wait_for(int fd, short events) const {
+  while (true) {
+    const int left = ms_left(cfg_.deadline_ns);
+    pollfd p{fd, events, 0};
+    if (!idle_) return left > 0 && ::poll(&p, 1, left) > 0;
+    if (::poll(&p, 1, 0) > 0) return true;
+    if (left <= 0) return false;
+    idle_(std::min(left, kIdleMs));
+  }
+}
+
+// Reads until `stop` has been seen (or the peer closed); false on timeout, error or an oversized answer.
+bool Rendezvous::read_until(int fd, const std::string& stop, std::string* out) const {
+  char buf[1024];
+  while (out->find(stop) == std::string::npos) {
+    if (!wait_for(fd, POLLIN)) return false;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > 64 * kMaxLine) return false;
+  }
+  return true;
+}
+
+bool Rendezvous::write_all(int fd, const std::string& s) const {
+  for (size_t done = 0; done < s.size();) {
+    if (!wait_for(fd, POLLOUT)) return false;
+    const ssize_t n = ::send(fd, s.data() + done, s.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::vector<RankConnection> connections_of(const std::vector<RankEndpoint>& all) {
+  std::vector<RankConnection> c;
+  for (const RankEndpoint& e : all) c.push_back({e.gid, e.send_qpn, e.recv_qpn, e.start_psn});
+  return c;
+}
 
 std::string format_endpoint(const RankEndpoint& e) {
   char buf[256];
@@ -135,8 +150,7 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
   } closer{conns};
   lines->clear();
   while (conns.size() + 1 < cfg_.workers) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, ms_left(cfg_.deadline_ns)) <= 0) {
+    if (!wait_for(listen_fd_, POLLIN)) {
       *error = "rank 0: only " + std::to_string(conns.size()) + " of the " + std::to_string(cfg_.workers - 1) +
                " other ranks " + what + " on TCP port " + std::to_string(cfg_.port) +
                " before the deadline (are they all started, with the same --workers, --ip-base and --exchange-port?)";
@@ -146,7 +160,7 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
     if (c < 0) continue;
     conns.push_back(c);
     std::string line;
-    if (!read_until(c, "\n", &line, cfg_.deadline_ns)) {
+    if (!read_until(c, "\n", &line)) {
       *error =
           "rank 0: a rank connected to port " + std::to_string(cfg_.port) + " but sent no line before the deadline";
       return false;
@@ -155,7 +169,7 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
   }
   const std::string reply = answer(*lines) + "end\n";
   for (int c : conns)
-    if (!write_all(c, reply, cfg_.deadline_ns)) {
+    if (!write_all(c, reply)) {
       *error = "rank 0: a rank went away before it had rank 0's answer";
       return false;
     }
@@ -177,7 +191,7 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
       answer->clear();
-      const bool ok = write_all(fd, line + "\n", cfg_.deadline_ns) && read_until(fd, "end\n", answer, cfg_.deadline_ns);
+      const bool ok = write_all(fd, line + "\n") && read_until(fd, "end\n", answer);
       ::close(fd);
       if (ok) return true;
       *error = "rank " + std::to_string(cfg_.rank) + ": rank 0 at " + where(cfg_) +
@@ -191,7 +205,14 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
                ") before the deadline: is rank 0 started, and is --ip-base right?";
       return false;
     }
-    ::poll(nullptr, 0, 100);
+    // Again in 100 ms.
+    for (const uint64_t until = now_ns() + 100'000'000; now_ns() < until;) {
+      if (!idle_) {
+        ::poll(nullptr, 0, 100);
+        break;
+      }
+      idle_(kIdleMs);
+    }
   }
 }
 

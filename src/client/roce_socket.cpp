@@ -2,14 +2,17 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "inagg/wire/parse.hpp"
 
@@ -17,6 +20,7 @@ namespace inagg::client {
 
 RoceSocket::~RoceSocket() {
   if (fd_ >= 0) ::close(fd_);
+  if (raw_fd_ >= 0) ::close(raw_fd_);
 }
 
 bool RoceSocket::open(const wire::IpAddr& local, uint8_t tos, std::string* error) {
@@ -82,6 +86,46 @@ bool RoceSocket::open(const wire::IpAddr& local, uint8_t tos, std::string* error
   tx_to_.assign(kBatch, {});
   tx_msgs_.assign(kBatch, {});
   tx_iov_.assign(kBatch, {});
+  return true;
+}
+
+bool RoceSocket::receive_ip_headers(std::string* error) {
+  if (local_.version != wire::IpVersion::v4 || raw_fd_ >= 0) return true;
+  const int fd = ::socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
+  if (fd < 0) {
+    *error = std::string("cannot open a raw IPv4 socket to receive RoCEv2 with its IP headers: ") +
+             std::strerror(errno) +
+             (errno == EPERM ? " (it needs CAP_NET_RAW: run as root, or give inagg-worker cap_net_raw)" : "");
+    return false;
+  }
+  // Only UDP to port 4791 (a raw socket's data starts at the IP header), only to our address (bind).
+  sock_filter only_roce[] = {
+      BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0),                        // x = IP header length
+      BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2),                         // the UDP destination port
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, wire::kRoceV2Port, 0, 1),  //
+      BPF_STMT(BPF_RET | BPF_K, 0xffff),                             // all of it
+      BPF_STMT(BPF_RET | BPF_K, 0),                                  // not RoCEv2
+  };
+  sock_filter nothing[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
+  const sock_fprog roce{static_cast<unsigned short>(std::size(only_roce)), only_roce};
+  const sock_fprog none{1, nothing};
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  std::memcpy(&a.sin_addr, local_.bytes.data(), 4);
+  const int buf = 8 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &roce, sizeof roce) != 0 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      // The UDP socket's own copies: dropped by the kernel (the namespace's Udp InErrors counts them).
+      setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &none, sizeof none) != 0) {
+    *error = std::string("cannot set up the raw IPv4 socket for RoCEv2: ") + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  // What the UDP socket had queued before the filter: its headers are unknown now; RC recovers it.
+  for (char b[1]; ::recv(fd_, b, sizeof b, MSG_DONTWAIT) >= 0;) {}
+  raw_fd_ = fd;
+  rx_next_ = rx_count_ = 0;
   return true;
 }
 
@@ -198,7 +242,7 @@ bool RoceSocket::receive(Datagram* d) {
       h.msg_control = rx_ctl_[i].data();
       h.msg_controllen = rx_ctl_[i].size();
     }
-    const int k = ::recvmmsg(fd_, rx_msgs_.data(), kRxBatch, MSG_DONTWAIT, nullptr);
+    const int k = ::recvmmsg(fd(), rx_msgs_.data(), kRxBatch, MSG_DONTWAIT, nullptr);
     if (k <= 0) return false;
     ++receive_calls_;
     rx_next_ = 0;
@@ -211,8 +255,34 @@ bool RoceSocket::receive(Datagram* d) {
     d->roce = false;
     return true;
   }
-  decode(i, m.msg_len, d);
+  if (raw_fd_ >= 0)
+    decode_raw(i, m.msg_len, d);
+  else
+    decode(i, m.msg_len, d);
   return true;
+}
+
+// Datagram `slot` of a raw socket's batch (n bytes from the IPv4 header on): the frame is that
+// header and what follows, as they arrived, behind an Ethernet header.
+void RoceSocket::decode_raw(unsigned slot, size_t n, Datagram* d) {
+  const uint8_t* ip = rx_.data() + size_t{slot} * kSlot;
+  d->roce = false;
+  d->frame.clear();
+  const size_t ihl = n >= wire::kIpv4HeaderLen ? size_t{ip[0] & 0x0fu} * 4 : 0;
+  if (ihl < wire::kIpv4HeaderLen || (ip[0] >> 4) != 4 || n < ihl + wire::kUdpHeaderLen) return;
+  const size_t len = std::min<size_t>(n, wire::load_be16(ip + 2));
+  if (len < ihl + wire::kUdpHeaderLen) return;
+  d->src.version = d->dst.version = wire::IpVersion::v4;
+  d->src.bytes = {};
+  d->dst.bytes = {};
+  std::memcpy(d->src.bytes.data(), ip + 12, 4);
+  std::memcpy(d->dst.bytes.data(), ip + 16, 4);
+  d->tos = ip[1];
+  d->src_port = wire::load_be16(ip + ihl);
+  d->frame.assign(wire::kEthHeaderLen + len, 0);
+  wire::store_be16(d->frame.data() + 12, wire::kEtherTypeIpv4);
+  std::memcpy(d->frame.data() + wire::kEthHeaderLen, ip, len);
+  d->roce = wire::parse_frame(d->frame, d->layout) == wire::ParseStatus::roce;
 }
 
 // Rebuilds datagram `slot` of the receive batch (n bytes) as the frame its sender's kernel sent.

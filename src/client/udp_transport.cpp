@@ -22,7 +22,69 @@ bool UdpRcTransport::open(const UdpRcConfig& cfg, std::string* error) {
 }
 
 void UdpRcTransport::post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) {
-  req_->post_write(send_.data() + src_offset, len, kRegionVa + dst_offset, kRegionRkey, imm);
+  req_->post_write(send_.data() + src_offset, len, remote_va_ + dst_offset, remote_rkey_, imm);
+}
+
+RankEndpoint UdpRcTransport::local(unsigned rank) const {
+  RankEndpoint e;
+  e.rank = rank;
+  e.gid = cfg_.local;
+  if (cfg_.local.version == util::IpVersion::v4) {  // its RoCEv2 GID, as a NIC's is written
+    e.gid = util::IpAddr::v6({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, cfg_.local.bytes[0], cfg_.local.bytes[1],
+                              cfg_.local.bytes[2], cfg_.local.bytes[3]});
+  }
+  e.send_qpn = cfg_.send.local_qpn;
+  e.recv_qpn = cfg_.receive.local_qpn;
+  e.start_psn = cfg_.send.send_start_psn;
+  e.recv_addr = kRegionVa;
+  e.recv_rkey = kRegionRkey;
+  e.payload = cfg_.send.mtu_payload;
+  return e;
+}
+
+bool UdpRcTransport::exchange(const RendezvousConfig& cfg, std::vector<RankEndpoint>* all, std::string* error) {
+  if (!sock_.receive_ip_headers(error)) {
+    *error = "a software rank among RDMA NICs: " + *error;
+    return false;
+  }
+  rendezvous_ = std::make_unique<Rendezvous>();
+  return rendezvous_->exchange(cfg, local(cfg.rank), all, error);
+}
+
+bool UdpRcTransport::connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error) {
+  if (!rendezvous_) {
+    *error = "connect() before exchange()";
+    return false;
+  }
+  RcConfig& s = cfg_.send;
+  RcConfig& r = cfg_.receive;
+  s.remote_qpn = successor.recv_qpn;
+  s.remote_ip = util::gid_address(successor.gid);
+  r.remote_qpn = predecessor.send_qpn;
+  r.remote_ip = util::gid_address(predecessor.gid);
+  r.recv_start_psn = predecessor.start_psn;
+  if (s.remote_ip.version != cfg_.local.version || r.remote_ip.version != cfg_.local.version) {
+    *error = "rank " + std::to_string(successor.rank) + " or " + std::to_string(predecessor.rank) + " (" +
+             util::ip_text(successor.gid) + ", " + util::ip_text(predecessor.gid) +
+             ") is not of this rank's IP version (" + util::ip_text(cfg_.local) +
+             "): RoCEv2 over IPv4 needs IPv4-mapped GIDs";
+    return false;
+  }
+  remote_va_ = successor.recv_addr;
+  remote_rkey_ = successor.recv_rkey;
+  req_ = std::make_unique<RcRequester>(sock_, s);
+  rsp_ = std::make_unique<RcResponder>(sock_, r, recv_.data(), recv_.size(), kRegionVa, kRegionRkey);
+  // From here on the RC halves answer while this rank waits for the others (ACKs a NIC resends
+  // for, retransmissions it asks for).
+  rendezvous_->set_idle([this](int wait_ms) { poll(wait_ms); });
+  std::string why;
+  if (!rendezvous_->barrier("connected", &why)) {
+    *error = "after connecting the QPs: " + why;
+    return false;
+  }
+  connected_ = true;
+  last_arrival_ns_ = now_ns();
+  return true;
 }
 
 bool UdpRcTransport::drain(uint64_t t) {
@@ -67,7 +129,13 @@ void UdpRcTransport::poll(int wait_ms) {
   sock_.flush();
 }
 
+std::string UdpRcTransport::description() const {
+  if (!connected_) return "";
+  return "software RoCE " + util::ip_text(cfg_.local) + ", endpoints exchanged, IP headers from a raw socket";
+}
+
 const std::string& UdpRcTransport::error() const {
+  if (!error_.empty()) return error_;
   if (req_->failed()) return req_->error();
   if (!rsp_->error().empty()) return rsp_->error();
   return no_error_;
@@ -81,6 +149,11 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
     poll(1);
     quiet_since = std::max(quiet_since, last_arrival_ns_);
   }
+  while (connected_ && error().empty() && !writes_done() && now_ns() < deadline_ns) poll(1);
+  // Among NICs, the ranks' final barrier as theirs (VerbsTransport::finish); our RC keeps answering
+  // in it.
+  std::string why;
+  if (connected_ && error().empty() && !rendezvous_->barrier("done", &why)) error_ = "the final barrier: " + why;
 }
 
 TransportCounters UdpRcTransport::counters() const {

@@ -102,6 +102,10 @@ std::string check_run_options(WorkerOptions& o) {
       return "--transport verbs runs --mode ina or ring (auto's fall-over over verbs is not done yet)";
     if (o.exchange_port == 0 || o.exchange_port > 65535) return "--exchange-port must be a TCP port";
     if (o.verbs.qp_timeout < 1 || o.verbs.qp_timeout > 31) return "--qp-timeout must be 1..31 (4.096 us x 2^t)";
+  } else if (o.transport_name == "udp" && o.exchange) {
+    if (o.mode != Mode::ina && o.mode != Mode::ring)
+      return "--exchange runs --mode ina or ring (auto's fall-over with verbs ranks is not done yet)";
+    if (o.exchange_port == 0 || o.exchange_port > 65535) return "--exchange-port must be a TCP port";
   } else if (o.transport_name != "udp") {
     return "--transport must be udp (the software RoCE endpoint) or verbs (rdma-core: an RDMA NIC or Soft-RoCE)";
   }
@@ -109,10 +113,29 @@ std::string check_run_options(WorkerOptions& o) {
   return "";
 }
 
+namespace {
+
+RendezvousConfig rendezvous_config(const TransportRequest& r) {
+  RendezvousConfig rc;
+  rc.rank = r.rack.rank;
+  rc.workers = r.rack.workers;
+  rc.host = r.rack.ip_of(0);
+  rc.port = r.exchange_port;
+  rc.deadline_ns = r.deadline_ns;
+  return rc;
+}
+
+}  // namespace
+
 std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error) {
   auto t = std::make_unique<UdpRcTransport>();
   if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error))
     return nullptr;
+  if (!r.exchange) return t;
+  std::vector<RankEndpoint> all;
+  if (!t->exchange(rendezvous_config(r), &all, error)) return nullptr;
+  if (!t->connect(all[r.rack.successor()], all[r.rack.predecessor()], error)) return nullptr;
+  t->set_job_connections(connections_of(all));
   return t;
 }
 
@@ -138,18 +161,10 @@ std::unique_ptr<Transport> open_verbs_transport(const TransportRequest& r, std::
   c.send_bytes = r.send_bytes;
   c.receive_bytes = r.receive_bytes;
   if (!t->open(c, error)) return nullptr;
-  RendezvousConfig rc;
-  rc.rank = r.rack.rank;
-  rc.workers = r.rack.workers;
-  rc.host = r.rack.ip_of(0);
-  rc.port = r.exchange_port;
-  rc.deadline_ns = r.deadline_ns;
   std::vector<RankEndpoint> all;
-  if (!t->exchange(rc, &all, error)) return nullptr;
+  if (!t->exchange(rendezvous_config(r), &all, error)) return nullptr;
   if (!t->connect(all[r.rack.successor()], all[r.rack.predecessor()], error)) return nullptr;
-  std::vector<RankConnection> conns;
-  for (const RankEndpoint& e : all) conns.push_back({e.gid, e.send_qpn, e.recv_qpn, e.start_psn});
-  t->set_job_connections(std::move(conns));
+  t->set_job_connections(connections_of(all));
   return t;
 }
 #endif
@@ -176,7 +191,8 @@ bool Worker::open(std::string* error) {
                              geometry_.receive_bytes(o_.max_bytes),
                              o_.verbs,
                              static_cast<uint16_t>(o_.exchange_port),
-                             deadline_ns_};
+                             deadline_ns_,
+                             o_.exchange && !o_.use_verbs};
     transport_ = open_transport_(r, error);
     if (!transport_) return false;
     // A transport whose QPs are the device's registers them instead of the plan's.

@@ -3,11 +3,19 @@
 // into its ICRC (ID 0 with DF, source port 4791).
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "inagg/client/rc.hpp"
+#include "inagg/wire/icrc.hpp"
 
 using namespace inagg;
 using namespace inagg::client;
@@ -179,4 +187,58 @@ TEST(RcLoopback, BatchingSendsAWindowInOneSystemCall) {
   EXPECT_EQ(got, 48u);
   EXPECT_EQ(p.b.receive_calls(), 2u);
   EXPECT_EQ(p.rsp->counters().accepted, 48u);
+}
+
+// A NIC's packet as the kernel's Soft-RoCE sends it: its own UDP source port and a non-zero IP ID,
+// which the ICRC covers. A UDP socket shows neither the ID nor the rest of the header, so the
+// rebuilt header fails the ICRC; with receive_ip_headers() (a raw socket) the datagram arrives with
+// its header as sent and verifies. Root only (both raw sockets); sent as IP_HDRINCL on loopback.
+TEST(RoceSocketRaw, ANicsNonZeroIpIdVerifiesOnlyWithTheIpHeadersReceived) {
+  const int tx = ::socket(AF_INET, SOCK_RAW, IPPROTO_RAW);
+  if (tx < 0 && (errno == EPERM || errno == EACCES)) GTEST_SKIP() << "needs CAP_NET_RAW (root)";
+  ASSERT_GE(tx, 0) << std::strerror(errno);
+  RoceSocket b;
+  std::string err;
+  ASSERT_TRUE(b.open(*wire::parse_ip("127.0.0.3"), 2, &err)) << err;
+  const std::vector<uint8_t> payload(64, 0x5a);
+  wire::RoceFrameSpec s;
+  s.src_ip = *wire::parse_ip("127.0.0.4");
+  s.dst_ip = b.local();
+  s.src_port = 49152 + 0x1d3;
+  s.ip_id = 0x4a1b;
+  s.opcode = wire::op::kRc | wire::op::kWriteOnly;
+  s.dest_qp = 0x22;
+  s.psn = 7;
+  s.reth_va = 0x10000;
+  s.reth_rkey = 0x77;
+  s.reth_dma_len = 64;
+  std::vector<uint8_t> frame(wire::roce_frame_size(s, payload.size()));
+  ASSERT_EQ(wire::build_roce_frame(frame, s, payload), frame.size());
+  // receive_one: sends the frame (from its IP header on) and returns what b decodes.
+  const auto receive_one = [&](Datagram* d) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    std::memcpy(&to.sin_addr, b.local().bytes.data(), 4);
+    const size_t l3 = wire::kEthHeaderLen;
+    EXPECT_EQ(::sendto(tx, frame.data() + l3, frame.size() - l3, 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+              static_cast<ssize_t>(frame.size() - l3))
+        << std::strerror(errno);
+    pollfd p{b.fd(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 2000), 1);
+    return b.receive(d);
+  };
+  Datagram d;
+  ASSERT_TRUE(receive_one(&d));
+  ASSERT_TRUE(d.roce);
+  EXPECT_EQ(d.src_port, s.src_port);
+  EXPECT_FALSE(wire::icrc_verify(d.frame.data(), d.layout)) << "the UDP socket cannot know the IP ID";
+  ASSERT_TRUE(b.receive_ip_headers(&err)) << err;
+  ASSERT_TRUE(receive_one(&d));
+  ASSERT_TRUE(d.roce);
+  EXPECT_EQ(d.src_port, s.src_port);
+  EXPECT_EQ(wire::load_be16(d.frame.data() + wire::kEthHeaderLen + 4), s.ip_id);
+  EXPECT_TRUE(wire::icrc_verify(d.frame.data(), d.layout));
+  EXPECT_EQ(std::memcmp(d.frame.data() + d.layout.payload, payload.data(), payload.size()), 0);
+  EXPECT_FALSE(b.receive(&d)) << "the UDP socket's own copy must not be delivered too";
+  ::close(tx);
 }

@@ -7,6 +7,12 @@
 #   lab_up VMS              the lab with VMS VMs, its output in $tmp/up.log (and printed)
 #   wait_appliance          waits (30 s) for $ipid's control socket $tmp/ctl.sock
 #   fail MSG                "FAIL: MSG", the last LOG_LINES of every $tmp/*.log, exit 1
+#   lab_install_worker WORKER VMS SECRET   inagg-worker, its libraries and the secret in each VM's
+#                           /lab/inagg; $run_env: the environment to run it there with
+#   counters VM             "name value" lines: rxe0's hw counters and udp_in (UDP InDatagrams)
+#   delta BEFORE AFTER NAME a counter's growth between two `counters` files
+# Processes the test starts in the background (namespaces' workers): add their PIDs to lab_pids,
+# and cleanup kills them.
 : "${src:?tests/rxe/lab.sh: set src before sourcing}"
 # shellcheck source=../../scripts/lib/wait.sh
 . "$src/scripts/lib/wait.sh"
@@ -20,9 +26,12 @@ tmp=$(mktemp -d) || exit 1
 prefix="rxe-$1-$$"
 lab_log_lines=$2
 ipid=""
+lab_pids=()
 # shellcheck disable=SC2034  # the sourcing test reports times since it
 started=$SECONDS
 lab_cleanup() {
+  local p
+  for p in "${lab_pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   if [ -n "$ipid" ]; then kill "$ipid" 2>/dev/null && wait "$ipid" 2>/dev/null; fi
   "$lab" down >/dev/null 2>&1
   rm -rf "$tmp" "/var/run/dpdk/$prefix"
@@ -44,3 +53,25 @@ lab_up() {
 wait_appliance() {
   wait_alive "$ipid" 30 "inagg's control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start on the taps"
 }
+
+lab_install_worker() {
+  local worker=$1 vms=$2 secret=$3 i d l
+  for i in $(seq 0 $((vms - 1))); do
+    d=/run/rxe-lab/vm$i/share/inagg
+    mkdir -p "$d/lib"
+    cp "$worker" "$d/"
+    # Its libraries but the VM's own libc and libibverbs (with the VM's providers).
+    for l in $(ldd "$worker" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|ld-linux|libibverbs|libnl-[a-z0-9-]*)\.so'); do
+      cp "$l" "$d/lib/"
+    done
+    install -m 600 "$secret" "$d/secret"
+  done
+}
+# shellcheck disable=SC2034  # used by the sourcing test
+run_env="LD_LIBRARY_PATH=/lab/inagg/lib ASAN_OPTIONS=detect_leaks=0"
+
+counters() {
+  "$lab" run "$1" --timeout 60 -- 'rdma statistic show link rxe0/1; cat /proc/net/snmp' |
+    awk '$1 == "link" {for (i = 3; i < NF; i += 2) print $i, $(i + 1)} $1 == "Udp:" && $2 ~ /^[0-9]+$/ {print "udp_in", $2}'
+}
+delta() { awk -v n="$3" 'FNR == NR && $1 == n {b = $2} FNR != NR && $1 == n {a = $2} END {print a - b}' "$1" "$2"; }

@@ -37,13 +37,6 @@ for t in rxe-t0 rxe-t1; do
   ip -o link show "$t" | grep -q ' master ' && fail "$t is enslaved to a bridge: traffic could bypass inagg"
 done
 
-# counters VM: "name value" lines: rxe0's hw counters and udp_in (UDP InDatagrams).
-counters() {
-  "$lab" run "$1" --timeout 60 -- 'rdma statistic show link rxe0/1; cat /proc/net/snmp' |
-    awk '$1 == "link" {for (i = 3; i < NF; i += 2) print $i, $(i + 1)} $1 == "Udp:" && $2 ~ /^[0-9]+$/ {print "udp_in", $2}'
-}
-# delta BEFORE AFTER NAME
-delta() { awk -v n="$3" 'FNR == NR && $1 == n {b = $2} FNR != NR && $1 == n {a = $2} END {print a - b}' "$1" "$2"; }
 # listening VM PORT: waits (deadline) for a TCP listener, as the servers below exchange QP data over TCP first.
 listening() { "$lab" run "$1" --timeout 30 -- "until ss -ltn | grep -q ':$2 '; do sleep 0.1; done" || fail "nothing listens on port $2 in $1 within 30 s"; }
 

@@ -47,25 +47,8 @@ ipid=$!
 wait_appliance
 grep -q "control requests over TCP on 127.0.0.1:$port" "$tmp/inagg.log" || fail "inagg does not say it listens on TCP port $port"
 
-# The worker, its libraries but the VM's own libc and libibverbs (with the VM's providers), and
-# the secret, in each VM's share (/lab).
-for i in $(seq 0 $((n - 1))); do
-  d=/run/rxe-lab/vm$i/share/inagg
-  mkdir -p "$d/lib"
-  cp "$worker" "$d/"
-  for l in $(ldd "$worker" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|ld-linux|libibverbs|libnl-[a-z0-9-]*)\.so'); do
-    cp "$l" "$d/lib/"
-  done
-  install -m 600 "$tmp/secret" "$d/secret"
-done
-run_env="LD_LIBRARY_PATH=/lab/inagg/lib ASAN_OPTIONS=detect_leaks=0"
+lab_install_worker "$worker" $n "$tmp/secret"
 
-# counters VM: "name value" lines: rxe0's hw counters and udp_in (UDP InDatagrams).
-counters() {
-  "$lab" run "$1" --timeout 60 -- 'rdma statistic show link rxe0/1; cat /proc/net/snmp' |
-    awk '$1 == "link" {for (i = 3; i < NF; i += 2) print $i, $(i + 1)} $1 == "Udp:" && $2 ~ /^[0-9]+$/ {print "udp_in", $2}'
-}
-delta() { awk -v n="$3" 'FNR == NR && $1 == n {b = $2} FNR != NR && $1 == n {a = $2} END {print a - b}' "$1" "$2"; }
 
 # --- 1. control over TCP from a VM: a wrong secret is refused -----------------------------------
 # bash's /dev/tcp (the VM runs jobs with sh): the server answers after its 1 s request timeout,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "inagg/client/transport.hpp"
 #include "inagg/util/ip_addr.hpp"
 
 namespace inagg::client {
@@ -37,6 +38,9 @@ struct RankEndpoint {
 std::string format_endpoint(const RankEndpoint& e);
 // nullopt (with *error) when a field is missing or out of range.
 std::optional<RankEndpoint> parse_endpoint(const std::string& line, std::string* error);
+
+// The job's connections as the exchange made them (rank 0 registers these with the appliance).
+std::vector<RankConnection> connections_of(const std::vector<RankEndpoint>& all);
 
 struct RendezvousConfig {
   unsigned rank = 0, workers = 0;
@@ -60,6 +64,13 @@ class Rendezvous {
   // for this): "connected" (every QP is ready to receive before anyone sends), "done".
   bool barrier(const std::string& what, std::string* error);
 
+  // What to do while waiting for the other ranks, instead of sleeping: called with at most
+  // kIdleMs. A software RC endpoint is its own NIC: it must keep answering its peers in the
+  // barriers (UdpRcTransport). Not set: the waits sleep in poll().
+  using Idle = std::function<void(int wait_ms)>;
+  static constexpr int kIdleMs = 1;
+  void set_idle(Idle idle) { idle_ = std::move(idle); }
+
  private:
   // Rank 0: one line from each of the others, then answer(lines) to every one of them.
   using Answer = std::function<std::string(std::vector<std::string>&)>;
@@ -67,8 +78,14 @@ class Rendezvous {
   // The others: connect, send `line`, read the answer up to "end\n".
   bool ask(const std::string& line, std::string* answer, std::string* error);
 
+  // poll() on one fd until `events` or the deadline (false), calling idle_ meanwhile when set.
+  bool wait_for(int fd, short events) const;
+  bool read_until(int fd, const std::string& stop, std::string* out) const;
+  bool write_all(int fd, const std::string& s) const;
+
   RendezvousConfig cfg_;
   int listen_fd_ = -1;
+  Idle idle_;
 };
 
 }  // namespace inagg::client

@@ -5,6 +5,12 @@
 // port, 4791. The receiver rebuilds the same headers (from the datagram's addresses, length and
 // TOS) to verify the ICRC with the wire layer.
 //
+// A peer that is a NIC does not send IP ID 0: the kernel's Soft-RoCE (rdma_rxe) sends the IDs
+// of the kernel's IP stack, and the ICRC covers the ID, which a UDP socket never shows. With
+// receive_ip_headers() on, datagrams are taken from a raw IPv4 socket instead, which delivers them
+// with their IP header as it arrived; the UDP socket keeps the port (so the kernel answers no
+// ICMP port unreachable) and a socket filter drops its own copies.
+//
 // System calls are batched: receive() takes what recvmmsg() brought in one call, and with
 // batching on, send_frame() queues datagrams that flush() (or a full queue) hands to the kernel in
 // one sendmmsg().
@@ -41,7 +47,12 @@ class RoceSocket {
 
   // Binds (local, 4791). `tos` is sent on every packet (DSCP << 2 | ECN; 2 = ECT(0)).
   bool open(const wire::IpAddr& local, uint8_t tos, std::string* error);
-  int fd() const { return fd_; }
+  // The socket receive() reads: wait on it for datagrams.
+  int fd() const { return raw_fd_ >= 0 ? raw_fd_ : fd_; }
+  // IPv4: from now on, datagrams come with the IP header their sender's stack wrote (a raw socket,
+  // which needs CAP_NET_RAW), so a peer's ICRC over a non-zero IP ID verifies. IPv6 has no ID (the
+  // flow label the ICRC masks): nothing to do. False with *error when the raw socket is refused.
+  bool receive_ip_headers(std::string* error);
   const wire::IpAddr& local() const { return local_; }
 
   // Sends a frame built by wire::build_roce_frame for this socket (src = local, src port 4791,
@@ -81,8 +92,9 @@ class RoceSocket {
   static constexpr unsigned kRxBatch = 32;
   static constexpr size_t kSlot = 9216;  // a datagram slot: RoCE MTU 4096 and then some
   void decode(unsigned slot, size_t n, Datagram* d);
+  void decode_raw(unsigned slot, size_t n, Datagram* d);  // a raw socket's IPv4 datagram
 
-  int fd_ = -1;
+  int fd_ = -1, raw_fd_ = -1;
   wire::IpAddr local_;
   uint8_t tos_ = 0;
   uint64_t sent_ = 0, send_errors_ = 0, dropped_ = 0, send_calls_ = 0, receive_calls_ = 0;

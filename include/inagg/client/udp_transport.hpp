@@ -1,7 +1,17 @@
 // The first Transport: RoCEv2 RC in software over a kernel UDP socket (roce_socket.hpp), one
 // RcRequester to the successor and one RcResponder for the predecessor (rc.hpp). The receive
-// region is addressed as [kRegionVa, kRegionVa + size) with kRegionRkey on every rank, so no
-// addresses need exchanging.
+// region is addressed as [kRegionVa, kRegionVa + size) with kRegionRkey on every rank, so among
+// software ranks no addresses need exchanging: open()'s config (the rack plan's) is all.
+//
+// In a ring with RDMA NICs (VerbsTransport ranks: their QPNs, addresses and rkeys are the
+// device's), the software rank joins their out-of-band exchange (rendezvous.hpp) instead:
+//   open()      as always, with the plan's config for this rank's own QPNs, address, start PSN
+//   exchange()  local() with the other ranks; from here on datagrams are received with their IP
+//               headers (RoceSocket::receive_ip_headers: a NIC's ICRC covers its non-zero IP ID)
+//   connect()   the requester and responder re-made for the successor's and the predecessor's
+//               endpoints (QPNs, addresses, PSNs; writes go to the successor's region and rkey),
+//               then the ranks' barrier "connected"; finish() ends in the barrier "done"
+// While it waits in the exchange's barriers the rank keeps its RC running (it is its own NIC).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +20,7 @@
 #include <vector>
 
 #include "inagg/client/rc.hpp"
+#include "inagg/client/rendezvous.hpp"
 #include "inagg/client/roce_socket.hpp"
 #include "inagg/client/transport.hpp"
 
@@ -49,6 +60,17 @@ class UdpRcTransport final : public Transport {
 
   RoceSocket& socket() { return sock_; }  // loss injection (set_loss) for tests
 
+  // The exchange with other ranks (see the top). local(): this rank's endpoint as open() made it.
+  RankEndpoint local(unsigned rank) const;
+  bool exchange(const RendezvousConfig& cfg, std::vector<RankEndpoint>* all, std::string* error);
+  bool connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error);
+  const std::vector<RankConnection>* job_connections() const override {
+    return connections_.empty() ? nullptr : &connections_;
+  }
+  void set_job_connections(std::vector<RankConnection> c) { connections_ = std::move(c); }
+  // After connect(): "software RoCE 10.77.0.104, endpoints exchanged, IP headers from a raw socket".
+  std::string description() const override;
+
  private:
   bool drain(uint64_t now_ns);  // dispatches every waiting datagram; true when there was any
 
@@ -59,6 +81,13 @@ class UdpRcTransport final : public Transport {
   std::unique_ptr<RcResponder> rsp_;
   Datagram dg_;
   uint64_t last_arrival_ns_ = 0;
+  // The successor's receive region: ours by default (every software rank's is the same).
+  uint64_t remote_va_ = kRegionVa;
+  uint32_t remote_rkey_ = kRegionRkey;
+  std::unique_ptr<Rendezvous> rendezvous_;  // after exchange()
+  bool connected_ = false;                  // connect() done: finish() ends in the barrier
+  std::vector<RankConnection> connections_;
+  std::string error_;  // the exchange's; the RC halves keep their own
   std::string no_error_;
 };
 

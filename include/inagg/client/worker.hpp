@@ -64,6 +64,7 @@ struct WorkerOptions {
   std::string transport_name = "udp";  // udp (the software RC endpoint) or verbs (rdma-core)
   VerbsDeviceOptions verbs;
   unsigned exchange_port = 18516;  // verbs: rank 0's TCP port for the ranks' out-of-band exchange
+  bool exchange = false;           // udp: join that exchange (a ring with verbs ranks)
 
   // Filled by the checks.
   Mode mode = Mode::ina;
@@ -91,10 +92,12 @@ struct TransportRequest {
   VerbsDeviceOptions verbs;
   uint16_t exchange_port = 18516;
   uint64_t deadline_ns = 0;
+  bool exchange = false;  // udp: the endpoints from the ranks' exchange, not the plan
 };
 // Opens a transport for a request; nullptr with *error when it cannot.
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportRequest&, std::string* error)>;
-// The default factory: UdpRcTransport (the software RC endpoint over kernel UDP).
+// The default factory: UdpRcTransport (the software RC endpoint over kernel UDP); with
+// r.exchange, its endpoints are exchanged with the other ranks as open_verbs_transport does.
 std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error);
 // The verbs factory: VerbsTransport::open, the exchange with the other ranks (rank 0 listens on
 // the exchange port at the plan's rank 0 address), connect. The transport keeps the exchange for

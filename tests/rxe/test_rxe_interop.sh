@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Interoperability: one inagg-worker ring in which two ranks are the kernel's Soft-RoCE (rxe VMs,
+# --transport verbs) and two are the project's software RoCE endpoint (network namespaces,
+# --transport udp --exchange), all four on ports of one inagg (scripts/rxe-lab up --vms 2 --netns 2).
+#   rank 0 vm0 10.77.0.101, rank 1 vm1 .102 (rxe0, verbs); rank 2 ns0 .103, rank 3 ns1 .104 (udp).
+#   The ring's connections: vm0 -> vm1 (rxe to rxe), vm1 -> ns0 (rxe to software: rxe's WRITEs,
+#   whose ICRC covers the kernel's non-zero IP IDs, and the software responder's ACKs), ns0 -> ns1,
+#   ns1 -> vm0 (software WRITEs into an rxe MR by its address and rkey, rxe's ACKs).
+#   The software ranks join the verbs ranks' TCP exchange (QPNs, PSNs, GIDs, regions) and barriers.
+#   1. --mode ring, fp32, no job: inagg only forwards.
+#   2. --mode ina, fp32 and int32 (jobs 1, 2), registered by rank 0 (a VM) over inagg's TCP control
+#      listener with the exchanged QPNs; the namespaces wait for the job on the control socket.
+#   Sizes 1024 (one message, padded) and 40960 bytes (10 messages of 4 packets, window 2), 1 timed
+#   and 2 checked (-c 2) allreduces each: each rank compares every element with its scalar reference.
+#   3. The control that the check can fail: job 3 as 2, with --corrupt-input 1 on rank 2 (a software
+#      rank): every rank must report wrong elements and exit 1.
+#   Checks: every rank exits 0 with #wrong 0 (3: 1 and #wrong > 0 everywhere); rxe accepted every RoCE
+#   datagram its VM's UDP stack took (UDP InDatagrams = rcvd_pkts: no ICRC or header refused, e.g.
+#   the software endpoint's or inagg's regenerated ones) and no QP exceeded its retries; the software
+#   ranks counted no bad ICRC; inagg released one slot per packet of each job, held none, forwarded
+#   the ring untouched; scapy's ICRC (check_icrc.py) agrees with every RoCEv2 packet inagg emitted.
+#   test_rxe_interop.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
+set -uo pipefail
+inagg=$1 ctl=$2 worker=$3 src=$4
+here=$(cd "$(dirname "$0")" && pwd)
+
+"$worker" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
+  { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
+command -v ethtool >/dev/null || { echo "SKIP: ethtool is missing (scripts/packages.txt)"; exit 77; }
+
+vms=2 nss=2 msg=4096 payload=1024 window=2
+n=$((vms + nss))
+# shellcheck source=lab.sh
+. "$src/tests/rxe/lab.sh" interop 12
+port=$((20000 + $$ % 20000))
+
+"$lab" up --vms $vms --netns $nss >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
+cat "$tmp/up.log"
+up_s=$((SECONDS - started))
+
+head -c 24 /dev/urandom | base64 >"$tmp/secret"
+chmod 600 "$tmp/secret"
+# shellcheck disable=SC2046
+"$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
+  -- --socket "$tmp/ctl.sock" --mtu 1500 --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
+  >"$tmp/inagg.log" 2>&1 &
+ipid=$!
+wait_appliance
+lab_install_worker "$worker" $vms "$tmp/secret"
+
+common="--workers $n --ip-base 10.77.0.100 --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200"
+# The software ranks' RC timers for TCG VMs' round trips (tens of ms, sometimes far more): the
+# ceiling a NIC's would be (protocol.md §2), and a floor above a VM's usual round trip.
+udp_opts="--transport udp --exchange --ack-timeout-ms 1000 --rto-min-ms 50"
+
+# run_ranks NAME JOB WANT ARGS...: every rank with ARGS (job 0: no registration); the ranks'
+# outputs in $tmp/NAME-RANK.log. WANT ok: every rank exits 0 with 2 size rows, #wrong 0; WANT wrong:
+# every rank exits 1 and reports wrong elements.
+run_ranks() {
+  local name=$1 job=$2 want=$3 i r rc wrong rows vreg="" nreg=""
+  shift 3
+  if [ "$job" -gt 0 ]; then
+    vreg="--job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret"
+    nreg="--job-id $job --register $tmp/ctl.sock"
+  fi
+  local -a ids pids
+  for i in $(seq $((vms - 1)) -1 0); do
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i $common --transport verbs $vreg $*")
+  done
+  for i in $(seq 0 $((nss - 1))); do
+    r=$((vms + i))
+    # shellcheck disable=SC2086
+    ip netns exec "rxe-ns$i" timeout -k 3 240 "$worker" --rank $r $common $udp_opts $nreg "$@" >"$tmp/$name-$r.log" 2>&1 &
+    pids[i]=$!
+    lab_pids+=("${pids[i]}")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    if [ "$i" -lt "$vms" ]; then
+      "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1
+      rc=$?
+    else
+      wait "${pids[i - vms]}"
+      rc=$?
+    fi
+    # nccl-tests' table: column 9 is the out-of-place #wrong (N/A when nothing was checked).
+    wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
+    rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    if [ "$want" = ok ]; then
+      [ "$rc" -eq 0 ] || fail "$name: rank $i exited $rc ($(tail -n 3 "$tmp/$name-$i.log" | tr '\n' ' '))"
+      if [ "$rows" -ne 2 ] || [ -n "$wrong" ]; then fail "$name: rank $i printed $rows size rows, #wrong '$wrong'"; fi
+    else
+      [ "$rc" -eq 1 ] && [ -n "$wrong" ] ||
+        fail "$name: rank $i exited $rc with #wrong '$wrong' although rank 2's input was corrupted ($(tail -n 3 "$tmp/$name-$i.log" | tr '\n' ' '))"
+    fi
+  done
+  lab_pids=()
+}
+# job_done NAME JOB: one slot released per packet the job carried, none held; then removed.
+job_done() {
+  local stats want
+  stats=$("$ctl" --socket "$tmp/ctl.sock" stats "$2") || fail "stats $2: $stats"
+  # 3 allreduces per size (1 timed, 2 checked): 1 message (1024 bytes, padded), then 10; M/P packets each.
+  want=$(((1 + 10) * 3 * msg / payload))
+  grep -q "^slots_released $want$" <<<"$stats" || fail "$1: job $2: want slots_released $want (one per packet): $(tr '\n' ' ' <<<"$stats")"
+  grep -q "^held_packets 0$" <<<"$stats" || fail "$1: job $2: slots held after the run: $(tr '\n' ' ' <<<"$stats")"
+  "$ctl" --socket "$tmp/ctl.sock" remove "$2" >/dev/null || fail "cannot remove job $2"
+  echo "$stats" >"$tmp/$1.stats"
+}
+# software_icrc NAME: the software ranks' bad-ICRC counts must be 0 (their footer line).
+software_icrc() {
+  local r line
+  for r in $(seq "$vms" $((n - 1))); do
+    line=$(grep "^# rank $r: sent" "$tmp/$1-$r.log") || fail "$1: rank $r printed no transport counters"
+    grep -q " 0 bad ICRC$" <<<"$line" || fail "$1: software rank $r refused packets with bad ICRCs: $line"
+  done
+}
+
+for i in $(seq 0 $((vms - 1))); do counters "vm$i" >"$tmp/c-start-$i"; done
+
+# --- 1. ring, inagg only forwarding ---------------------------------------------------------------
+t=$SECONDS
+pass0=$("$ctl" --socket "$tmp/ctl.sock" stats | awk '$1 == "passthrough" {print $2}')
+run_ranks ring-fp32 0 ok --mode ring --dtype fp32 --seed 11
+pass1=$("$ctl" --socket "$tmp/ctl.sock" stats | awk '$1 == "passthrough" {print $2}')
+[ $((pass1 - pass0)) -gt 0 ] || fail "ring: inagg's engine counted no passthrough RoCE packets"
+software_icrc ring-fp32
+echo "ok: ring of 2 rxe VMs and 2 software endpoints, fp32, no job: every element exact on every rank ($((SECONDS - t)) s); inagg forwarded $((pass1 - pass0)) RoCE packets untouched"
+grep -h "^# \(verbs\|udp\):" "$tmp"/ring-fp32-*.log
+grep -h "^# rank [0-9]*: sent" "$tmp"/ring-fp32-*.log
+
+# --- 2. ina, fp32 and int32 -----------------------------------------------------------------------
+job=0
+for dtype in fp32 int32; do
+  job=$((job + 1))
+  t=$SECONDS
+  run_ranks "ina-$dtype" $job ok --mode ina --dtype $dtype --seed $((7 + job))
+  job_done "ina-$dtype" $job
+  software_icrc "ina-$dtype"
+  echo "ok: ina over 2 rxe VMs and 2 software endpoints, $dtype, 1024 and 40960 bytes x 3: every element of the 2 checked ones exact on every rank ($((SECONDS - t)) s); job $job: $(grep -E '^(slots_released|held_packets|resends|retransmits_answered) ' "$tmp/ina-$dtype.stats" | tr '\n' ' ')"
+done
+for i in $(seq 0 $((vms - 1))); do counters "vm$i" >"$tmp/c-exact-$i"; done
+
+# --- 3. the control: a corrupted input is caught on every rank ------------------------------------
+t=$SECONDS
+run_ranks ina-corrupt 3 wrong --mode ina --dtype fp32 --seed 21 --corrupt-input 1 2>/dev/null
+"$ctl" --socket "$tmp/ctl.sock" remove 3 >/dev/null || fail "cannot remove job 3"
+echo "ok: control: with 1 element of rank 2's input altered after the reference, every rank reported wrong elements and exited 1 ($((SECONDS - t)) s; #wrong: $(for i in $(seq 0 $((n - 1))); do awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ {printf "%s ", $9}' "$tmp/ina-corrupt-$i.log"; printf '| '; done))"
+
+kill "$ipid"
+wait "$ipid"
+ipid=""
+/usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
+echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
+# --- rxe's own counters over 1 and 2 --------------------------------------------------------------
+for i in $(seq 0 $((vms - 1))); do
+  a=$tmp/c-start-$i b=$tmp/c-exact-$i
+  udp=$(delta "$a" "$b" udp_in)
+  rcvd=$(delta "$a" "$b" rcvd_pkts)
+  [ "$udp" -gt 0 ] || fail "vm$i received no RoCE datagram"
+  [ "$udp" -eq "$rcvd" ] ||
+    fail "vm$i: its UDP stack took $udp RoCE datagrams but rxe accepted $rcvd: rxe refused some (bad ICRC or headers)"
+  [ "$(delta "$a" "$b" retry_exceeded_err)" -eq 0 ] || fail "vm$i: an RC QP exceeded its retry count"
+  echo "ok: vm$i: rxe accepted all $rcvd RoCE datagrams it got (no ICRC error); completer_retry_err +$(delta "$a" "$b" completer_retry_err), duplicate_request +$(delta "$a" "$b" duplicate_request), out_of_seq_request +$(delta "$a" "$b" out_of_seq_request)"
+done
+echo "ok: lab up in ${up_s} s, whole test $((SECONDS - started)) s"
