@@ -142,6 +142,15 @@ const std::string& UdpRcTransport::error() const {
 }
 
 void UdpRcTransport::finish(uint64_t deadline_ns) {
+  if (connected_) {
+    // Among NICs: our writes acknowledged, then the ranks' final barrier as theirs
+    // (VerbsTransport::finish), our RC answering in it. Once every rank is in, every write of the
+    // job is acknowledged: nobody needs anything more from us.
+    while (error().empty() && !writes_done() && now_ns() < deadline_ns) poll(1);
+    std::string why;
+    if (error().empty() && !rendezvous_->barrier("done", &why)) error_ = "the final barrier: " + why;
+    return;
+  }
   // Our predecessor may have lost our last ACK and be retransmitting: keep answering until it has
   // been quiet for a few of its ACK timeouts.
   const uint64_t quiet_ns = 4 * cfg_.send.ack_timeout_ns;
@@ -149,11 +158,6 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
     poll(1);
     quiet_since = std::max(quiet_since, last_arrival_ns_);
   }
-  while (connected_ && error().empty() && !writes_done() && now_ns() < deadline_ns) poll(1);
-  // Among NICs, the ranks' final barrier as theirs (VerbsTransport::finish); our RC keeps answering
-  // in it.
-  std::string why;
-  if (connected_ && error().empty() && !rendezvous_->barrier("done", &why)) error_ = "the final barrier: " + why;
 }
 
 TransportCounters UdpRcTransport::counters() const {

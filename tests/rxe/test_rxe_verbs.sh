@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# inagg-worker over rdma-core's verbs on the kernel's Soft-RoCE, aggregated by inagg: three rxe VMs
+# inagg-worker over rdma-core's verbs on the kernel's Soft-RoCE, aggregated by inagg: four rxe VMs
 # (scripts/rxe-lab), their taps as inagg's only ports, one lab bring-up for every phase.
 #   The workers reach the appliance's control plane over its TCP listener (--control-tcp on the
 #   host's 127.0.0.1, the VMs' 10.0.2.2) with a shared secret; rank 0 registers each job with the
@@ -29,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 "$worker" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
   { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
 
-n=3 msg=4096 payload=1024 window=2
+n=4 msg=4096 payload=1024 window=2
 # shellcheck source=lab.sh
 . "$src/tests/rxe/lab.sh" verbs 12
 port=$((20000 + $$ % 20000))
@@ -111,7 +111,7 @@ for dtype in fp32 int32; do
   run_ranks "ina-$dtype" $job --mode ina --dtype $dtype --seed $((7 + job))
   job_done "ina-$dtype" $job
   snapshot "ina-$dtype"
-  echo "ok: ina over verbs, $dtype, 3 rxe VMs, 1024 and 40960 bytes x 3: every element of the 2 checked ones exact on every rank ($((SECONDS - t)) s); job $job: slots_released $(stat_of "ina-$dtype" slots_released), held_packets 0, resends $(stat_of "ina-$dtype" resends), retransmits_answered $(stat_of "ina-$dtype" retransmits_answered)"
+  echo "ok: ina over verbs, $dtype, $n rxe VMs, 1024 and 40960 bytes x 3: every element of the 2 checked ones exact on every rank ($((SECONDS - t)) s); job $job: slots_released $(stat_of "ina-$dtype" slots_released), held_packets 0, resends $(stat_of "ina-$dtype" resends), retransmits_answered $(stat_of "ina-$dtype" retransmits_answered)"
   grep -h "^# rank .*verbs" "$tmp"/ina-$dtype-*.log
 done
 
