@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,6 +107,43 @@ TEST(Rendezvous, NoRankZeroIsADeadlineWithAMessage) {
   std::string err;
   EXPECT_FALSE(rv.exchange(c, endpoint_of(1), &all, &err));
   EXPECT_NE(err.find("could not reach rank 0 at 127.0.0.1:" + std::to_string(c.port)), std::string::npos) << err;
+}
+
+// A rank that is its own NIC (the software transport among verbs ranks) keeps its RC running
+// while it waits for the others: the idle function is called, in short turns, in rank 0's wait
+// for a late rank and in a late rank 0's answer, and the barriers still complete.
+TEST(Rendezvous, TheIdleFunctionRunsWhileARankWaits) {
+  const uint16_t port = test_port(4);
+  std::string errors[2];
+  unsigned idles[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (unsigned r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Rendezvous rv;
+      RendezvousConfig c;
+      c.rank = r;
+      c.workers = 2;
+      c.host = *util::parse_ip("127.0.0.1");
+      c.port = port;
+      c.deadline_ns = now_ns() + 5'000'000'000ull;
+      std::vector<RankEndpoint> all;
+      if (!rv.exchange(c, endpoint_of(r), &all, &errors[r])) return;
+      rv.set_idle([&, r](int wait_ms) {
+        EXPECT_LE(wait_ms, Rendezvous::kIdleMs);
+        ++idles[r];
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      });
+      // Rank 1 comes late to the first barrier, rank 0 to the second.
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      if (!rv.barrier("connected", &errors[r])) return;
+      if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      if (!rv.barrier("done", &errors[r])) return;
+    });
+  for (std::thread& t : threads) t.join();
+  for (unsigned r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_GE(idles[r], 10u) << "rank " << r << " waited ~150 ms without running its idle function";
+  }
 }
 
 // The job rank 0 registers from the exchanged connections: the appliance's own parser reads it,

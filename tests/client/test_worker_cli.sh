@@ -31,6 +31,8 @@ refused "--maxbytes (-e) 1024 is below --minbytes (-b) 8192" -b 8K -e 1K -f 2
 refused "the sizes never grow" -b 8 -e 1K -f 1 -i 0
 refused "--iters (-n) must be at least 1" -n 0 -b 8 -e 8
 refused "--dtype and --datatype (-d) disagree" --dtype fp32 -d half
+refused "--print-job with --transport verbs or --exchange" --exchange --print-job
+refused "--exchange runs --mode ina or ring" --exchange --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8
 refused "MiB of buffers (with -c, every rank's input for the reference) but this host has" -b 8 -e 60G -f 2
 
 # The old `-n N` (workers) is now nccl-tests' iteration count: without --workers it says so.
