@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "inagg/agg/kernels.hpp"
 #include "inagg/client/clock.hpp"
 #include "inagg/client/reference.hpp"
@@ -181,6 +183,67 @@ TEST(Worker, InaOverAnotherTransportAndAnApplianceStandIn) {
 TEST(Worker, InaWithoutTheApplianceIsWrongAndTheCheckSeesIt) {
   // The stand-in switches instead of summing: every rank gets its predecessor's input.
   EXPECT_GT(run_job("ina", Dtype::fp32, 4, 20000, false), 0u);
+}
+
+// The software transport in exchange mode (--transport udp --exchange, what joins verbs ranks):
+// three real UdpRcTransports on loopback (127.0.1.1..3) learn each other's endpoints in the TCP
+// exchange, receive through their raw sockets, run ring allreduces and meet in the final barrier.
+// Root only (the raw sockets); the rxe lab (tests/rxe, rxe_interop) runs the same against rxe.
+TEST(Worker, SoftwareRanksThatExchangeTheirEndpoints) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (raw sockets)";
+  const unsigned n = 3;
+  const uint64_t max_bytes = 50000;
+  std::vector<WorkerOptions> opts(n);
+  for (unsigned r = 0; r < n; ++r) {
+    WorkerOptions& o = opts[r];
+    o.workers = n;
+    o.rank = r;
+    o.rank_given = true;
+    o.mode_name = "ring";
+    o.ip_base = "127.0.1.0";
+    o.message = 4096;
+    o.payload = 1024;
+    o.min_bytes = 4;
+    o.max_bytes = max_bytes;
+    o.factor = 7;
+    o.timeout_s = 30;
+    o.exchange = true;
+    o.exchange_port = 30000 + (::getpid() * 13) % 20000;
+    EXPECT_EQ(check_job_options(o), "");
+    EXPECT_EQ(check_run_options(o), "");
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::vector<RankConnection>> registered(n);
+  for (unsigned r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      Worker w(opts[r], open_udp_transport);
+      std::string err;
+      ASSERT_TRUE(w.open(&err)) << "rank " << r << ": " << err;
+      registered[r] = w.options().rack.connections;
+      for (uint64_t bytes = 4; bytes <= max_bytes; bytes *= 7) {
+        Reference ref({Dtype::fp32, n, 1, true, 1.0}, bytes);
+        fill_input(Dtype::fp32, 1, r, w.data(), bytes);
+        ASSERT_TRUE(w.allreduce(bytes)) << "rank " << r << ": " << w.error();
+        EXPECT_EQ(std::memcmp(ref.sum(w.last_tier()).data(), w.data(), bytes), 0) << "rank " << r << ", " << bytes;
+      }
+      EXPECT_TRUE(w.finish()) << "rank " << r << ": " << w.error();
+      const std::optional<TransportCounters> c = w.transport_counters();
+      ASSERT_TRUE(c);
+      EXPECT_EQ(c->bad_icrc, 0u) << "rank " << r;
+      EXPECT_GT(c->accepted, 0u) << "rank " << r;
+    });
+  for (std::thread& t : threads) t.join();
+  // Every rank knows the job's connections as they were exchanged: each rank's ring QPs, its
+  // address as an IPv4-mapped GID.
+  for (unsigned r = 0; r < n; ++r) {
+    ASSERT_EQ(registered[r].size(), n) << "rank " << r;
+    for (unsigned p = 0; p < n; ++p) {
+      EXPECT_EQ(registered[r][p].send_qpn, RackPlan::ring_send_qpn(p));
+      EXPECT_EQ(registered[r][p].recv_qpn, RackPlan::ring_recv_qpn(p));
+      EXPECT_EQ(registered[r][p].start_psn, RackPlan::start_psn(p));
+      EXPECT_EQ(registered[r][p].ip, *inagg::util::parse_ip("::ffff:127.0.1." + std::to_string(p + 1)));
+    }
+  }
 }
 
 // --transport and --register tcp:// are checked before anything opens.
