@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# bench/run ports: the appliance's ports in the virtual rack (issue 15), each port type against a
+# plain Linux bridge on the same links, interleaved in the same run. For every variant, in every
+# one of BENCH_ROUNDS rounds (default 3, the order rotating from round to round):
+#   - Gloo: PyTorch Gloo all_reduce of BENCH_SIZE bytes of fp32 (default 64 MiB), 4 workers,
+#     every worker's link limited to BENCH_RATE (default 1gbit, tbf), BENCH_ITERS (default 3)
+#     timed all_reduces (bench/gloo_allreduce.py checks every element); the round's figure is
+#     their median. Through inagg, which only forwards Gloo's TCP, or through the bridge.
+#   - forwarding: iperf3 TCP from w0 to w1 and from w2 to w3 at once for BENCH_SECS (default 3)
+#     seconds on unlimited links: the total in Gbit/s, and the CPU inagg's datapath lcore used
+#     meanwhile (cores, from schedstat).
+# Variants (BENCH_VARIANTS, default all four): bridge (`scripts/rack up --bridge`: no appliance),
+# af_packet and af_xdp (`--ports`, the rack's default host NAPI), af_packet-softirq (af_packet with
+# `--host-napi off`: the rack as it was before issue 15). inagg runs in lab mode,
+# --idle-sleep-us BENCH_IDLE_SLEEP_US (default 100, scripts/rack's advice); 0 busy-polls.
+# Ends with `gloo_af_packet_vs_bridge=X gloo_af_xdp_vs_bridge=Y gloo_af_packet_softirq_vs_bridge=Z
+# fwd_bridge_gbps=A fwd_af_packet_gbps=B fwd_af_xdp_gbps=C fwd_af_packet_softirq_gbps=D`: medians
+# over the rounds (ratios from each round's pair, so both sides saw the same load); the per-round
+# figures and their ranges are printed above it.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../scripts/lib/wait.sh
+. scripts/lib/wait.sh
+# shellcheck source=../scripts/lib/cpu.sh
+. scripts/lib/cpu.sh
+rate=${BENCH_RATE:-1gbit}
+size=${BENCH_SIZE:-67108864}
+iters=${BENCH_ITERS:-3}
+secs=${BENCH_SECS:-3}
+rounds=${BENCH_ROUNDS:-3}
+idle_us=${BENCH_IDLE_SLEEP_US:-100}
+read -ra variants <<<"${BENCH_VARIANTS:-bridge af_packet af_xdp af_packet-softirq}"
+rack=ibp$$
+rack=${rack:0:11}
+prefix=inagg-bench-ports-$$
+tmp=$(mktemp -d)
+pid="" others=()
+cleanup() {
+  for p in "${others[@]}" $pid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  scripts/rack down --name "$rack" >/dev/null 2>&1
+  rm -rf "$tmp" "/var/run/dpdk/$prefix"
+}
+trap cleanup EXIT
+die() { echo "bench ports: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (the virtual rack)"
+command -v iperf3 >/dev/null || die "needs iperf3 (scripts/packages.txt; apt-get install iperf3)"
+/usr/bin/python3 -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null ||
+  die "needs python3-torch with Gloo"
+
+# up VARIANT [RACK_ARGS...]: the rack for VARIANT, and inagg on its ports unless it is the bridge.
+up() {
+  local v=$1 args=()
+  shift
+  case "$v" in
+    bridge) args=(--bridge) ;;
+    af_packet) args=(--ports af_packet) ;;
+    af_xdp) args=(--ports af_xdp) ;;
+    af_packet-softirq) args=(--ports af_packet --host-napi off) ;;
+    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq)" ;;
+  esac
+  scripts/rack up --name "$rack" --workers 4 "${args[@]}" "$@" >"$tmp/rack.log" 2>&1 || die "rack up: $(cat "$tmp/rack.log")"
+  [ "$v" = bridge ] && return 0
+  rm -f "$tmp/ctl.sock"
+  # shellcheck disable=SC2046
+  build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
+    $(scripts/rack vdevs --name "$rack") -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 \
+    --idle-sleep-us "$idle_us" --resend-us 2000 >"$tmp/inagg.log" 2>&1 &
+  pid=$!
+  wait_alive "$pid" 60 "inagg to forward" grep -q "^inagg: forwarding on" "$tmp/inagg.log" ||
+    die "inagg ($v) did not start: $(grep -v '^lib' "$tmp/inagg.log" | tail -n 3)"
+}
+down() {
+  if [ -n "$pid" ]; then
+    kill "$pid"
+    wait "$pid" 2>/dev/null
+    pid=""
+  fi
+  scripts/rack down --name "$rack" >/dev/null
+}
+
+# gloo VARIANT: g = the median of BENCH_ITERS Gloo all_reduce times, in seconds. (gloo and forward
+# set globals rather than print: in a $(...) subshell, a failure would leave inagg running.)
+gloo() {
+  local w=() r p
+  up "$1" --rate "$rate"
+  for r in 0 1 2 3; do
+    ip netns exec "$rack-w$r" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 timeout 600 \
+      /usr/bin/python3 bench/gloo_allreduce.py "$r" 4 10.77.0.1 29500 "$size" "$size" "$iters" >"$tmp/gloo.$r" 2>&1 &
+    w+=($!)
+  done
+  others=("${w[@]}")
+  for p in "${w[@]}"; do wait "$p" || die "a Gloo rank failed ($1): $(tail -n 2 "$tmp"/gloo.*)"; done
+  others=()
+  down
+  awk '$3 != 0 {bad = 1} END {exit bad}' "$tmp/gloo.0" || die "Gloo ($1): wrong elements: $(cat "$tmp/gloo.0")"
+  g=$(awk '{print $2 / 1e6}' "$tmp/gloo.0" | sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.3f\n", v[int((NR + 1) / 2)]}')
+  [ -n "$g" ] || die "Gloo ($1) printed no times"
+}
+
+# forward VARIANT: f = iperf3's total of two flows (Gbit/s), c = inagg's datapath lcore's CPU meanwhile
+# (cores; nan for the bridge).
+forward() {
+  local v=$1 s=() cl=()
+  c=nan
+  up "$v"
+  for r in 1 3; do
+    ip netns exec "$rack-w$r" iperf3 -s -1 -p 5201 >"$tmp/iperf-s$r.log" 2>&1 &
+    s+=($!)
+  done
+  others=("${s[@]}")
+  for r in 1 3; do
+    wait_alive "${s[$(((r - 1) / 2))]}" 10 "iperf3 server on w$r" \
+      sh -c "ip netns exec $rack-w$r ss -Hltn 'sport = :5201' | grep -q LISTEN" || die "iperf3 server on w$r did not start"
+  done
+  for r in 0 2; do
+    ip netns exec "$rack-w$r" iperf3 -c "10.77.0.$((r + 2))" -p 5201 -t "$secs" -J >"$tmp/iperf$r.json" 2>&1 &
+    cl+=($!)
+  done
+  others+=("${cl[@]}")
+  if [ -n "$pid" ]; then c=$(cpu_cores "$pid" "$secs" rte-worker) || c=nan; fi
+  for p in "${cl[@]}" "${s[@]}"; do wait "$p" || die "iperf3 failed ($v): $(tail -n 3 "$tmp"/iperf*)"; done
+  others=()
+  down
+  f=$(/usr/bin/python3 - "$tmp/iperf0.json" "$tmp/iperf2.json" <<'PY'
+import json, sys
+print(f"{sum(json.load(open(f))['end']['sum_received']['bits_per_second'] for f in sys.argv[1:3]) / 1e9:.2f}")
+PY
+  ) || die "iperf3's output ($v): $(tail -n 3 "$tmp"/iperf*.json)"
+}
+
+echo "4 workers; Gloo all_reduce of $size bytes fp32 at $rate per link, median of $iters;" \
+  "forwarding: iperf3 w0->w1 + w2->w3, ${secs} s, unlimited links; inagg --idle-sleep-us $idle_us"
+printf "%-6s %-18s %10s %10s %12s\n" round variant gloo_s fwd_gbps inagg_cores
+: >"$tmp/results"
+for i in $(seq "$rounds"); do
+  n=${#variants[@]}
+  for j in $(seq 0 $((n - 1))); do
+    v=${variants[$(((i - 1 + j) % n))]}
+    gloo "$v"
+    forward "$v"
+    printf "%-6s %-18s %10s %10s %12s\n" "$i" "$v" "$g" "$f" "$c"
+    echo "$i $v $g $f $c" >>"$tmp/results"
+  done
+done
+/usr/bin/python3 - "$tmp/results" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r, v, g, f, c in rows:
+    by.setdefault(v, {})[r] = (float(g), float(f))
+out = []
+def rng(xs):
+    return f"median {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
+for v in by:
+    if v != "bridge" and "bridge" in by:
+        ratios = [by[v][r][0] / by["bridge"][r][0] for r in by[v] if r in by["bridge"]]
+        print(f"gloo {v} / bridge: {rng(ratios)} over {len(ratios)} rounds")
+        out.append(f"gloo_{v.replace('-', '_')}_vs_bridge={statistics.median(ratios):.2f}")
+for v in by:
+    f = [x[1] for x in by[v].values()]
+    print(f"forwarding {v}: {rng(f)} Gbit/s")
+    out.append(f"fwd_{v.replace('-', '_')}_gbps={statistics.median(f):.2f}")
+print(" ".join(out))
+PY
