@@ -9,14 +9,15 @@
 #   - forwarding: iperf3 TCP from w0 to w1 and from w2 to w3 at once for BENCH_SECS (default 3)
 #     seconds on unlimited links: the total in Gbit/s, and the CPU inagg's datapath lcore used
 #     meanwhile (cores, from schedstat).
-# Variants (BENCH_VARIANTS, default all four): bridge (`scripts/rack up --bridge`: no appliance),
-# af_packet and af_xdp (`--ports`, the rack's default host NAPI), af_packet-softirq (af_packet with
-# `--host-napi off`: the rack as it was before issue 15). inagg runs in lab mode,
-# --idle-sleep-us BENCH_IDLE_SLEEP_US (default 100, scripts/rack's advice); 0 busy-polls.
-# Ends with `gloo_af_packet_vs_bridge=X gloo_af_xdp_vs_bridge=Y gloo_af_packet_softirq_vs_bridge=Z
-# fwd_bridge_gbps=A fwd_af_packet_gbps=B fwd_af_xdp_gbps=C fwd_af_packet_softirq_gbps=D`: medians
-# over the rounds (ratios from each round's pair, so both sides saw the same load); the per-round
-# figures and their ranges are printed above it.
+# Variants (BENCH_VARIANTS, default all five): bridge (`scripts/rack up --bridge`: no appliance),
+# af_packet and af_xdp (`--ports`, with the rack's default threaded NAPI on the hosts' eth0), and
+# the rack as it was before issue 15 (`--host-napi off`): af_packet-softirq and bridge-softirq.
+# inagg runs in lab mode, --idle-sleep-us BENCH_IDLE_SLEEP_US (default 100, scripts/rack's advice);
+# 0 busy-polls. A Gloo run that does not finish within BENCH_GLOO_TIMEOUT seconds (default 180)
+# is reported as nan (and said why), not waited for.
+# Ends with `gloo_af_packet_vs_bridge=X ... fwd_bridge_gbps=A ...`: for every variant, the median
+# over the rounds of its Gloo time over the bridge's in the same round (the softirq variants over
+# bridge-softirq), and of its forwarding rate; the per-round figures and the ranges above it.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib/wait.sh
@@ -29,7 +30,8 @@ iters=${BENCH_ITERS:-3}
 secs=${BENCH_SECS:-3}
 rounds=${BENCH_ROUNDS:-3}
 idle_us=${BENCH_IDLE_SLEEP_US:-100}
-read -ra variants <<<"${BENCH_VARIANTS:-bridge af_packet af_xdp af_packet-softirq}"
+gloo_timeout=${BENCH_GLOO_TIMEOUT:-180}
+read -ra variants <<<"${BENCH_VARIANTS:-bridge af_packet af_xdp af_packet-softirq bridge-softirq}"
 rack=ibp$$
 rack=${rack:0:11}
 prefix=inagg-bench-ports-$$
@@ -56,10 +58,11 @@ up() {
     af_packet) args=(--ports af_packet) ;;
     af_xdp) args=(--ports af_xdp) ;;
     af_packet-softirq) args=(--ports af_packet --host-napi off) ;;
-    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq)" ;;
+    bridge-softirq) args=(--bridge --host-napi off) ;;
+    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq, bridge-softirq)" ;;
   esac
   scripts/rack up --name "$rack" --workers 4 "${args[@]}" "$@" >"$tmp/rack.log" 2>&1 || die "rack up: $(cat "$tmp/rack.log")"
-  [ "$v" = bridge ] && return 0
+  [[ "$v" == bridge* ]] && return 0
   rm -f "$tmp/ctl.sock"
   # shellcheck disable=SC2046
   build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
@@ -81,18 +84,26 @@ down() {
 # gloo VARIANT: g = the median of BENCH_ITERS Gloo all_reduce times, in seconds. (gloo and forward
 # set globals rather than print: in a $(...) subshell, a failure would leave inagg running.)
 gloo() {
-  local w=() r p
+  local w=() r p ok=true
   up "$1" --rate "$rate"
   for r in 0 1 2 3; do
-    ip netns exec "$rack-w$r" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 timeout 600 \
+    ip netns exec "$rack-w$r" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 timeout "$gloo_timeout" \
       /usr/bin/python3 bench/gloo_allreduce.py "$r" 4 10.77.0.1 29500 "$size" "$size" "$iters" >"$tmp/gloo.$r" 2>&1 &
     w+=($!)
   done
   others=("${w[@]}")
-  for p in "${w[@]}"; do wait "$p" || die "a Gloo rank failed ($1): $(tail -n 2 "$tmp"/gloo.*)"; done
+  for p in "${w[@]}"; do wait "$p" || ok=false; done
   others=()
+  if ! $ok; then
+    down
+    echo "bench ports: Gloo ($1) failed or took over $gloo_timeout s (rank 0's times, s: $(awk '{printf "%s ", $2 / 1e6}' "$tmp/gloo.0"));" \
+      "inagg's port counters: $(grep -h '^port' "$tmp/inagg.log" 2>/dev/null | tr '\n' ';')" >&2
+    g=nan gall=-
+    return 0
+  fi
   down
   awk '$3 != 0 {bad = 1} END {exit bad}' "$tmp/gloo.0" || die "Gloo ($1): wrong elements: $(cat "$tmp/gloo.0")"
+  gall=$(awk '{printf "%s%.2f", NR > 1 ? "," : "", $2 / 1e6}' "$tmp/gloo.0")
   g=$(awk '{print $2 / 1e6}' "$tmp/gloo.0" | sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.3f\n", v[int((NR + 1) / 2)]}')
   [ -n "$g" ] || die "Gloo ($1) printed no times"
 }
@@ -118,19 +129,23 @@ forward() {
   done
   others+=("${cl[@]}")
   if [ -n "$pid" ]; then c=$(cpu_cores "$pid" "$secs" rte-worker) || c=nan; fi
-  for p in "${cl[@]}" "${s[@]}"; do wait "$p" || die "iperf3 failed ($v): $(tail -n 3 "$tmp"/iperf*)"; done
+  local ok=true
+  for p in "${cl[@]}" "${s[@]}"; do wait "$p" || ok=false; done
   others=()
   down
   f=$(/usr/bin/python3 - "$tmp/iperf0.json" "$tmp/iperf2.json" <<'PY'
 import json, sys
 print(f"{sum(json.load(open(f))['end']['sum_received']['bits_per_second'] for f in sys.argv[1:3]) / 1e9:.2f}")
 PY
-  ) || die "iperf3's output ($v): $(tail -n 3 "$tmp"/iperf*.json)"
+  ) && $ok || {
+    echo "bench ports: iperf3 failed ($v): $(tail -n 3 "$tmp"/iperf*.json | tr '\n' ' ')" >&2
+    f=nan
+  }
 }
 
 echo "4 workers; Gloo all_reduce of $size bytes fp32 at $rate per link, median of $iters;" \
   "forwarding: iperf3 w0->w1 + w2->w3, ${secs} s, unlimited links; inagg --idle-sleep-us $idle_us"
-printf "%-6s %-18s %10s %10s %12s\n" round variant gloo_s fwd_gbps inagg_cores
+printf "%-6s %-18s %10s %10s %12s  %s\n" round variant gloo_s fwd_gbps inagg_cores gloo_each_s
 : >"$tmp/results"
 for i in $(seq "$rounds"); do
   n=${#variants[@]}
@@ -138,7 +153,7 @@ for i in $(seq "$rounds"); do
     v=${variants[$(((i - 1 + j) % n))]}
     gloo "$v"
     forward "$v"
-    printf "%-6s %-18s %10s %10s %12s\n" "$i" "$v" "$g" "$f" "$c"
+    printf "%-6s %-18s %10s %10s %12s  %s\n" "$i" "$v" "$g" "$f" "$c" "$gall"
     echo "$i $v $g $f $c" >>"$tmp/results"
   done
 done
@@ -152,13 +167,19 @@ out = []
 def rng(xs):
     return f"median {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
 for v in by:
-    if v != "bridge" and "bridge" in by:
-        ratios = [by[v][r][0] / by["bridge"][r][0] for r in by[v] if r in by["bridge"]]
-        print(f"gloo {v} / bridge: {rng(ratios)} over {len(ratios)} rounds")
-        out.append(f"gloo_{v.replace('-', '_')}_vs_bridge={statistics.median(ratios):.2f}")
+    ref = "bridge-softirq" if v.endswith("-softirq") else "bridge"
+    if v.startswith("bridge") or ref not in by:
+        continue
+    ratios = [by[v][r][0] / by[ref][r][0] for r in by[v] if r in by[ref]]
+    ok = [x for x in ratios if x == x]  # nan: a Gloo run that did not finish
+    failed = len(ratios) - len(ok)
+    note = f", {failed} of {len(ratios)} rounds did not finish" if failed else ""
+    print(f"gloo {v} / {ref}: {rng(ok) if ok else 'none finished'} over {len(ok)} rounds{note}")
+    out.append(f"gloo_{v.replace('-', '_')}_vs_{ref.replace('-', '_')}={statistics.median(ok) if ok else float('nan'):.2f}")
 for v in by:
-    f = [x[1] for x in by[v].values()]
-    print(f"forwarding {v}: {rng(f)} Gbit/s")
-    out.append(f"fwd_{v.replace('-', '_')}_gbps={statistics.median(f):.2f}")
+    g = [x[0] for x in by[v].values() if x[0] == x[0]]
+    f = [x[1] for x in by[v].values() if x[1] == x[1]]
+    print(f"gloo {v}: {rng(g) if g else 'none finished'} s; forwarding {v}: {rng(f) if f else 'none'} Gbit/s")
+    out.append(f"fwd_{v.replace('-', '_')}_gbps={statistics.median(f) if f else float('nan'):.2f}")
 print(" ".join(out))
 PY
