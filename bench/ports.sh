@@ -7,11 +7,14 @@
 #     timed all_reduces (bench/gloo_allreduce.py checks every element); the round's figure is
 #     their median. Through inagg, which only forwards Gloo's TCP, or through the bridge.
 #   - forwarding: iperf3 TCP from w0 to w1 and from w2 to w3 at once for BENCH_SECS (default 3)
-#     seconds on unlimited links: the total in Gbit/s, and the CPU inagg's datapath lcore used
-#     meanwhile (cores, from schedstat).
+#     seconds on unlimited links: the total in Gbit/s, the CPU inagg's datapath lcore used
+#     meanwhile and the time it spent runnable but waiting for a CPU (both in cores, from
+#     /proc/PID/task/TID/schedstat: run time and run-queue wait).
 # Variants (BENCH_VARIANTS, default all five): bridge (`scripts/rack up --bridge`: no appliance),
 # af_packet and af_xdp (`--ports`, with the rack's default threaded NAPI on the hosts' eth0), and
-# the rack as it was before issue 15 (`--host-napi off`): af_packet-softirq and bridge-softirq.
+# the rack as it was before issue 15 (`--host-napi off`): af_packet-softirq and bridge-softirq;
+# af_packet-nice: af_packet with inagg under `nice -n -10` (a bridge forwards in softirq, ahead of
+# every process; an appliance is a process among the others).
 # inagg runs in lab mode, --idle-sleep-us BENCH_IDLE_SLEEP_US (default 100, scripts/rack's advice);
 # 0 busy-polls. A Gloo run that does not finish within BENCH_GLOO_TIMEOUT seconds (default 180)
 # is reported as nan (and said why), not waited for.
@@ -23,8 +26,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib/wait.sh
 . scripts/lib/wait.sh
-# shellcheck source=../scripts/lib/cpu.sh
-. scripts/lib/cpu.sh
 rate=${BENCH_RATE:-1gbit}
 size=${BENCH_SIZE:-67108864}
 iters=${BENCH_ITERS:-3}
@@ -33,6 +34,7 @@ rounds=${BENCH_ROUNDS:-3}
 idle_us=${BENCH_IDLE_SLEEP_US:-100}
 gloo_timeout=${BENCH_GLOO_TIMEOUT:-180}
 read -ra variants <<<"${BENCH_VARIANTS:-bridge af_packet af_xdp af_packet-softirq bridge-softirq}"
+nice_cmd=()
 rack=ibp$$
 rack=${rack:0:11}
 prefix=inagg-bench-ports-$$
@@ -57,16 +59,19 @@ up() {
   case "$v" in
     bridge) args=(--bridge) ;;
     af_packet) args=(--ports af_packet) ;;
+    af_packet-nice) args=(--ports af_packet) ;;
     af_xdp) args=(--ports af_xdp) ;;
     af_packet-softirq) args=(--ports af_packet --host-napi off) ;;
     bridge-softirq) args=(--bridge --host-napi off) ;;
-    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq, bridge-softirq)" ;;
+    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq, bridge-softirq, af_packet-nice)" ;;
   esac
   scripts/rack up --name "$rack" --workers 4 "${args[@]}" "$@" >"$tmp/rack.log" 2>&1 || die "rack up: $(cat "$tmp/rack.log")"
   [[ "$v" == bridge* ]] && return 0
   rm -f "$tmp/ctl.sock"
+  nice_cmd=()
+  [ "$v" = af_packet-nice ] && nice_cmd=(nice -n -10)
   # shellcheck disable=SC2046
-  build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
+  "${nice_cmd[@]}" build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
     $(scripts/rack vdevs --name "$rack") -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 \
     --idle-sleep-us "$idle_us" --resend-us 2000 >"$tmp/inagg.log" 2>&1 &
   pid=$!
@@ -129,7 +134,18 @@ forward() {
     cl+=($!)
   done
   others+=("${cl[@]}")
-  if [ -n "$pid" ]; then c=$(cpu_cores "$pid" "$secs" rte-worker) || c=nan; fi
+  wq=nan
+  if [ -n "$pid" ]; then
+    local tid t w0 w1 r0 r1 t0 t1
+    for t in /proc/"$pid"/task/*; do [[ "$(cat "$t/comm")" == rte-worker* ]] && tid=${t##*/}; done
+    read -r r0 w0 _ <"/proc/$pid/task/$tid/schedstat"
+    t0=$(date +%s%N)
+    sleep "$secs"  # the measurement interval, not a wait for a state
+    read -r r1 w1 _ <"/proc/$pid/task/$tid/schedstat"
+    t1=$(date +%s%N)
+    c=$(awk -v r="$((r1 - r0))" -v t="$((t1 - t0))" 'BEGIN {printf "%.3f", r / t}')
+    wq=$(awk -v w="$((w1 - w0))" -v t="$((t1 - t0))" 'BEGIN {printf "%.3f", w / t}')
+  fi
   local ok=true
   for p in "${cl[@]}" "${s[@]}"; do wait "$p" || ok=false; done
   others=()
@@ -146,7 +162,7 @@ PY
 
 echo "4 workers; Gloo all_reduce of $size bytes fp32 at $rate per link, median of $iters;" \
   "forwarding: iperf3 w0->w1 + w2->w3, ${secs} s, unlimited links; inagg --idle-sleep-us $idle_us"
-printf "%-6s %-18s %10s %10s %12s  %s\n" round variant gloo_s fwd_gbps inagg_cores gloo_each_s
+printf "%-6s %-18s %10s %10s %12s %11s  %s\n" round variant gloo_s fwd_gbps inagg_cores inagg_wait gloo_each_s
 : >"$tmp/results"
 for i in $(seq "$rounds"); do
   n=${#variants[@]}
@@ -154,7 +170,7 @@ for i in $(seq "$rounds"); do
     v=${variants[$(((i - 1 + j) % n))]}
     gloo "$v"
     forward "$v"
-    printf "%-6s %-18s %10s %10s %12s  %s\n" "$i" "$v" "$g" "$f" "$c" "$gall"
+    printf "%-6s %-18s %10s %10s %12s %11s  %s\n" "$i" "$v" "$g" "$f" "$c" "$wq" "$gall"
     echo "$i $v $g $f $c" >>"$tmp/results"
   done
 done
