@@ -114,6 +114,19 @@ gloo() {
   [ -n "$g" ] || die "Gloo ($1) printed no times"
 }
 
+# lcore_schedstat PID: "RUN_NS WAIT_NS THREADS" summed over inagg's datapath lcore threads
+# (rte-worker-N): time run, and time runnable but waiting for a CPU (/proc/.../schedstat).
+lcore_schedstat() {
+  local t r w n=0 sr=0 sw=0
+  for t in /proc/"$1"/task/*; do
+    [[ "$(cat "$t/comm" 2>/dev/null)" == rte-worker* ]] || continue
+    read -r r w _ <"$t/schedstat" || continue
+    sr=$((sr + r)) sw=$((sw + w)) n=$((n + 1))
+  done
+  [ "$n" -gt 0 ] || echo "bench ports: no rte-worker thread in inagg ($1): $(cat /proc/"$1"/task/*/comm 2>/dev/null | tr '\n' ' ')" >&2
+  echo "$sr $sw $n"
+}
+
 # forward VARIANT: f = iperf3's total of two flows (Gbit/s), c = inagg's datapath lcore's CPU meanwhile
 # (cores; nan for the bridge).
 forward() {
@@ -136,15 +149,12 @@ forward() {
   others+=("${cl[@]}")
   wq=nan
   if [ -n "$pid" ]; then
-    local tid t w0 w1 r0 r1 t0 t1
-    for t in /proc/"$pid"/task/*; do [[ "$(cat "$t/comm")" == rte-worker* ]] && tid=${t##*/}; done
-    read -r r0 w0 _ <"/proc/$pid/task/$tid/schedstat"
-    t0=$(date +%s%N)
+    local a b t0 t1
+    a=$(lcore_schedstat "$pid") t0=$(date +%s%N)
     sleep "$secs"  # the measurement interval, not a wait for a state
-    read -r r1 w1 _ <"/proc/$pid/task/$tid/schedstat"
-    t1=$(date +%s%N)
-    c=$(awk -v r="$((r1 - r0))" -v t="$((t1 - t0))" 'BEGIN {printf "%.3f", r / t}')
-    wq=$(awk -v w="$((w1 - w0))" -v t="$((t1 - t0))" 'BEGIN {printf "%.3f", w / t}')
+    b=$(lcore_schedstat "$pid") t1=$(date +%s%N)
+    read -r c wq < <(awk -v a="$a" -v b="$b" -v t="$((t1 - t0))" 'BEGIN {split(a, x, " "); split(b, y, " ");
+      if (x[3] + 0 == 0) print "nan nan"; else printf "%.3f %.3f\n", (y[1] - x[1]) / t, (y[2] - x[2]) / t}')
   fi
   local ok=true
   for p in "${cl[@]}" "${s[@]}"; do wait "$p" || ok=false; done
