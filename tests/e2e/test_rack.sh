@@ -6,32 +6,44 @@
 # non-multiple tail, for the given dtype, optionally with random loss on every worker's link.
 # Mode ina registers the job through the control socket from rank 0 (--register); mode ring runs
 # the classic ring allreduce over the same transport, which the appliance only switches.
-#   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT MODE [PORTS]
+# PAYLOAD 4096 (RoCE MTU 4096) runs the rack at --mtu 4200 and inagg at --mtu 9000 (its mbufs then
+# hold net_af_packet's 4352-byte frame slots), as bench/run allreduce does with BENCH_PAYLOAD=4096.
+#   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT MODE [PORTS [PAYLOAD]]
 set -uo pipefail
-inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6 mode=${7:-ina} ports=${8:-af_packet}
+inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6 mode=${7:-ina} ports=${8:-af_packet} payload=${9:-1024}
 n=4
 # shellcheck source=../lib/rack.sh
 . "$src/tests/lib/rack.sh"
 lossarg=()
 [ "$loss" != 0 ] && lossarg=(--loss "$loss")
-start_rack "${lossarg[@]}" --ports "$ports" --
+mtuarg=()
+if [ "$payload" -gt 1024 ]; then
+  mtuarg=(--mtu 4200)
+  inagg_mtu=9000
+fi
+start_rack "${lossarg[@]}" "${mtuarg[@]}" --ports "$ports" --
 grep -q "^inagg: port 0 (net_$ports)" "$tmp/inagg.log" || fail "inagg's ports are not net_$ports: $(grep '^inagg: port 0' "$tmp/inagg.log")"
 # The rack's hosts receive in a NAPI kernel thread of their own (scripts/rack --host-napi threaded).
 [ "$(ip netns exec "$(ns_w 0)" cat /sys/class/net/eth0/threaded)" = 1 ] || fail "worker 0's eth0 has no threaded NAPI"
-run_workers 4 -d "$dtype" --message 16384 --payload 1024 -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 50 \
+run_workers 4 -d "$dtype" --message 16384 --payload "$payload" -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 50 \
   --timeout 90 --mode "$mode" --register "$tmp/ctl.sock"
 if [ "$mode" = ring ]; then
   out=$("$ctl" --socket "$tmp/ctl.sock" list)
   grep -q "no jobs" <<<"$out" || fail "ring mode registered a job: $out"
-  echo "ok: $n workers, ring, $dtype, loss $loss%, $ports ports: every element exact"
+  echo "ok: $n workers, ring, $dtype, loss $loss%, $ports ports, $payload-byte payloads: every element exact"
   exit 0
 fi
 stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
 grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
 grep -q "^slots_released [1-9]" <<<"$stats" || fail "nothing released: $stats"
 grep -q "^held_packets 0$" <<<"$stats" || fail "stuck slots: $stats"
+if [ "$payload" -gt 2048 ]; then
+  # Payloads above 2 KiB on average: packets no MTU-1500 path could carry went through.
+  awk '$1 == "aggregated_packets" {p = $2} $1 == "aggregated_bytes" {b = $2} END {exit !(p > 0 && b / p > 2048)}' <<<"$stats" ||
+    fail "the appliance aggregated no packets of more than 2 KiB on average with --payload $payload: $stats"
+fi
 if [ "$loss" != 0 ]; then
   recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$stats")
   [ "$recovered" -gt 0 ] || fail "loss injected but the appliance recovered nothing: $stats"
 fi
-echo "ok: $n workers, ina, $dtype, loss $loss%, $ports ports: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"
+echo "ok: $n workers, ina, $dtype, loss $loss%, $ports ports, $payload-byte payloads: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"

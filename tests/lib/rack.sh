@@ -35,12 +35,13 @@ start_rack() {
 
 # start_inagg [INAGG_ARGS...]: inagg on the rack's ports with its control socket at $tmp/ctl.sock,
 # in lab mode (it shares the machine's cores with the workers) unless the caller set
-# idle_sleep_us (0: busy-poll). Its output goes to $tmp/inagg.log.
+# idle_sleep_us (0: busy-poll), with --mtu $inagg_mtu (default 1500). Its output goes to
+# $tmp/inagg.log.
 start_inagg() {
   rm -f "$tmp/ctl.sock"
   # shellcheck disable=SC2046
   "$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $(rack_cmd vdevs) \
-    -- --socket "$tmp/ctl.sock" --mtu 1500 --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 \
+    -- --socket "$tmp/ctl.sock" --mtu "${inagg_mtu:-1500}" --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 \
     --idle-sleep-us "${idle_sleep_us:-1000}" "$@" >"$tmp/inagg.log" 2>&1 &
   pid=$!
   wait_alive "$pid" 30 "inagg's control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start"
