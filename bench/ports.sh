@@ -67,7 +67,7 @@ up() {
   esac
   scripts/rack up --name "$rack" --workers 4 "${args[@]}" "$@" >"$tmp/rack.log" 2>&1 || die "rack up: $(cat "$tmp/rack.log")"
   [[ "$v" == bridge* ]] && return 0
-  rm -f "$tmp/ctl.sock"
+  rm -f "$tmp/ctl.sock" "$tmp/inagg.log"  # the previous inagg's log says "forwarding on" too
   nice_cmd=()
   [ "$v" = af_packet-nice ] && nice_cmd=(nice -n -10)
   # shellcheck disable=SC2046
