@@ -10,7 +10,7 @@
 #     seconds on unlimited links: the total in Gbit/s, the CPU inagg's datapath lcore used
 #     meanwhile and the time it spent runnable but waiting for a CPU (both in cores, from
 #     /proc/PID/task/TID/schedstat: run time and run-queue wait).
-# Variants (BENCH_VARIANTS, default all five): bridge (`scripts/rack up --bridge`: no appliance),
+# Variants (BENCH_VARIANTS; by default all but af_packet-nice): bridge (`scripts/rack up --bridge`: no appliance),
 # af_packet and af_xdp (`--ports`, with the rack's default threaded NAPI on the hosts' eth0), and
 # the rack as it was before issue 15 (`--host-napi off`): af_packet-softirq and bridge-softirq;
 # af_packet-nice: af_packet with inagg under `nice -n -10` (a bridge forwards in softirq, ahead of
