@@ -62,7 +62,7 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
   WorkerOptions& o = cl->o;
   std::string& rank_from = cl->rank_from;
   std::string& workers_from = cl->workers_from;
-  std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype;
+  std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype, payload = "auto";
   unsigned ngpus = 1, nthreads = 1, agg_iters = 1, run_cycles = 1, cudagraph = 0, cputime = 0;
   int root = 0, blocking = 0, parallel_init = 0, average = 1;
   po::options_description nccl("nccl-tests all_reduce_perf options, with its meaning");
@@ -106,7 +106,11 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "0: run the out-of-place placement only (the in-place columns stay blank)")(
       "mode", po::value<std::string>(&o.mode_name)->default_value(o.mode_name),
       "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")(
-      "payload", po::value<uint32_t>(&o.payload)->default_value(o.payload), "path MTU payload P, bytes")(
+      "payload", po::value<std::string>(&payload)->default_value(payload),
+      "path MTU payload P, bytes; auto: as an RDMA NIC chooses it, the largest of 4096, 2048, 1024, 512, 256 whose "
+      "packets (P + 64 bytes) fit the MTU of the interface holding this rank's address and that divides --message "
+      "(4096 on the virtual rack's MTU 4200 links, 1024 on 1500); as if the MTU were 1500 when no interface here holds "
+      "it (--print-job outside the rank's namespace). Every rank must use the same P: give it when links differ")(
       "message", po::value<uint32_t>(&o.message)->default_value(o.message),
       "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
       "window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")(
@@ -118,7 +122,10 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "max-queued-kib", po::value<size_t>(&o.max_queued_kib)->default_value(o.max_queued_kib),
       "stop sending while this many KiB of the worker's packets wait in the local qdisc (a rate-limited link): a "
       "go-back-N would send them again anyway; 0: no limit")(
-      "retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")(
+      "cwnd-min-kib", po::value<size_t>(&o.cwnd_min_kib)->default_value(o.cwnd_min_kib),
+      "the congestion window's floor, KiB: a NAK halves the packets in flight, a timeout cuts them to this, and "
+      "they grow back as TCP Reno's window does, since go-back-N resends all of them; 0: no congestion window (the "
+      "message window alone)")("retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")(
       "seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the inputs")(
       "job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")(
       "transport", po::value<std::string>(&o.transport_name)->default_value(o.transport_name),
@@ -216,6 +223,16 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
                    ": a number of bytes with an "
                    "optional K, M or G (e.g. 8, 128M)");
     *s.out = *v;
+  }
+  if (payload == "auto") {
+    o.payload = 0;
+  } else {
+    const std::optional<uint64_t> p = nccl::parse_size(payload);
+    if (!p || *p == 0 || *p > 65536)
+      return usage(
+          "--payload must be auto or a number of bytes (256, 512, 1024, 2048 or 4096 as RoCE's path MTUs); got '" +
+          payload + "'");
+    o.payload = static_cast<uint32_t>(*p);
   }
   if (o.timeout_s == 0) o.timeout_s = 1e7;  // nccl-tests' -T 0: no limit
   if (!vm.count("rank"))

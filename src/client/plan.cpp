@@ -1,6 +1,14 @@
 #include "inagg/client/plan.hpp"
 
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 
 namespace inagg::client {
 
@@ -47,6 +55,7 @@ UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry
   rq.ack_timeout_ns = static_cast<uint64_t>(ack_timeout_ms * 1e6);
   rq.retry_count = retry;
   rq.max_queued_bytes = max_queued_bytes;
+  rq.cwnd_min_bytes = cwnd_min_bytes;
   rq.rto_min_ns = static_cast<uint64_t>(rto_min_ms * 1e6);
   RcConfig& rs = c.receive;
   rs = rq;
@@ -57,6 +66,35 @@ UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry
   c.send_bytes = send_bytes;
   c.receive_bytes = receive_bytes;
   return c;
+}
+
+uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message) {
+  for (uint32_t p = 4096; p >= 256; p /= 2)
+    if (p + kRoceV4Overhead <= link_mtu && message % p == 0) return p;
+  return 0;
+}
+
+std::optional<uint32_t> interface_mtu(const util::IpAddr& ip, std::string* name) {
+  if (ip.version != util::IpVersion::v4) return std::nullopt;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<uint32_t> mtu;
+  for (const ifaddrs* a = list; a && !mtu; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (std::memcmp(&sin->sin_addr, ip.bytes.data(), 4) != 0) continue;
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    ifreq r{};
+    std::strncpy(r.ifr_name, a->ifa_name, IFNAMSIZ - 1);
+    if (::ioctl(fd, SIOCGIFMTU, &r) == 0 && r.ifr_mtu > 0) {
+      mtu = static_cast<uint32_t>(r.ifr_mtu);
+      if (name) *name = a->ifa_name;
+    }
+    ::close(fd);
+  }
+  ::freeifaddrs(list);
+  return mtu;
 }
 
 XaggConfig XdpPlan::xagg_config(const RackPlan& rack) const {

@@ -26,6 +26,8 @@ constexpr uint64_t kQueueRecheckNs = 100'000;
 RcRequester::RcRequester(RoceSocket& sock, const RcConfig& cfg) : sock_(sock), cfg_(cfg) {
   buf_.resize(cfg.mtu_payload + 256);
   rto_ns_ = cfg.ack_timeout_ns;  // RFC 6298 (2.1): before the first sample
+  congestion_control_ = cfg.cwnd_min_bytes > 0;
+  cwnd_min_ = std::max<double>(1, static_cast<double>((cfg.cwnd_min_bytes + cfg.mtu_payload - 1) / cfg.mtu_payload));
 }
 
 void RcRequester::post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey,
@@ -33,6 +35,14 @@ void RcRequester::post_write(const uint8_t* src, uint32_t len, uint64_t va, uint
   const uint32_t packets = std::max<uint32_t>(1, (len + cfg_.mtu_payload - 1) / cfg_.mtu_payload);
   messages_.push_back({src, len, va, rkey, imm, posted_seq_, packets});
   posted_seq_ += packets;
+  // The congestion window starts open (as large as the message window, the most that can be in
+  // flight) and never grows past it.
+  const double most = static_cast<double>(cfg_.window) * packets;
+  if (most > cwnd_max_) {
+    if (cwnd_ >= cwnd_max_) cwnd_ = most;
+    if (ssthresh_ >= cwnd_max_) ssthresh_ = most;
+    cwnd_max_ = most;
+  }
 }
 
 uint64_t RcRequester::seq_of(uint32_t psn, uint64_t reference) const {
@@ -81,9 +91,33 @@ void RcRequester::send_packet(uint64_t seq, uint64_t now_ns) {
 }
 
 uint64_t RcRequester::send_limit() const {
-  // Window: messages [front, front + window) may be in flight.
-  if (messages_.size() > cfg_.window) return messages_[cfg_.window].first_seq;
-  return posted_seq_;
+  // Window: messages [front, front + window) may be in flight, and of those, cwnd packets.
+  const uint64_t limit = messages_.size() > cfg_.window ? messages_[cfg_.window].first_seq : posted_seq_;
+  if (!congestion_control_) return limit;
+  return std::min(limit, una_ + std::max<uint64_t>(1, static_cast<uint64_t>(cwnd_)));
+}
+
+// RFC 5681 (3.1), per loss event rather than per NAK: the appliance NAKs a loss before it, the
+// receiver one after it, and either may repeat; every NAK until what was in flight at the first
+// one is acknowledged belongs to the same event (NewReno's recovery point, RFC 6582).
+void RcRequester::cut_window(bool timeout) {
+  if (!congestion_control_) return;
+  if (!timeout && una_ < recover_) return;
+  const double flight = static_cast<double>(sent_max_ - una_);
+  ssthresh_ = std::max(cwnd_min_, std::min(cwnd_, flight) / 2);
+  cwnd_ = timeout ? cwnd_min_ : ssthresh_;
+  recover_ = sent_max_;
+  ++c_.window_cuts;
+}
+
+void RcRequester::open_window(uint64_t acked) {
+  if (!congestion_control_ || una_ < recover_) return;  // no growth while the lost data is resent
+  const double a = static_cast<double>(acked);
+  if (cwnd_ < ssthresh_)
+    cwnd_ = std::min(ssthresh_, cwnd_ + a);  // slow start: one per packet acknowledged
+  else
+    cwnd_ += a / cwnd_;  // congestion avoidance: one per window
+  cwnd_ = std::min(cwnd_, cwnd_max_);
 }
 
 void RcRequester::go_back(uint64_t seq) {
@@ -125,6 +159,7 @@ void RcRequester::progress(uint64_t now_ns) {
       return;
     }
     rto_ns_ = std::min(2 * rto_ns_, cfg_.ack_timeout_ns);
+    cut_window(/*timeout=*/true);
     go_back(una_);
     last_progress_ns_ = now_ns;
   }
@@ -166,6 +201,7 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
       if (seq == nak_seq_ && now_ns - nak_at_ns_ < rtt && next_ > seq) {
         ++c_.naks_ignored;
       } else {
+        cut_window(/*timeout=*/false);
         go_back(seq);  // at once: the transport calls progress() right after its receive burst
         nak_seq_ = seq;
         nak_at_ns_ = now_ns;
@@ -181,7 +217,9 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
       timing_ = false;
       take_rtt_sample(now_ns - timed_at_ns_);
     }  // (Karn: a backed-off RTO stays until the next sample, from a packet sent once)
+    const uint64_t acked = new_una - una_;
     una_ = new_una;
+    open_window(acked);
     if (next_ < una_) next_ = una_;
     retries_ = 0;
     last_progress_ns_ = now_ns;

@@ -21,7 +21,23 @@ std::string check_job_options(WorkerOptions& o) {
   if (o.workers < 2 || o.workers > 64) return "--workers must be between 2 and 64";
   const std::optional<util::IpAddr> base = util::parse_ip(o.ip_base);
   if (!base || base->version != util::IpVersion::v4) return "--ip-base must be an IPv4 address";
-  if (o.payload == 0 || o.payload % 4 || o.message % o.payload)
+  o.rack.ip_base = *base;
+  std::string dev;
+  const std::optional<uint32_t> mtu = interface_mtu(o.rack.ip_of(o.rank), &dev);
+  const std::string where = mtu ? dev + " (MTU " + std::to_string(*mtu) + ")" : "";
+  if (o.payload == 0) {
+    o.payload = payload_for_mtu(mtu.value_or(1500), o.message);
+    if (o.payload == 0)
+      return "--payload auto: no path MTU payload of 256..4096 bytes fits " +
+             (mtu ? where : std::string("an MTU of 1500")) + " and divides --message " + std::to_string(o.message) +
+             ": give --payload and a --message that is a multiple of it";
+  } else if (mtu && o.payload + kRoceV4Overhead > *mtu) {
+    return "--payload " + std::to_string(o.payload) + " needs an MTU of " +
+           std::to_string(o.payload + kRoceV4Overhead) + " or more, but this rank's address is on " + where +
+           ": give --payload " + std::to_string(std::max(256u, payload_for_mtu(*mtu, 1u << 30))) +
+           " or raise the link's MTU";
+  }
+  if (o.payload % 4 || o.message % o.payload)
     return "--message must be a multiple of --payload, and --payload a multiple of 4";
   o.rack.workers = o.workers;
   o.rack.rank = o.rank;
@@ -33,6 +49,7 @@ std::string check_job_options(WorkerOptions& o) {
   o.rack.window = o.window;
   o.rack.max_queued_bytes = o.max_queued_kib * 1024;
   o.rack.rto_min_ms = o.rto_min_ms;
+  o.rack.cwnd_min_bytes = o.cwnd_min_kib * 1024;
   return "";
 }
 

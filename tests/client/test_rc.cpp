@@ -242,3 +242,103 @@ TEST(RoceSocketRaw, ANicsNonZeroIpIdVerifiesOnlyWithTheIpHeadersReceived) {
   EXPECT_FALSE(b.receive(&d)) << "the UDP socket's own copy must not be delivered too";
   ::close(tx);
 }
+
+namespace {
+
+uint64_t seq_of(const Datagram& d, uint32_t start) {
+  return (wire::bth_of(d.frame.data(), d.layout).psn() - start) & wire::kPsnMask;
+}
+
+// Delivers what reached the responder's socket, except the packet of sequence `drop`; returns how
+// many packets arrived.
+unsigned deliver_all_but(Pair& p, uint64_t drop) {
+  Datagram d;
+  unsigned n = 0;
+  while (p.b.receive(&d)) {
+    ++n;
+    if (seq_of(d, p.ca.send_start_psn) != drop) p.rsp->on_data(d, now_ns());
+  }
+  return n;
+}
+
+void acks_to_requester(Pair& p) {
+  Datagram d;
+  while (p.a.receive(&d)) p.req->on_ack(d, now_ns());
+}
+
+}  // namespace
+
+// Congestion response (RFC 5681 over go-back-N): a window of 64 packets in flight, packet 10 lost.
+// The responder's NAK halves the window to 32 and the requester resends 10..41, not the 54 it had
+// in flight; a second loss in the same window (packet 20 of the resend) goes back again without
+// another cut; once what was in flight at the cut is acknowledged, the window grows again.
+TEST(RcLoopback, ANakHalvesTheCongestionWindowOncePerLossAndItGrowsBack) {
+  constexpr size_t kMsg = 16 * 1024, kCount = 32;         // 16 packets per message
+  Pair p(kMsg * kCount, 1024, 4);                         // 4 messages: 64 packets may be in flight
+  p.ca.cwnd_min_bytes = 4096;                             // a floor of 4 packets
+  p.ca.ack_timeout_ns = p.ca.rto_min_ns = 1'000'000'000;  // only NAKs recover (no spurious timeout on a busy host)
+  p.req = std::make_unique<RcRequester>(p.a, p.ca);
+  std::vector<uint8_t> src(kMsg * kCount);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 11 + 5);
+  for (size_t i = 0; i < kCount; ++i)
+    p.req->post_write(src.data() + i * kMsg, kMsg, 0x10000 + i * kMsg, 0x77, std::nullopt);
+  EXPECT_EQ(p.req->cwnd(), 64.0) << "the window starts as open as the message window";
+
+  p.req->progress(now_ns());
+  ASSERT_EQ(p.req->counters().packets_sent, 64u);
+  ASSERT_EQ(deliver_all_but(p, 10), 64u);
+  EXPECT_EQ(p.rsp->counters().naks_sent, 1u) << "one NAK per gap";
+  acks_to_requester(p);
+  EXPECT_EQ(p.req->counters().naks_received, 1u);
+  EXPECT_EQ(p.req->counters().window_cuts, 1u);
+  EXPECT_EQ(p.req->cwnd(), 32.0) << "halved";
+  EXPECT_EQ(p.req->ssthresh(), 32.0);
+
+  p.req->progress(now_ns());
+  EXPECT_EQ(p.req->counters().packets_sent, 64u + 32u) << "the resend is limited to the halved window: 10..41";
+  ASSERT_EQ(deliver_all_but(p, 20), 32u);
+  acks_to_requester(p);
+  EXPECT_EQ(p.req->counters().naks_received, 2u);
+  EXPECT_EQ(p.req->counters().window_cuts, 1u) << "a second loss before the recovery point is the same event";
+  EXPECT_EQ(p.req->cwnd(), 32.0);
+
+  ASSERT_TRUE(p.run(10)) << p.req->error();
+  EXPECT_EQ(p.mr, src);
+  EXPECT_EQ(p.req->counters().window_cuts, 1u);
+  EXPECT_GT(p.req->cwnd(), 40.0) << "congestion avoidance: about one packet per window over the 448 after recovery";
+  EXPECT_LE(p.req->cwnd(), 64.0) << "never past the message window";
+}
+
+// A timeout cuts the window to its floor (4 KiB: 4 packets), so the go-back resends 4 packets,
+// not the 32 in flight; without a congestion window (cwnd_min_bytes 0) it resends all 32.
+TEST(RcLoopback, ATimeoutCutsTheCongestionWindowToItsFloor) {
+  for (const size_t floor : {size_t{4096}, size_t{0}}) {
+    constexpr size_t kMsg = 16 * 1024;
+    Pair p(kMsg * 2);
+    p.ca.cwnd_min_bytes = floor;
+    p.ca.ack_timeout_ns = 1'000'000;
+    p.ca.rto_min_ns = 1'000'000;
+    p.req = std::make_unique<RcRequester>(p.a, p.ca);
+    std::vector<uint8_t> src(kMsg * 2, 9);
+    p.req->post_write(src.data(), kMsg, 0x10000, 0x77, std::nullopt);
+    p.req->post_write(src.data() + kMsg, kMsg, 0x10000 + kMsg, 0x77, std::nullopt);
+    const uint64_t t0 = now_ns();
+    p.req->progress(t0);
+    ASSERT_EQ(p.req->counters().packets_sent, 32u);
+    ASSERT_EQ(deliver_all_but(p, UINT64_MAX - 1), 32u);  // arrive...
+    Datagram d;
+    while (p.a.receive(&d)) {}  // ...but every ACK is lost
+    p.req->progress(t0 + p.req->rto_ns() + 1);
+    EXPECT_EQ(p.req->counters().timeouts, 1u);
+    if (floor) {
+      EXPECT_EQ(p.req->cwnd(), 4.0);
+      EXPECT_EQ(p.req->counters().window_cuts, 1u);
+      EXPECT_EQ(p.req->counters().packets_sent, 32u + 4u);
+    } else {
+      EXPECT_EQ(p.req->counters().window_cuts, 0u);
+      EXPECT_EQ(p.req->counters().packets_sent, 32u + 32u);
+    }
+    ASSERT_TRUE(p.run(10)) << p.req->error();
+    EXPECT_EQ(p.mr, src);
+  }
+}

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct RackPlan {
   unsigned window = 2;                       // messages in flight per QP
   size_t max_queued_bytes = 64 * 1024;       // the transport's local queue limit (RcConfig)
   double rto_min_ms = 2;                     // the retransmission timeout's floor (RcConfig)
+  size_t cwnd_min_bytes = 16 * 1024;         // the congestion window's floor (RcConfig); 0: none
 
   util::IpAddr ip_of(unsigned r) const { return util::IpAddr::v4(ip_base.v4_host_order() + r + 1); }
   unsigned successor() const { return (rank + 1) % workers; }
@@ -48,6 +50,15 @@ struct RackPlan {
   UdpRcConfig rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes,
                         uint64_t receive_bytes) const;
 };
+
+// RoCEv2 over IPv4 carries a payload P in P + 64 bytes of IP packet: IPv4 20, UDP 8, BTH 12,
+// RETH 16, ImmDt 4, ICRC 4.
+constexpr uint32_t kRoceV4Overhead = 64;
+// The path MTU payload an RDMA NIC would choose on a link of this MTU: the largest of 4096, 2048,
+// 1024, 512 and 256 whose packets fit it and that divides `message`; 0 when none does.
+uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message);
+// The MTU of the interface here that holds address `ip`; nullopt when none holds it.
+std::optional<uint32_t> interface_mtu(const util::IpAddr& ip, std::string* name = nullptr);
 
 struct XdpPlan {
   std::vector<util::IpAddr> heads;  // the head of group g is heads[g]

@@ -10,6 +10,13 @@
 // round trip (RFC 6298): SRTT and RTTVAR from one timed packet at a time, never a retransmitted
 // one (Karn), RTO = SRTT + 4 RTTVAR within [rto_min_ns, ack_timeout_ns], doubled per timeout. So
 // a lost tail costs a few round trips, not the ACK timeout the failure budget is counted in.
+//
+// Go-back-N resends everything in flight after a loss, so the requester also keeps a congestion
+// window (packets sent and not acknowledged) that responds to loss as TCP Reno does (RFC 5681):
+// a NAK halves it, a timeout cuts it to its floor, at most once per window of data (a NAK from
+// the appliance and the receiver's NAK for the same loss are one event), and it grows back by one
+// packet per packet acknowledged below ssthresh, by one per window above. The wire is unchanged:
+// a requester may always send less than its window allows.
 #pragma once
 
 #include <cstdint>
@@ -36,24 +43,28 @@ struct RcConfig {
   // (RoceSocket::queued_bytes), as TCP Small Queues does: what waits there has to be sent again
   // after a go-back-N anyway. 0: no limit.
   size_t max_queued_bytes = 0;
+  // The congestion window's floor, bytes (rounded up to whole packets, at least one); 0: no
+  // congestion window, the message window alone limits what is in flight.
+  size_t cwnd_min_bytes = 0;
   unsigned ack_every = 16;         // responder: ACK at least every N in-order packets
   uint64_t ack_delay_ns = 20'000;  // responder: flush a pending ACK after this
 };
 
-#define INAGG_RC_COUNTERS(X)                                                     \
-  X(packets_sent, "data packets sent (first transmissions and retransmissions)") \
-  X(retransmitted, "data packets sent again")                                    \
-  X(timeouts, "ACK timer expirations")                                           \
-  X(naks_received, "NAKs (PSN sequence error) received")                         \
-  X(naks_ignored, "NAKs again for the PSN just gone back to, within an RTT")     \
-  X(rtt_samples, "round-trip samples taken (RFC 6298, Karn's rule)")             \
-  X(queue_full, "sending paused: max_queued_bytes waited in the local qdisc")    \
-  X(acks_sent, "ACKs sent")                                                      \
-  X(naks_sent, "NAKs sent")                                                      \
-  X(accepted, "data packets accepted in order")                                  \
-  X(duplicates, "data packets below the expected PSN (re-ACKed)")                \
-  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)")   \
-  X(bad_icrc, "packets with a bad ICRC, dropped")                                \
+#define INAGG_RC_COUNTERS(X)                                                        \
+  X(packets_sent, "data packets sent (first transmissions and retransmissions)")    \
+  X(retransmitted, "data packets sent again")                                       \
+  X(timeouts, "ACK timer expirations")                                              \
+  X(naks_received, "NAKs (PSN sequence error) received")                            \
+  X(naks_ignored, "NAKs again for the PSN just gone back to, within an RTT")        \
+  X(rtt_samples, "round-trip samples taken (RFC 6298, Karn's rule)")                \
+  X(queue_full, "sending paused: max_queued_bytes waited in the local qdisc")       \
+  X(window_cuts, "congestion window cut (a NAK halved it or a timeout floored it)") \
+  X(acks_sent, "ACKs sent")                                                         \
+  X(naks_sent, "NAKs sent")                                                         \
+  X(accepted, "data packets accepted in order")                                     \
+  X(duplicates, "data packets below the expected PSN (re-ACKed)")                   \
+  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)")      \
+  X(bad_icrc, "packets with a bad ICRC, dropped")                                   \
   X(messages_completed, "messages completed")
 
 struct RcCounters {
@@ -76,6 +87,10 @@ class RcRequester {
   uint64_t next_deadline_ns() const;
   uint64_t rto_ns() const { return rto_ns_; }    // the retransmission timeout now in effect
   uint64_t srtt_ns() const { return srtt_ns_; }  // 0 until the first sample
+  // The congestion window, packets (the message window's packets when cwnd_min_bytes is 0), and
+  // the slow-start threshold.
+  double cwnd() const { return cwnd_; }
+  double ssthresh() const { return ssthresh_; }
   bool idle() const { return messages_.empty(); }
   bool failed() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
@@ -96,6 +111,8 @@ class RcRequester {
   uint64_t send_limit() const;            // one past the last packet the window allows
   void go_back(uint64_t seq);             // resend from seq (a NAK or a timeout)
   void take_rtt_sample(uint64_t rtt_ns);  // RFC 6298 (2.2), (2.3)
+  void cut_window(bool timeout);          // a loss: at most once per window of data
+  void open_window(uint64_t acked);       // packets newly acknowledged
 
   RoceSocket& sock_;
   RcConfig cfg_;
@@ -113,6 +130,11 @@ class RcRequester {
   // just went back to, arriving within an RTT, asks for what is already on its way.
   uint64_t nak_seq_ = UINT64_MAX, nak_at_ns_ = 0;
   uint64_t paused_until_ns_ = 0;  // the local queue was full: look again then
+  // Congestion window (packets) and slow-start threshold; cwnd_max_ is the message window's
+  // packets, which it never exceeds. A cut ends the episode when una_ passes recover_.
+  double cwnd_ = 0, ssthresh_ = 0, cwnd_min_ = 0, cwnd_max_ = 0;
+  uint64_t recover_ = 0;
+  bool congestion_control_ = false;
   std::string error_;
   RcCounters c_;
   std::vector<uint8_t> buf_;

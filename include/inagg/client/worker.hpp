@@ -43,12 +43,16 @@ struct WorkerOptions {
   std::string op = "sum";  // the only reduction the appliance does
   unsigned corrupt = 0;    // tests only: elements of this rank's checked input altered after the reference
   std::string mode_name = "ina";
-  uint32_t payload = 1024, message = 65536;
+  // payload 0: auto, what an RDMA NIC would choose from the MTU of the interface that holds this
+  // rank's address (payload_for_mtu; 4096 on the virtual rack's MTU 4200 links), as if 1500 when
+  // no interface here holds it. check_job_options fills it in.
+  uint32_t payload = 0, message = 65536;
   unsigned window = 2;
   double ack_timeout_ms = 50;
   unsigned retry = 7;
   size_t max_queued_kib = 64;  // RcConfig::max_queued_bytes / 1024 (0: no limit)
   double rto_min_ms = 2;       // RcConfig::rto_min_ns, in ms
+  size_t cwnd_min_kib = 16;    // RcConfig::cwnd_min_bytes / 1024 (0: no congestion window)
   uint32_t seed = 1;
   double timeout_s = 60;
   uint32_t job_id = 1;
