@@ -14,11 +14,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 rate=${BENCH_RATE:-100mbit}
 worker=${BENCH_WORKER:-build/src/apps/inagg-worker}
-# BENCH_PAYLOAD=4096: RoCE MTU 4096 packets, on a rack of MTU 4200 (the appliance's mbufs then
-# sized for MTU 9000, which holds the 4352-byte frames of its ports: scripts/rack vdevs).
-payload=${BENCH_PAYLOAD:-1024}
-rack_mtu=1500 app_mtu=1500
-[ "$payload" -le 1024 ] || rack_mtu=4200 app_mtu=9000
+# BENCH_PAYLOAD: 4096 (default, RoCE MTU 4096 packets, the rack's default MTU 4200: the appliance's
+# mbufs then sized for MTU 9000, which holds the 4352-byte frames of its ports: scripts/rack vdevs);
+# 1024 or less runs the rack at MTU 1500. BENCH_MAX: the largest size (default 64 MiB).
+payload=${BENCH_PAYLOAD:-4096}
+rack_mtu=4200 app_mtu=9000
+[ "$payload" -gt 1024 ] || rack_mtu=1500 app_mtu=1500
 max=${BENCH_MAX:-67108864}
 tmp=$(mktemp -d)
 pid=""
