@@ -107,12 +107,12 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "mode", po::value<std::string>(&o.mode_name)->default_value(o.mode_name),
       "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")(
       "payload", po::value<std::string>(&payload)->default_value(payload),
-      "path MTU payload P, bytes; auto: as an RDMA NIC chooses it, the largest of 4096, 2048, 1024, 512, 256 whose "
-      "packets (P + 64 bytes) fit the MTU of the interface holding this rank's address and that divides --message "
-      "(4096 on the virtual rack's MTU 4200 links, 1024 on 1500); as if the MTU were 1500 when no interface here holds "
-      "it (--print-job outside the rank's namespace). Every rank must use the same P: give it when links differ")(
-      "message", po::value<uint32_t>(&o.message)->default_value(o.message),
-      "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
+      "path MTU payload P, bytes; auto: as an RDMA NIC chooses it, the largest of 4096, 2048, 1024, 512, 256 up to "
+      "the MTU of the interface holding this rank's address less 96 bytes of headers, that divides --message (4096 on "
+      "the virtual rack's MTU 4200 links, 1024 on 1500); as if the MTU were 1500 when no interface here holds it "
+      "(--print-job outside the rank's namespace). An explicit P must fit that MTU (P + 64 bytes). Every rank must use "
+      "the same P: give it when links differ")("message", po::value<uint32_t>(&o.message)->default_value(o.message),
+                                               "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
       "window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")(
       "ack-timeout-ms", po::value<double>(&o.ack_timeout_ms)->default_value(o.ack_timeout_ms),
       "RC ACK timeout: the retransmission timeout's ceiling (it follows the round trip below that)")(

@@ -70,7 +70,7 @@ UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry
 
 uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message) {
   for (uint32_t p = 4096; p >= 256; p /= 2)
-    if (p + kRoceV4Overhead <= link_mtu && message % p == 0) return p;
+    if (p + kRoceNicHeadroom <= link_mtu && message % p == 0) return p;
   return 0;
 }
 

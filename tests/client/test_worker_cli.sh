@@ -57,12 +57,12 @@ done
 job=$(OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=3 "$worker" -d half --print-job 2>&1) || fail "MPI environment: $job"
 grep -q "^workers = 3$" <<<"$job" || fail "OMPI_COMM_WORLD_SIZE=3 not taken: $job"
 grep -q "^dtype = fp16$" <<<"$job" || fail "-d half: $job"
-# --payload auto: the largest RoCE path MTU whose packets (P + 64 bytes) fit the MTU of the
+# --payload auto: the largest RoCE path MTU up to the MTU (less a NIC's 96 bytes of headers) of the
 # interface holding rank 0's address and that divides --message, against the MTU the kernel reports
 # (ip link), computed here in awk; as if 1500 where no interface holds the address.
 lo_mtu=$(ip -o link show lo | sed -n 's/.* mtu \([0-9]*\) .*/\1/p')
 for m in 65536 2048 1024; do
-  want=$(awk -v mtu="$lo_mtu" -v m="$m" 'BEGIN {for (p = 4096; p >= 256; p /= 2) if (p + 64 <= mtu && m % p == 0) {print p; exit}}')
+  want=$(awk -v mtu="$lo_mtu" -v m="$m" 'BEGIN {for (p = 4096; p >= 256; p /= 2) if (p + 96 <= mtu && m % p == 0) {print p; exit}}')
   job=$("$worker" --workers 2 --ip-base 127.0.0.0 --message "$m" --print-job 2>&1) || fail "--payload auto on lo: $job"
   grep -q "^payload_bytes = $want$" <<<"$job" || fail "--payload auto, lo MTU $lo_mtu, --message $m: want $want, got $job"
 done

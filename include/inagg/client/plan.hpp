@@ -54,8 +54,12 @@ struct RackPlan {
 // RoCEv2 over IPv4 carries a payload P in P + 64 bytes of IP packet: IPv4 20, UDP 8, BTH 12,
 // RETH 16, ImmDt 4, ICRC 4.
 constexpr uint32_t kRoceV4Overhead = 64;
+// What a RoCE NIC reserves for headers when it derives its active MTU from the netdev's (Linux's
+// iboe_get_mtu: GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4), so that auto agrees with the
+// verbs ranks of a mixed ring: MTU 4200 gives 4096, 1500 gives 1024.
+constexpr uint32_t kRoceNicHeadroom = 96;
 // The path MTU payload an RDMA NIC would choose on a link of this MTU: the largest of 4096, 2048,
-// 1024, 512 and 256 whose packets fit it and that divides `message`; 0 when none does.
+// 1024, 512 and 256 no larger than MTU - kRoceNicHeadroom that divides `message`; 0 when none does.
 uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message);
 // The MTU of the interface here that holds address `ip`; nullopt when none holds it.
 std::optional<uint32_t> interface_mtu(const util::IpAddr& ip, std::string* name = nullptr);
