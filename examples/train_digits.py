@@ -44,7 +44,7 @@ def parse_args(argv):
     t.add_argument("--job-id", type=int, default=1)
     t.add_argument("--ip-base", default="10.77.0.0", help="rank r's address is this + r + 1 (the virtual rack's)")
     t.add_argument("--message", type=int, default=65536, help="RDMA WRITE message bytes")
-    t.add_argument("--payload", type=int, default=1024, help="path MTU payload bytes")
+    t.add_argument("--payload", type=int, default=None, help="path MTU payload bytes (default: auto, from the link MTU)")
     t.add_argument("--window", type=int, default=2)
     # (retry + 1) x ack timeout is the skew the ranks may have (inagg.Communicator's docstring).
     t.add_argument("--ack-timeout-ms", type=float, default=250.0)
@@ -150,6 +150,7 @@ def train(a):
                                   dtype="bf16" if a.comm == "inagg-bf16" else "fp32", message=a.message,
                                   payload=a.payload, window=a.window, ack_timeout_ms=a.ack_timeout_ms, retry=a.retry,
                                   ip_base=a.ip_base)
+        a.payload = comm.payload  # what auto chose, for the report
         state = hook_state = inagg.torch.InaggState(comm)
         hook = inagg.torch.bf16_compress_hook if a.comm == "inagg-bf16" else inagg.torch.allreduce_hook
 

@@ -44,7 +44,10 @@ class Communicator:
                        (inagg-ctl add), and the ranks do not wait.
     job_id             the job's id on the appliance
     dtype              "fp32", "fp16", "bf16" or "int32": the one dtype the appliance sums
-    message, payload   RDMA WRITE message size M and path-MTU payload P (M a multiple of P)
+    message, payload   RDMA WRITE message size M and path-MTU payload P (M a multiple of P). payload
+                       None: what an RDMA NIC would choose from the MTU of the link that holds this
+                       rank's address (4096 on the virtual rack's MTU 4200 links; 1024 at MTU 1500,
+                       and where the address is on no interface); every rank must use the same
     window             messages in flight per connection
     ack_timeout_ms     the RC requester's ACK timeout; retry: timeouts in a row before it gives up.
                        The appliance holds a slot until every rank's packet is in, so a rank that
@@ -59,10 +62,10 @@ class Communicator:
                        nothing arriving before it fails
     """
 
-    def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=1024,
+    def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=None,
                  window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0):
         self._c = _Communicator(rank=rank, world_size=world_size, control=control or "", job_id=job_id,
-                                dtype=dtype, message=message, payload=payload, window=window,
+                                dtype=dtype, message=message, payload=payload or 0, window=window,
                                 ack_timeout_ms=ack_timeout_ms, retry=retry, ip_base=ip_base,
                                 chunk_bytes=chunk_bytes, timeout_s=timeout_s)
 

@@ -42,7 +42,7 @@ struct CommunicatorOptions {
   std::string control;  // "" = registered by someone else
   uint32_t job_id = 1;
   std::string dtype = "fp32";
-  uint32_t message = 65536, payload = 1024;
+  uint32_t message = 65536, payload = 0;  // payload 0: auto, from the link MTU (inagg-worker --payload auto)
   unsigned window = 2;
   double ack_timeout_ms = 250;
   unsigned retry = 15;
@@ -78,6 +78,7 @@ class Communicator {
     w.ip_base = o.ip_base;
     w.job_id = o.job_id;
     if (std::string why = client::check_job_options(w); !why.empty()) throw std::invalid_argument(keyword_names(why));
+    o_.payload = w.payload;  // auto resolved
     if (o.rank >= o.world_size) throw std::invalid_argument("inagg.Communicator: rank must be below world_size");
     if (o.window == 0) throw std::invalid_argument("inagg.Communicator: window must be at least 1");
     if (!(o.ack_timeout_ms > 0) || !(o.timeout_s > 0))

@@ -25,7 +25,10 @@ start_rack "${lossarg[@]}" "${mtuarg[@]}" --ports "$ports" --
 grep -q "^inagg: port 0 (net_$ports)" "$tmp/inagg.log" || fail "inagg's ports are not net_$ports: $(grep '^inagg: port 0' "$tmp/inagg.log")"
 # The rack's hosts receive in a NAPI kernel thread of their own (scripts/rack --host-napi threaded).
 [ "$(ip netns exec "$(ns_w 0)" cat /sys/class/net/eth0/threaded)" = 1 ] || fail "worker 0's eth0 has no threaded NAPI"
-run_workers 4 -d "$dtype" --message 16384 --payload "$payload" -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 50 \
+# ACK timeout 200 ms: the RC retry budget (7 x 200 ms) must outlast a rank that is stalled computing
+# its --check reference on a loaded machine (7 x 50 ms once did not); losses are recovered by the
+# appliance's NAKs and an RTO that follows the round trip, not by this timeout.
+run_workers 4 -d "$dtype" --message 16384 --payload "$payload" -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 200 \
   --timeout 90 --mode "$mode" --register "$tmp/ctl.sock"
 if [ "$mode" = ring ]; then
   out=$("$ctl" --socket "$tmp/ctl.sock" list)

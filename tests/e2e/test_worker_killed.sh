@@ -10,15 +10,15 @@ n=4
 . "$src/tests/lib/rack.sh"
 C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
 start_rack -- --abort-ms 1500
-run_workers() {  # JOB_ID LOGTAG RETRY -> pids in wpids
+run_workers() {  # JOB_ID LOGTAG RETRY ACK_TIMEOUT_MS -> pids in wpids
   wpids=()
   for r in $(seq 0 $((n - 1))); do
     ip netns exec "$(ns_w "$r")" "$worker" --workers $n --rank "$r" --job-id "$1" --message 16384 --payload 1024 -b 65536 -e 4194304 -f 4 \
-      -n 10 -c 1 --ack-timeout-ms 50 --retry "$3" --timeout 60 --register "$tmp/ctl.sock" >"$tmp/$2.w$r.log" 2>&1 &
+      -n 10 -c 1 --ack-timeout-ms "$4" --retry "$3" --timeout 60 --register "$tmp/ctl.sock" >"$tmp/$2.w$r.log" 2>&1 &
     wpids+=($!)
   done
 }
-run_workers 1 first 3
+run_workers 1 first 3 50
 # Rank 3 dies mid-job: once the appliance has released a good part of the job's first allreduces.
 wait_for 60 "job 1 to release 200 slots" released_over 1 200 || fail "job 1 never got going: $(C stats 1 2>&1 | head -n 5)"
 kill -9 "${wpids[3]}"
@@ -37,12 +37,12 @@ out=$(C list); grep -q "id=1 state=failed" <<<"$out" || fail "job not failed: $o
 out=$(C stats 1); grep -q "^memory_bytes 0$" <<<"$out" || fail "memory not freed: $out"
 grep -q "^held_packets 0$" <<<"$out" || fail "packets still held: $out"
 C remove 1 >/dev/null || fail "remove the failed job"
-# A new job on the same rack. Its retry budget is the default's (7), not the 3 x 50 ms above that
-# makes the survivors give up quickly: in ina mode a rank's writes are acknowledged only once every
-# rank has sent its part of the slot, so a rank still computing a new size's --check reference
-# (hundreds of ms for 4 MiB in an ASan build on a loaded machine) holds up the others' ACKs, which
-# 3 retries of 50 ms do not always cover.
-run_workers 2 second 7
+# A new job on the same rack. Its retry budget is 7 x 250 ms, not the 3 x 50 ms above that makes
+# the survivors give up quickly: in ina mode a rank's writes are acknowledged only once every rank
+# has sent its part of the slot, so a rank still computing a new size's --check reference (hundreds
+# of ms for 4 MiB in an ASan build on a loaded machine) holds up the others' ACKs, which 3 (and,
+# once in a full run beside other agents' work, 7) retries of 50 ms did not cover.
+run_workers 2 second 7 250
 for r in $(seq 0 $((n - 1))); do wait "${wpids[$r]}" || fail "second job: rank $r exited with $?"; done
 table_exact "$tmp"/second.w*.log || fail "second job: wrong elements"
 out=$(C list); grep -q "id=2 state=active" <<<"$out" || fail "second job: $out"

@@ -21,6 +21,7 @@ division by the world size, bf16 compression, and a failure reaching the future.
     PYTHONPATH=build/python test_module.py
 """
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -255,8 +256,10 @@ def errors(base, torch):
     expect_raises(ValueError, "world_size must be between 2 and 64", lambda: inagg.Communicator(0, 1), "world_size 1")
     expect_raises(ValueError, "rank must be below world_size", lambda: inagg.Communicator(4, 4), "rank 4 of 4")
     expect_raises(ValueError, "dtype must be fp32, fp16, bf16 or int32", lambda: inagg.Communicator(0, 4, dtype="fp64"), "fp64")
-    expect_raises(ValueError, "message must be a multiple of payload", lambda: inagg.Communicator(0, 4, message=1000),
+    expect_raises(ValueError, "message must be a multiple of payload", lambda: inagg.Communicator(0, 4, message=1000, payload=300),
                   "message 1000")
+    expect_raises(ValueError, "payload auto: no path MTU payload", lambda: inagg.Communicator(0, 4, message=1000),
+                  "message 1000 with payload auto")
     expect_raises(ValueError, "ip_base must be an IPv4 address", lambda: inagg.Communicator(0, 4, ip_base="::1"), "IPv6 base")
     expect_raises(inagg.InaggError, "cannot bind", lambda: inagg.Communicator(0, 4, ip_base="192.0.2.0"),
                   "an address this host does not have")
@@ -265,6 +268,17 @@ def errors(base, torch):
                   "a control socket that does not exist")
     # A successor that never answers: the RC requester gives up after its retries.
     comm = inagg.Communicator(0, 2, ip_base=base, ack_timeout_ms=5, retry=2, timeout_s=10)
+    # payload auto: the largest of 4096..256 whose RoCEv2 frame (+96 bytes of headers, as Linux's
+    # iboe_get_mtu counts) fits the MTU of the interface holding the rank's address (1500 when none
+    # does) and that divides the 65536-byte message.
+    addr = base.rsplit(".", 1)[0] + ".1"
+    mtu = 1500
+    for line in subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout.splitlines():
+        f = line.split()
+        if len(f) > 3 and f[3].split("/")[0] == addr:
+            mtu = int(open(f"/sys/class/net/{f[1]}/mtu").read())
+    want = next(p for p in (4096, 2048, 1024, 512, 256) if p + 96 <= mtu and 65536 % p == 0)
+    check(comm.payload == want, f"payload auto on {addr} (MTU {mtu}): {comm.payload}, want {want}")
     a = np.zeros(100, dtype=np.float32)
     expect_raises(TypeError, "sums fp32", lambda: comm.allreduce_(np.zeros(4, dtype=np.float64)), "a float64 array")
     expect_raises(TypeError, "sums fp32", lambda: comm.allreduce_(np.zeros(4, dtype=np.int32)), "an int32 array")
