@@ -163,9 +163,12 @@ case "$case" in
     start_rack --heads 1 --
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
     start_agent 0 generic "$tmp/h0.job"
-    # Window 64: 2 x 64 x 16 packets x 4 workers = 8192 held buffers, the budget is 4096. Without
-    # the refusal in `list`, ranks 1-3 would fall over after 5 s as "job 1 is not active".
-    run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --window 64 "${sizes[@]}"
+    # Window 64 of 16 KiB messages in 1 KiB payloads: 2 x 64 x 16 packets x 4 workers = 8192 held
+    # buffers, the budget is 4096 (--payload auto would take 4096 on the rack's MTU 4200 links: 4
+    # packets a message, 2048 buffers, no refusal). Without the refusal in `list`, ranks 1-3 would
+    # fall over after 5 s as "job 1 is not active".
+    run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --payload 1024 \
+      --window 64 "${sizes[@]}"
     wait_workers run
     for r in $(seq 0 $((n - 1))); do
       grep -q "falling over to the XDP tier at allreduce 0 (the appliance refused the job: error: job 1: needs up to 8192 held packet buffers.*takes over from allreduce 0" \
