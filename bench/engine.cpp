@@ -93,15 +93,27 @@ agg::BufferOps static_ops() {
   return ops;
 }
 
+// The setup's job on `engine`; on refusal the benchmark is skipped with the reason.
+bool add_job(agg::Engine& engine, const Setup& s, benchmark::State& state) {
+  std::string err;
+  if (engine.add_job(s.spec, &err)) return true;
+  state.SkipWithError(err.c_str());
+  return false;
+}
+
+// After the timed loop: the packets were aggregated (no bad ICRC, no job error, slots released).
+bool aggregated(agg::Engine& engine, benchmark::State& state) {
+  agg::JobInfo info{};
+  engine.job_info(1, &info);
+  if (!info.counters.bad_icrc && !info.counters.job_errors && info.counters.slots_released != 0) return true;
+  state.SkipWithError("the engine did not aggregate the packets: check the setup");
+  return false;
+}
+
 void BM_engine(benchmark::State& state) {
   Setup s = make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)));
-  agg::EngineConfig cfg;
-  agg::Engine engine(cfg, static_ops());
-  std::string err;
-  if (!engine.add_job(s.spec, &err)) {
-    state.SkipWithError(err.c_str());
-    return;
-  }
+  agg::Engine engine(agg::EngineConfig{}, static_ops());
+  if (!add_job(engine, s, state)) return;
   agg::TxList tx(4096);
   uint64_t now = 0;
   for (auto _ : state) {
@@ -114,12 +126,7 @@ void BM_engine(benchmark::State& state) {
     }
     ++now;
   }
-  agg::JobInfo info{};
-  engine.job_info(1, &info);
-  if (info.counters.bad_icrc || info.counters.job_errors || info.counters.slots_released == 0) {
-    state.SkipWithError("the engine did not aggregate the packets: check the setup");
-    return;
-  }
+  if (!aggregated(engine, state)) return;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.seqs * s.n * s.P));
   state.counters["Gbps"] = benchmark::Counter(static_cast<double>(state.iterations() * s.seqs * s.n * s.P) * 8,
                                               benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
@@ -136,13 +143,8 @@ void BM_engine(benchmark::State& state) {
 // verifier never reads a packet whose payload the engine is still rewriting with a sum.
 void BM_engine_pipeline(benchmark::State& state) {
   Setup s = make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)));
-  agg::EngineConfig cfg;
-  agg::Engine engine(cfg, static_ops());
-  std::string err;
-  if (!engine.add_job(s.spec, &err)) {
-    state.SkipWithError(err.c_str());
-    return;
-  }
+  agg::Engine engine(agg::EngineConfig{}, static_ops());
+  if (!add_job(engine, s, state)) return;
   const uint64_t total = s.seqs * s.n;
   constexpr uint64_t kLead = 64;
   if (total < 4 * kLead) {
@@ -201,12 +203,7 @@ void BM_engine_pipeline(benchmark::State& state) {
   stop.store(true);
   verifier.join();
   pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
-  agg::JobInfo info{};
-  engine.job_info(1, &info);
-  if (info.counters.bad_icrc || info.counters.job_errors || info.counters.slots_released == 0) {
-    state.SkipWithError("the engine did not aggregate the packets: check the setup");
-    return;
-  }
+  if (!aggregated(engine, state)) return;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.seqs * s.n * s.P));
   state.SetLabel(other >= 0 ? "verifier on CPU " + std::to_string(other) + ", engine on CPU " + std::to_string(main_cpu)
                             : std::string("one CPU only: verifier unpinned"));

@@ -107,6 +107,22 @@ void MemoryTransport::post_write(uint64_t src_offset, uint32_t len, uint64_t dst
   rack_.write(rank_, send_.data() + src_offset, len, dst_offset);
 }
 
+// Rank r of n, `mode`, 4 KiB messages of 1 KiB payloads, sizes 4 B to max_bytes by factors of 7.
+WorkerOptions sweep_options(const char* mode, unsigned n, unsigned r, uint64_t max_bytes) {
+  WorkerOptions o;
+  o.workers = n;
+  o.rank = r;
+  o.rank_given = true;
+  o.mode_name = mode;
+  o.message = 4096;
+  o.payload = 1024;
+  o.min_bytes = 4;
+  o.max_bytes = max_bytes;
+  o.factor = 7;
+  o.timeout_s = 30;
+  return o;
+}
+
 // Runs n Workers of `mode` over a MemoryRack through sizes up to max_bytes, checking each result
 // against the reference; returns the number of wrong elements over all ranks and sizes.
 // appliance false: the stand-in switches ina's writes instead of summing them.
@@ -114,18 +130,8 @@ uint64_t run_job(const char* mode, Dtype dtype, unsigned n, uint64_t max_bytes, 
   MemoryRack rack(n, appliance && std::string(mode) == "ina", dtype);
   std::vector<WorkerOptions> opts(n);
   for (unsigned r = 0; r < n; ++r) {
-    WorkerOptions& o = opts[r];
-    o.workers = n;
-    o.rank = r;
-    o.rank_given = true;
-    o.mode_name = mode;
+    WorkerOptions& o = opts[r] = sweep_options(mode, n, r, max_bytes);
     o.dtype_name = std::string(inagg::util::dtype_name(dtype));
-    o.message = 4096;
-    o.payload = 1024;
-    o.min_bytes = 4;
-    o.max_bytes = max_bytes;
-    o.factor = 7;
-    o.timeout_s = 30;
     EXPECT_EQ(check_job_options(o), "");
     EXPECT_EQ(check_run_options(o), "");
   }
@@ -195,18 +201,8 @@ TEST(Worker, SoftwareRanksThatExchangeTheirEndpoints) {
   const uint64_t max_bytes = 50000;
   std::vector<WorkerOptions> opts(n);
   for (unsigned r = 0; r < n; ++r) {
-    WorkerOptions& o = opts[r];
-    o.workers = n;
-    o.rank = r;
-    o.rank_given = true;
-    o.mode_name = "ring";
+    WorkerOptions& o = opts[r] = sweep_options("ring", n, r, max_bytes);
     o.ip_base = "127.0.1.0";
-    o.message = 4096;
-    o.payload = 1024;
-    o.min_bytes = 4;
-    o.max_bytes = max_bytes;
-    o.factor = 7;
-    o.timeout_s = 30;
     o.exchange = true;
     o.exchange_port = 30000 + (::getpid() * 13) % 20000;
     EXPECT_EQ(check_job_options(o), "");

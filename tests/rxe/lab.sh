@@ -5,6 +5,12 @@
 # appliance the test started ($ipid, by PID), takes the lab down and removes what the run made.
 #   . "$src/tests/rxe/lab.sh" NAME LOG_LINES
 #   lab_up VMS              the lab with VMS VMs, its output in $tmp/up.log (and printed)
+#   lab_require_verbs WORKER   skips (77) when WORKER was built without verbs support
+#   lab_start_appliance ARGS   inagg on the lab's ports (one lcore, no hugepages, --mtu 1500, control
+#                           socket $tmp/ctl.sock, log $tmp/inagg.log) with ARGS after them; sets
+#                           $ipid and waits for the socket. lab_stop_appliance stops it (its stats
+#                           are then at the end of $tmp/inagg.log).
+#   lab_secret              a new shared secret in $tmp/secret (mode 0600), for --control-tcp
 #   wait_appliance          waits (30 s) for $ipid's control socket $tmp/ctl.sock
 #   fail MSG                "FAIL: MSG", the last LOG_LINES of every $tmp/*.log, exit 1
 #   lab_install_worker WORKER VMS SECRET   inagg-worker, its libraries and the secret in each VM's
@@ -52,6 +58,31 @@ lab_up() {
 
 wait_appliance() {
   wait_alive "$ipid" 30 "inagg's control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start on the taps"
+}
+
+lab_require_verbs() {
+  "$1" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
+    { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
+  return 0
+}
+
+lab_start_appliance() {
+  # shellcheck disable=SC2046
+  "${inagg:?tests/rxe/lab.sh: set inagg}" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
+    -- --socket "$tmp/ctl.sock" --mtu 1500 "$@" >"$tmp/inagg.log" 2>&1 &
+  ipid=$!
+  wait_appliance
+}
+
+lab_stop_appliance() {
+  kill "$ipid"
+  wait "$ipid"
+  ipid=""
+}
+
+lab_secret() {
+  head -c 24 /dev/urandom | base64 >"$tmp/secret"
+  chmod 600 "$tmp/secret"
 }
 
 lab_install_worker() {

@@ -28,11 +28,7 @@ gid0=$(awk '$1 == "gid_index" {print $2}' /run/rxe-lab/vm0/share/ready)
 gid1=$(awk '$1 == "gid_index" {print $2}' /run/rxe-lab/vm1/share/ready)
 ip1=10.77.0.102
 
-# shellcheck disable=SC2046
-"$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --idle-sleep-us 100 >"$tmp/inagg.log" 2>&1 &
-ipid=$!
-wait_appliance
+lab_start_appliance --idle-sleep-us 100
 for t in rxe-t0 rxe-t1; do
   ip -o link show "$t" | grep -q ' master ' && fail "$t is enslaved to a bridge: traffic could bypass inagg"
 done
@@ -110,9 +106,7 @@ counters vm0 >"$tmp/z0"
 counters vm1 >"$tmp/z1"
 
 # --- checks ------------------------------------------------------------------------------
-kill "$ipid"
-wait "$ipid"
-ipid=""
+lab_stop_appliance
 grep -E '^(port|lcore)' "$tmp/inagg.log" | sed 's/^/inagg: /'
 for v in 0 1; do
   udp_bw=$(delta "$tmp/b$v" "$tmp/z$v" udp_in)

@@ -27,28 +27,21 @@ set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
 here=$(cd "$(dirname "$0")" && pwd)
 
-"$worker" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
-  { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
 command -v ethtool >/dev/null || { echo "SKIP: ethtool is missing (scripts/packages.txt)"; exit 77; }
 
 vms=2 nss=2 msg=4096 payload=1024 window=2
 n=$((vms + nss))
 # shellcheck source=lab.sh
 . "$src/tests/rxe/lab.sh" interop 12
+lab_require_verbs "$worker"
 port=$((20000 + $$ % 20000))
 
 "$lab" up --vms $vms --netns $nss >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
 cat "$tmp/up.log"
 up_s=$((SECONDS - started))
 
-head -c 24 /dev/urandom | base64 >"$tmp/secret"
-chmod 600 "$tmp/secret"
-# shellcheck disable=SC2046
-"$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
-  >"$tmp/inagg.log" 2>&1 &
-ipid=$!
-wait_appliance
+lab_secret
+lab_start_appliance --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret"
 lab_install_worker "$worker" $vms "$tmp/secret"
 
 common="--workers $n --ip-base 10.77.0.100 --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200"
@@ -178,9 +171,7 @@ run_ranks ina-corrupt 4 wrong --mode ina --dtype fp32 --seed 21 --corrupt-input 
 echo "ok: control: with 1 element of rank 2's input altered after the reference, every rank reported wrong elements and exited 1 ($((SECONDS - t)) s; #wrong per rank: $(for i in $(seq 0 $((n - 1))); do awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ {printf "%s ", $9}' "$tmp/ina-corrupt-$i.log"; printf '| '; done))"
 for i in $(seq 0 $((vms - 1))); do counters "vm$i" >"$tmp/c-end-$i"; done
 
-kill "$ipid"
-wait "$ipid"
-ipid=""
+lab_stop_appliance
 /usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
 echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
 # --- rxe's own counters over the whole run --------------------------------------------------------

@@ -26,25 +26,18 @@ set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
 here=$(cd "$(dirname "$0")" && pwd)
 
-"$worker" --rank 0 --workers 3 --transport verbs 2>&1 | grep -q "no verbs support" &&
-  { echo "SKIP: this build of inagg-worker has no verbs support (libibverbs-dev)"; exit 77; }
 
 n=4 msg=4096 payload=1024 window=2
 # shellcheck source=lab.sh
 . "$src/tests/rxe/lab.sh" verbs 12
+lab_require_verbs "$worker"
 port=$((20000 + $$ % 20000))
 
 lab_up $n
 up_s=$((SECONDS - started))
 
-head -c 24 /dev/urandom | base64 >"$tmp/secret"
-chmod 600 "$tmp/secret"
-# shellcheck disable=SC2046
-"$inagg" -l 0 --no-huge --no-pci -m 512 --file-prefix="$prefix" --log-level=lib.eal:error $("$lab" vdevs) \
-  -- --socket "$tmp/ctl.sock" --mtu 1500 --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret" \
-  >"$tmp/inagg.log" 2>&1 &
-ipid=$!
-wait_appliance
+lab_secret
+lab_start_appliance --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret"
 grep -q "control requests over TCP on 127.0.0.1:$port" "$tmp/inagg.log" || fail "inagg does not say it listens on TCP port $port"
 
 lab_install_worker "$worker" $n "$tmp/secret"
@@ -145,9 +138,7 @@ recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "res
 echo "ok: ina over verbs, fp32, 1% loss on every tap ($dropped packets dropped): every element exact ($((SECONDS - t)) s); job 3: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' "$tmp/ina-loss.stats" | tr '\n' ' ')"
 snapshot ina-loss
 
-kill "$ipid"
-wait "$ipid"
-ipid=""
+lab_stop_appliance
 /usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
 echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
 # --- checks: rxe's own counters, per phase -------------------------------------------------------
