@@ -11,12 +11,17 @@
 #                           $ipid and waits for the socket. lab_stop_appliance stops it (its stats
 #                           are then at the end of $tmp/inagg.log).
 #   lab_secret              a new shared secret in $tmp/secret (mode 0600), for --control-tcp
+#   lab_job_done NAME JOB WANT   job JOB released exactly WANT slots (one per packet it carried) and
+#                           holds none; then removed; its stats in $tmp/NAME.stats
 #   wait_appliance          waits (30 s) for $ipid's control socket $tmp/ctl.sock
 #   fail MSG                "FAIL: MSG", the last LOG_LINES of every $tmp/*.log, exit 1
 #   lab_install_worker WORKER VMS SECRET   inagg-worker, its libraries and the secret in each VM's
 #                           /lab/inagg; $run_env: the environment to run it there with
 #   counters VM             "name value" lines: rxe0's hw counters and udp_in (UDP InDatagrams)
 #   delta BEFORE AFTER NAME a counter's growth between two `counters` files
+#   lab_rxe_accepted_all VM BEFORE AFTER   between two `counters` files, VM's rxe accepted every RoCE
+#                           datagram its UDP stack took (none refused: no bad ICRC) and no QP ran
+#                           out of retries; prints rxe's retry and duplicate counts
 # Processes the test starts in the background (namespaces' workers): add their PIDs to lab_pids,
 # and cleanup kills them.
 : "${src:?tests/rxe/lab.sh: set src before sourcing}"
@@ -80,6 +85,15 @@ lab_stop_appliance() {
   ipid=""
 }
 
+lab_job_done() {
+  local stats
+  stats=$("${ctl:?tests/rxe/lab.sh: set ctl}" --socket "$tmp/ctl.sock" stats "$2") || fail "stats $2: $stats"
+  grep -q "^slots_released $3$" <<<"$stats" || fail "$1: job $2: want slots_released $3 (one per packet): $(tr '\n' ' ' <<<"$stats")"
+  grep -q "^held_packets 0$" <<<"$stats" || fail "$1: job $2: slots held after the run: $(tr '\n' ' ' <<<"$stats")"
+  "$ctl" --socket "$tmp/ctl.sock" remove "$2" >/dev/null || fail "cannot remove job $2"
+  echo "$stats" >"$tmp/$1.stats"
+}
+
 lab_secret() {
   head -c 24 /dev/urandom | base64 >"$tmp/secret"
   chmod 600 "$tmp/secret"
@@ -106,3 +120,14 @@ counters() {
     awk '$1 == "link" {for (i = 3; i < NF; i += 2) print $i, $(i + 1)} $1 == "Udp:" && $2 ~ /^[0-9]+$/ {print "udp_in", $2}'
 }
 delta() { awk -v n="$3" 'FNR == NR && $1 == n {b = $2} FNR != NR && $1 == n {a = $2} END {print a - b}' "$1" "$2"; }
+
+lab_rxe_accepted_all() {
+  local vm=$1 a=$2 b=$3 udp rcvd
+  udp=$(delta "$a" "$b" udp_in)
+  rcvd=$(delta "$a" "$b" rcvd_pkts)
+  [ "$udp" -gt 0 ] || fail "$vm received no RoCE datagram"
+  [ "$udp" -eq "$rcvd" ] ||
+    fail "$vm: its UDP stack took $udp RoCE datagrams but rxe accepted $rcvd: rxe refused some (bad ICRC or headers)"
+  [ "$(delta "$a" "$b" retry_exceeded_err)" -eq 0 ] || fail "$vm: an RC QP exceeded its retry count"
+  echo "ok: $vm: rxe accepted all $rcvd RoCE datagrams it got (no ICRC error); completer_retry_err +$(delta "$a" "$b" completer_retry_err), duplicate_request +$(delta "$a" "$b" duplicate_request), out_of_seq_request +$(delta "$a" "$b" out_of_seq_request)"
+}

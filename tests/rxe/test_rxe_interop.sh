@@ -92,17 +92,9 @@ run_ranks() {
   done
   lab_pids=()
 }
-# job_done NAME JOB: one slot released per packet the job carried, none held; then removed.
-job_done() {
-  local stats want
-  stats=$("$ctl" --socket "$tmp/ctl.sock" stats "$2") || fail "stats $2: $stats"
-  # 3 allreduces per size (1 timed, 2 checked): 1 message (1024 bytes, padded), then 10; M/P packets each.
-  want=$(((1 + 10) * 3 * msg / payload))
-  grep -q "^slots_released $want$" <<<"$stats" || fail "$1: job $2: want slots_released $want (one per packet): $(tr '\n' ' ' <<<"$stats")"
-  grep -q "^held_packets 0$" <<<"$stats" || fail "$1: job $2: slots held after the run: $(tr '\n' ' ' <<<"$stats")"
-  "$ctl" --socket "$tmp/ctl.sock" remove "$2" >/dev/null || fail "cannot remove job $2"
-  echo "$stats" >"$tmp/$1.stats"
-}
+# job_done NAME JOB: one slot released per packet the job carried, none held; then removed. 3
+# allreduces per size (1 timed, 2 checked): 1 message (1024 bytes, padded), then 10; M/P packets each.
+job_done() { lab_job_done "$1" "$2" $(((1 + 10) * 3 * msg / payload)); }
 # software_icrc NAME: the software ranks' bad-ICRC counts must be 0 (their footer line).
 software_icrc() {
   local r line
@@ -176,13 +168,6 @@ lab_stop_appliance
 echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
 # --- rxe's own counters over the whole run --------------------------------------------------------
 for i in $(seq 0 $((vms - 1))); do
-  a=$tmp/c-start-$i b=$tmp/c-end-$i
-  udp=$(delta "$a" "$b" udp_in)
-  rcvd=$(delta "$a" "$b" rcvd_pkts)
-  [ "$udp" -gt 0 ] || fail "vm$i received no RoCE datagram"
-  [ "$udp" -eq "$rcvd" ] ||
-    fail "vm$i: its UDP stack took $udp RoCE datagrams but rxe accepted $rcvd: rxe refused some (bad ICRC or headers)"
-  [ "$(delta "$a" "$b" retry_exceeded_err)" -eq 0 ] || fail "vm$i: an RC QP exceeded its retry count"
-  echo "ok: vm$i: rxe accepted all $rcvd RoCE datagrams it got (no ICRC error); completer_retry_err +$(delta "$a" "$b" completer_retry_err), duplicate_request +$(delta "$a" "$b" duplicate_request), out_of_seq_request +$(delta "$a" "$b" out_of_seq_request)"
+  lab_rxe_accepted_all "vm$i" "$tmp/c-start-$i" "$tmp/c-end-$i"
 done
 echo "ok: lab up in ${up_s} s, whole test $((SECONDS - started)) s"
