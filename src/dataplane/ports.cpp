@@ -248,7 +248,7 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
   rte_eth_promiscuous_enable(p);  // a switch port sees every frame
   uint16_t actual_mtu = 0;
   rte_eth_dev_get_mtu(p, &actual_mtu);
-  PortInfo pi{p, info.driver_name ? info.driver_name : "?", false, "", kernel_mtu ? kernel_mtu : actual_mtu};
+  PortInfo pi{p, info.driver_name ? info.driver_name : "?", "", kernel_mtu ? kernel_mtu : actual_mtu};
   const PortSteering ps =
       cfg.flow_steering ? steering_.add_port(p, nq) : steering_.add_unsteered_port(p, "disabled by --no-flow");
   if (cfg.flow_steering && ps.mode == SteeringMode::software)
@@ -260,7 +260,6 @@ bool PortSet::open_port(const ApplianceConfig& cfg, uint16_t p, uint16_t nq, std
               "port %u (%s): rte_flow steers UDP 4791 by %s%s (refused: %s)", p, pi.name.c_str(),
               ps.mode == SteeringMode::rss ? "RSS over the datapath queues" : "one rule to queue 0",
               ps.job_rules ? "" : ", without per-job rules", ps.reason.c_str());
-  pi.flow_hardware = ps.mode != SteeringMode::software;
   pi.flow_mode = steering_mode_name(ps.mode);
   pi.flow_reason = ps.reason;
   info_.push_back(pi);
@@ -294,7 +293,7 @@ std::string PortSet::stats_text() const {
     std::snprintf(buf, sizeof buf,
                   "port %u (%s, mtu %u, steering %s): rx %" PRIu64 " tx %" PRIu64 " rx_missed %" PRIu64
                   " rx_nombuf %" PRIu64 " rx_errors %" PRIu64 " tx_errors %" PRIu64 "\n",
-                  p.port, p.name.c_str(), p.mtu, p.flow_hardware ? ("rte_flow " + p.flow_mode).c_str() : "software",
+                  p.port, p.name.c_str(), p.mtu, p.flow_steered() ? ("rte_flow " + p.flow_mode).c_str() : "software",
                   st.ipackets, st.opackets, st.imissed, st.rx_nombuf, st.ierrors, st.oerrors);
     s += buf;
   }

@@ -132,7 +132,7 @@ bool run_selftest(const ApplianceConfig& cfg, const SelftestConfig& sc, Selftest
     p.port = ids[i];
     p.name = info.name;
     p.mtu = info.mtu;
-    p.steering = info.flow_hardware ? "rte_flow " + info.flow_mode : "software (" + info.flow_reason + ")";
+    p.steering = info.flow_steered() ? "rte_flow " + info.flow_mode : "software (" + info.flow_reason + ")";
     rte_eth_link link{};
     if (rte_eth_link_get_nowait(ids[i], &link) == 0) {
       p.link_up = link.link_status == RTE_ETH_LINK_UP;

@@ -76,10 +76,10 @@ struct LcoreCounters {
 struct PortInfo {
   uint16_t port;
   std::string name;
-  bool flow_hardware;
-  std::string flow_reason;
+  std::string flow_reason;  // why the PMD refused the better steering modes, when it did
   uint32_t mtu;
   std::string flow_mode = "software";  // rss, queue or software (flow.hpp)
+  bool flow_steered() const { return flow_mode != "software"; }
 };
 
 // The engines' mbuf budget must leave the pool buffers for forwarding: the check inagg makes at
