@@ -32,7 +32,7 @@ Engine::Job* Engine::find_job(uint32_t id) {
   return nullptr;
 }
 
-bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
+bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& shard) {
   JobSpec s = spec_in;
   for (ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
     c.src_ip = wire::gid_address(c.src_ip);
@@ -57,6 +57,11 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
     return fail("message_bytes (" + std::to_string(s.message_bytes) +
                 ") must be a positive multiple of payload_bytes (" + std::to_string(s.payload_bytes) + ")");
   if (s.window < 1) return fail("window must be at least 1 message");
+  const unsigned nshards = shard.shared ? shard.shared->count() : 1;
+  if (nshards < 1 || nshards > JobShards::kMaxShards || (nshards & (nshards - 1)) != 0 || shard.index >= nshards)
+    return fail("shard " + std::to_string(shard.index) + " of " + std::to_string(nshards) +
+                ": a job spreads over a power of two of at most " + std::to_string(JobShards::kMaxShards) +
+                " lcores, and the shard must be one of them");
   const uint64_t ppm = s.message_bytes / s.payload_bytes;
   if (ppm * s.window >= (1u << 22))
     return fail(
@@ -114,7 +119,8 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
   if (!old && jobs_.size() >= cfg_.max_jobs)
     return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
 
-  const uint32_t nslots = static_cast<uint32_t>(2 * s.window * ppm);
+  // A shard holds its share of the 2 W ppm slots: every K-th sequence of any 2 W ppm in a row.
+  const uint32_t nslots = static_cast<uint32_t>((2 * s.window * ppm + nshards - 1) / nshards);
   const size_t mem =
       static_cast<size_t>(nslots) * (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + s.payload_bytes);
   const size_t mbufs = static_cast<size_t>(nslots) * s.workers;
@@ -136,10 +142,16 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error) {
   job->sums =
       static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
   if (job->sums == nullptr) return fail("out of memory for the retained sums");
+  job->shards = shard.shared;
+  job->shard = shard.index;
+  job->nshards = nshards;
+  while ((1u << job->shard_shift) < nshards) ++job->shard_shift;
+  job->cursor = shard.index;  // its first sequence
   job->conns.resize(s.workers);
   for (unsigned r = 0; r < s.workers; ++r) {
     job->conns[r].spec = job->spec.conns[r];
     job->conns[r].resend_interval_ns = cfg_.resend_timeout_ns;
+    job->conns[r].filled = shard.index;
   }
   job->shift = wire::Crc32Shift(s.payload_bytes);
   job->memory = mem;
@@ -192,8 +204,10 @@ void Engine::free_job_memory(Job& job) {
 bool Engine::job_info(uint32_t id, JobInfo* out) const {
   for (auto& j : jobs_) {
     if (j->spec.id != id) continue;
+    // A shard's part of the release cursor: how many of its sequences it released.
+    const uint64_t released = (j->cursor - j->shard) >> j->shard_shift;
     *out =
-        JobInfo{j->spec.id, j->state, j->error, j->cursor, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
+        JobInfo{j->spec.id, j->state, j->error, released, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
     return true;
   }
   return false;
@@ -215,15 +229,22 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
   if (job.state == JobState::failed) return;
   job.state = JobState::failed;
   job.error = why;
-  ++(job.c.*kind);
-  ++(totals_.*kind);
-  if (kind != &EngineCounters::timeouts) {
-    ++job.c.job_errors;
-    ++totals_.job_errors;
+  if (kind) {
+    ++(job.c.*kind);
+    ++(totals_.*kind);
+    if (kind != &EngineCounters::timeouts) {
+      ++job.c.job_errors;
+      ++totals_.job_errors;
+    }
+    util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, why.c_str());
+    // A spread job: the other shards abort it at their next look (abort_spread).
+    if (job.shards) job.shards->publish_failure(why);
   }
-  util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, why.c_str());
   free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
 }
+
+// Another shard aborted the job (and counted and logged it): this one ends its part, with its reason.
+void Engine::abort_spread(Job& job) { abort_job(job, job.shards->error(), nullptr); }
 
 // What a no-progress timeout most likely means, in words: a registration that never matched says
 // which field to check.
@@ -249,7 +270,7 @@ std::string Engine::timeout_reason(const Job& job) const {
     else if (!c.data_seen)
       why += "; no WRITE of " + rank + " to " + qp_str(c.spec.dst_ip, c.spec.dst_qpn) +
              " was ever seen (check its destination address and QPN)";
-    else if (!c.acks_seen && job.cursor > 0)
+    else if (!c.acks_seen && job.cursor > job.shard)
       why += "; no ACK to " + rank + "'s " + qp_str(c.spec.src_ip, c.spec.src_qpn) +
              " was ever seen (check its source address and QPN)";
   }

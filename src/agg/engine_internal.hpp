@@ -128,7 +128,8 @@ struct Engine::Job {
     uint64_t seq = 0;      // slot sequence (message * ppm + packet index) it holds
     uint64_t arrived = 0;  // one bit per rank
     engine_detail::SlotState state = engine_detail::SlotState::empty;
-    bool ecn = false;  // some input was CE-marked or had FECN
+    bool ecn = false;     // some input was CE-marked or had FECN
+    bool summed = false;  // complete, and the sum is in its packets (a shard sums before its turn)
     uint32_t payload_crc = 0;
   };
 
@@ -136,13 +137,18 @@ struct Engine::Job {
   JobState state = JobState::active;
   std::string error;
   uint32_t ppm = 0;     // packets per message
-  uint32_t nslots = 0;  // 2 W ppm
+  uint32_t nslots = 0;  // 2 W ppm; a shard: its share, ceil(2 W ppm / K)
+  // A job spread over K engines (ShardOf): this one is shard `shard` and holds only the sequences
+  // s with s mod K == shard, slot (s >> shard_shift) mod nslots. K = 1: the whole job, no sharing.
+  std::shared_ptr<JobShards> shards;
+  unsigned shard = 0, nshards = 1, shard_shift = 0;
+  uint64_t base = 0;  // the ticket of this generation's sequence 0 (replay jobs start over)
   std::vector<Slot> slots;
   std::vector<Held> held;   // nslots x n
   uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned
   std::vector<Conn> conns;
   wire::Crc32Shift shift;
-  uint64_t cursor = 0;   // next sequence to release
+  uint64_t cursor = 0;   // next sequence to release (a shard: next of its own)
   uint64_t highest = 0;  // one past the highest sequence any packet has claimed
   size_t held_count = 0, retained_count = 0;
   uint64_t last_progress_ns = 0, last_release_ns = 0;
@@ -151,9 +157,16 @@ struct Engine::Job {
   bool drop_logged = false;
   EngineCounters c;
 
-  Slot& slot(uint64_t seq) { return slots[seq % nslots]; }
-  Held& held_at(uint64_t seq, unsigned rank) { return held[(seq % nslots) * spec.workers + rank]; }
-  uint8_t* sum_at(uint64_t seq) { return sums + (seq % nslots) * spec.payload_bytes; }
+  size_t index(uint64_t seq) const { return (seq >> shard_shift) % nslots; }
+  Slot& slot(uint64_t seq) { return slots[index(seq)]; }
+  Held& held_at(uint64_t seq, unsigned rank) { return held[index(seq) * spec.workers + rank]; }
+  uint8_t* sum_at(uint64_t seq) { return sums + index(seq) * spec.payload_bytes; }
+  // How far back the slots reach: sequences older than the newest minus this are not held.
+  uint64_t span() const { return uint64_t{nslots} << shard_shift; }
+  // The first of this engine's sequences at or after s.
+  uint64_t own_at_or_after(uint64_t s) const { return s + ((shard - s) & (nshards - 1)); }
+  // The job's release cursor, whichever shard releases: every sequence below it went out.
+  uint64_t released_below() const { return shards ? shards->ticket_.load(std::memory_order_acquire) - base : cursor; }
 
   // Whether the sender's packet of `seq` is in (or went out with a sum).
   bool arrived(uint64_t seq, unsigned rank) {

@@ -113,9 +113,11 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const wire::OpPosition pos = l.info->position;
 
   // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
-  if (job.spec.replay && psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
-      (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
-    start_generation(job);
+  if (job.spec.replay && job.shards) {
+    if (!replay_turn(job, rank, psn, pos)) return drop(&job, pkt, &EngineCounters::stale);
+  } else if (job.spec.replay && psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
+             (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
+    start_generation(job, 0);
     BUMP(job, generations);
   }
 
@@ -128,7 +130,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const uint64_t seq = static_cast<uint64_t>(sseq);
   const uint64_t msg = seq / job.ppm;
   const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
-  const uint64_t first_incomplete_msg = job.cursor / job.ppm;
+  const uint64_t first_incomplete_msg = job.released_below() / job.ppm;  // of the whole job, whichever shard
   if (msg >= first_incomplete_msg + job.spec.window) {
     return break_contract(
         job, pkt,
@@ -170,8 +172,9 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 
   // Loss before the appliance: a sender's packets arrive in PSN order within each go-back-N pass,
   // so a step forward over a sequence not yet here means one was lost. NAK the sender from what
-  // its receiver has (again, with backoff, from poll() while it does not go back).
-  const bool jumped = conn.data_seen ? seq > conn.last_seq + 1 && seq > conn.filled : seq > 0;
+  // its receiver has (again, with backoff, from poll() while it does not go back). A shard sees
+  // every K-th sequence: its steps are K.
+  const bool jumped = conn.data_seen ? seq > conn.last_seq + job.nshards && seq > conn.filled : seq > job.shard;
   if (conn.nak_pending && seq <= conn.nak_seq) conn.nak_pending = false;  // the sender went back
   if (cfg_.fast_recovery && !job.spec.replay && jumped && !conn.nak_pending) {
     send_nak(job, rank, now_ns, tx, NakReason::gap);
@@ -200,7 +203,10 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   } else if (slot.seq > seq) {
     return drop(&job, pkt, &EngineCounters::stale);  // older than the slot's epoch: a duplicate the network made
   }
-  if (seq + 1 > job.highest) job.highest = seq + 1;
+  if (seq + 1 > job.highest) {
+    job.highest = seq + 1;
+    if (job.shards && job.spec.replay) job.shards->highest_[job.shard].v.store(job.highest, std::memory_order_release);
+  }
 
   switch (slot.state) {
     case SlotState::collecting: {
@@ -223,6 +229,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
         slot.state = SlotState::complete;
         BUMP(job, slots_completed);
         job.last_progress_ns = now_ns;
+        if (job.shards) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
         if (seq == job.cursor) release_ready(job, now_ns, tx);
       }
       return;
@@ -237,7 +244,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
       if (mark_if_queue_full(job, rank, pkt.data, l)) BUMP(job, ecn_marked_queue);
       BUMP(job, retransmits_answered);
       note_arrival(job, rank, seq);
-      emit(pkt, tx, &job);
+      emit_data(job, pkt, tx);
       return;
     }
     case SlotState::empty:
@@ -245,23 +252,63 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   }
 }
 
-// Moves the sender's `filled` mark over what has arrived; a gap that filled needs no more NAKs.
+// Moves the sender's `filled` mark over what has arrived (a shard: over its own sequences); a gap
+// that filled needs no more NAKs.
 void Engine::note_arrival(Job& job, unsigned rank, uint64_t seq) {
   Job::Conn& c = job.conns[rank];
-  if (seq == c.filled) ++c.filled;  // in order: no slot to look at (this is the per-packet case)
-  while (c.filled < c.expected && job.arrived(c.filled, rank)) ++c.filled;
+  const unsigned k = job.nshards;
+  if (seq == c.filled) c.filled += k;  // in order: no slot to look at (this is the per-packet case)
+  while (c.filled < c.expected && job.arrived(c.filled, rank)) c.filled += k;
   if (c.nak_pending && c.filled >= c.nak_target) c.nak_pending = false;
 }
 
-void Engine::start_generation(Job& job) {
+// A replay job starts over; `base` is where the generation starts in a spread job's ticket.
+void Engine::start_generation(Job& job, uint64_t base) {
   for (Job::Held& h : job.held) {
     if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
     h.clear();
   }
   std::fill(job.slots.begin(), job.slots.end(), Job::Slot{});
-  for (Job::Conn& c : job.conns) c.start_generation(cfg_.resend_timeout_ns);
-  job.cursor = job.highest = 0;
+  for (Job::Conn& c : job.conns) {
+    c.start_generation(cfg_.resend_timeout_ns);
+    c.filled = job.shard;
+  }
+  job.cursor = job.shard;
+  job.highest = 0;
   job.held_count = job.retained_count = 0;
+  job.base = base;
+  if (job.shards) job.shards->highest_[job.shard].v.store(0, std::memory_order_release);
+}
+
+// A spread replay job (a capture looping over K shards): whether to take this packet, starting a
+// new generation first where it is one. A generation starts once every shard released everything
+// of the last one (the ticket reached one past the highest sequence any shard claimed) and a shard
+// sees its first sequence (the start PSN + its index) again; the first shard there fixes where it
+// starts in the ticket (gen_base), the others follow at their own first sequence. A shard whose
+// capture lags behind by a loop (its last packets come after the next generation started) drops
+// them (false: `stale`): they would otherwise wait for a turn that has passed.
+bool Engine::replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos) {
+  JobShards& sh = *job.shards;
+  const Job::Conn& conn = job.conns[rank];
+  const bool first = psn == wire::psn_add(conn.spec.start_psn, job.shard) &&
+                     pos == expected_position(static_cast<uint32_t>(job.shard % job.ppm), job.ppm);
+  const uint64_t gen_base = sh.gen_base_.load(std::memory_order_acquire);
+  if (gen_base != job.base) {  // another shard started the next generation
+    if (!first) return false;
+    start_generation(job, gen_base);
+    BUMP(job, generations);
+    return true;
+  }
+  if (!first || job.highest == 0 || job.cursor < job.highest) return true;
+  uint64_t claimed = 0;
+  for (unsigned i = 0; i < job.nshards; ++i)
+    claimed = std::max(claimed, sh.highest_[i].v.load(std::memory_order_acquire));
+  if (sh.ticket_.load(std::memory_order_acquire) != job.base + claimed) return true;  // not all released yet
+  uint64_t expect = job.base;
+  sh.gen_base_.compare_exchange_strong(expect, job.base + claimed, std::memory_order_acq_rel);
+  start_generation(job, sh.gen_base_.load(std::memory_order_acquire));
+  BUMP(job, generations);
+  return true;
 }
 
 // Writes a slot's sum into one of its packets: payload, ECN, UDP checksum, ICRC. Returns whether
@@ -303,48 +350,120 @@ bool Engine::mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const Layou
   return true;
 }
 
-// Releases complete slots from the cursor on, in sequence order, while TX has room for a slot.
-void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
+// Sums a complete slot into its n packets and its retained copy, and finishes each packet (ICRC,
+// ECN, UDP checksum): everything of a release but the hand-over.
+void Engine::sum_slot(Job& job, uint64_t seq) {
   const unsigned n = job.spec.workers;
   const uint32_t P = job.spec.payload_bytes;
   const uint8_t* srcs[64];
   uint8_t* dsts[65];
+  Job::Slot& slot = job.slot(seq);
+  Job::Held* held = &job.held_at(seq, 0);
+  // The sum goes straight into the n packets (each over its own payload, chunk by chunk) and the
+  // retained copy, in one pass: no copy of it afterwards.
+  uint8_t* sum = job.sum_at(seq);
+  dsts[0] = sum;
+  for (unsigned r = 0; r < n; ++r) srcs[r] = dsts[r + 1] = held[r].p.data + held[r].l.payload;
+  sum_ranked_broadcast(job.spec.dtype, dsts, n + 1, srcs, n, P);
+  slot.payload_crc = wire::crc32({sum, P});  // once per slot; P is a multiple of 4: no pad
+  for (unsigned r = 0; r < n; ++r) {
+    Job::Held& h = held[r];
+    if (finish_sum(job, seq, h.p.data, h.l, h.header_crc)) BUMP(job, ecn_marked);
+    if (mark_if_queue_full(job, r, h.p.data, h.l)) BUMP(job, ecn_marked_queue);
+  }
+  slot.summed = true;
+}
+
+// Releases complete slots from the cursor on, in sequence order, while TX has room for a slot (a
+// shard: while the ticket says it is its turn and the job's ordered path takes them).
+void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
+  const unsigned n = job.spec.workers;
+  PacketRef out[64];
   while (job.state == JobState::active) {
     Job::Slot& slot = job.slot(job.cursor);
     if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
-    if (tx.capacity() < n) {
-      abort_job(job,
-                "the TX list holds " + std::to_string(tx.capacity()) + " packets, fewer than the job's " +
-                    std::to_string(n) + " workers: a slot could never be released",
-                &EngineCounters::err_length_or_opcode);
-      return;
-    }
-    if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
     Job::Held* held = &job.held_at(job.cursor, 0);
-    // The sum goes straight into the n packets (each over its own payload, chunk by chunk) and the
-    // retained copy, in one pass: no copy of it afterwards.
-    uint8_t* sum = job.sum_at(job.cursor);
-    dsts[0] = sum;
-    for (unsigned r = 0; r < n; ++r) srcs[r] = dsts[r + 1] = held[r].p.data + held[r].l.payload;
-    sum_ranked_broadcast(job.spec.dtype, dsts, n + 1, srcs, n, P);
-    slot.payload_crc = wire::crc32({sum, P});  // once per slot; P is a multiple of 4: no pad
-    for (unsigned r = 0; r < n; ++r) {
-      Job::Held& h = held[r];
-      if (finish_sum(job, job.cursor, h.p.data, h.l, h.header_crc)) BUMP(job, ecn_marked);
-      if (mark_if_queue_full(job, r, h.p.data, h.l)) BUMP(job, ecn_marked_queue);
-      ops_.ref(ops_.ctx, h.p.handle);  // kept for a resend until acknowledged or the slot is reused
-      h.retained = true;
-      tx.push(h.p);
+    if (job.shards) {
+      const uint64_t turn = job.base + job.cursor;
+      if (job.shards->ticket_.load(std::memory_order_acquire) != turn) return;  // an earlier slot is another shard's
+      if (!slot.summed) sum_slot(job, job.cursor);
+      // Kept for a resend (until acknowledged or the slot is reused): the reference is taken before
+      // the hand-over, as the lcore sending them may free theirs at once.
+      for (unsigned r = 0; r < n; ++r) {
+        ops_.ref(ops_.ctx, held[r].p.handle);
+        out[r] = held[r].p;
+      }
+      if (!job.shards->tx_.send(job.shards->tx_.ctx, out, n)) {
+        for (unsigned r = 0; r < n; ++r) ops_.free(ops_.ctx, held[r].p.handle);
+        return;  // no room on the ordered path: release_turns()/poll() try again
+      }
+      // The next sequence's shard may go: our n packets are ahead of its on the ordered path.
+      job.shards->ticket_.store(turn + 1, std::memory_order_release);
+    } else {
+      if (tx.capacity() < n) {
+        abort_job(job,
+                  "the TX list holds " + std::to_string(tx.capacity()) + " packets, fewer than the job's " +
+                      std::to_string(n) + " workers: a slot could never be released",
+                  &EngineCounters::err_length_or_opcode);
+        return;
+      }
+      if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
+      if (!slot.summed) sum_slot(job, job.cursor);
+      for (unsigned r = 0; r < n; ++r) {
+        ops_.ref(ops_.ctx, held[r].p.handle);  // kept for a resend until acknowledged or the slot is reused
+        tx.push(held[r].p);
+      }
     }
+    for (unsigned r = 0; r < n; ++r) held[r].retained = true;
     job.c.released_packets += n;
     totals_.released_packets += n;
     job.held_count -= n;
     job.retained_count += n;
     slot.state = SlotState::released;
     BUMP(job, slots_released);
-    ++job.cursor;
+    job.cursor += job.nshards;
     job.last_progress_ns = job.last_release_ns = now_ns;
   }
+}
+
+// A data-direction packet the engine sends outside a release (a retransmission answered, a resend):
+// a spread job's go on its ordered path too, behind what was released before.
+void Engine::emit_data(Job& job, const PacketRef& p, TxList& tx) {
+  if (!job.shards) return emit(p, tx, &job);
+  if (job.shards->tx_.send(job.shards->tx_.ctx, &p, 1)) return;
+  ops_.free(ops_.ctx, p.handle);
+  BUMP(job, tx_full);
+}
+
+// The receiver of `rank` holds every sequence below `to`: the retained copies of them go.
+void Engine::free_acknowledged(Job& job, unsigned rank, uint64_t to) {
+  Job::Conn& conn = job.conns[rank];
+  const uint64_t from = std::max(conn.acked, to > job.span() ? to - job.span() : 0);
+  for (uint64_t s = job.own_at_or_after(from); s < to; s += job.nshards) {
+    Job::Held& h = job.held_at(s, rank);
+    if (h.retained && job.slot(s).seq == s) {
+      ops_.free(ops_.ctx, h.p.handle);
+      h.clear();
+      --job.retained_count;
+    }
+  }
+}
+
+// A spread job's shards other than 0 learn what the receivers acknowledged from shard 0, which
+// takes every ACK: retained copies freed, the resend budget renewed, the MSN for their NAKs.
+void Engine::sync_acks(Job& job, unsigned rank, uint64_t now_ns) {
+  const JobShards::Acked& a = job.shards->acked_[rank];
+  Job::Conn& c = job.conns[rank];
+  const uint64_t to = a.acked.load(std::memory_order_acquire);
+  c.msn = a.msn.load(std::memory_order_relaxed);
+  if (a.seen.load(std::memory_order_relaxed)) c.acks_seen = true;
+  if (to <= c.acked) return;
+  free_acknowledged(job, rank, to);
+  c.acked = to;
+  c.last_ack_ns = a.ack_ns.load(std::memory_order_relaxed);
+  c.resend_rounds = 0;
+  c.resend_interval_ns = cfg_.resend_timeout_ns;
+  job.last_progress_ns = now_ns;
 }
 
 void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
@@ -360,6 +479,7 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   }
   if (conn.ack_port == kUnknownPort) conn.ack_port = pkt.port;
   conn.acks_seen = true;
+  JobShards::Acked* shared = job.shards && job.shard == 0 ? &job.shards->acked_[rank] : nullptr;
   const wire::AethView aeth = wire::aeth_of(pkt.data, l);
   const uint32_t psn = wire::bth_of(pkt.data, l).psn();
   const int64_t at = static_cast<int64_t>(conn.acked) + sext24(psn - (conn.spec.start_psn + conn.acked));
@@ -367,7 +487,11 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   const int64_t acked = aeth.is_ack() ? at + 1 : at;
   BUMP(job, acks_observed);
   if (acked >= static_cast<int64_t>(conn.acked)) conn.msn = aeth.msn();  // not from a stale, reordered ACK
-  if (acked > static_cast<int64_t>(job.cursor) && !job.spec.replay) {
+  if (shared) {
+    shared->msn.store(conn.msn, std::memory_order_relaxed);
+    shared->seen.store(true, std::memory_order_relaxed);
+  }
+  if (acked > static_cast<int64_t>(job.released_below()) && !job.spec.replay) {
     emit(pkt, tx, &job);
     std::string why = "the receiver of rank " + std::to_string(rank) + " acknowledged PSN " + std::to_string(psn) +
                       ", which the appliance never released: some path bypasses the appliance (every packet of a "
@@ -381,14 +505,10 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   if (acked > static_cast<int64_t>(conn.acked)) {
     // Retained copies the receiver now has are no longer needed for resends.
     const uint64_t to = static_cast<uint64_t>(acked);
-    const uint64_t from = std::max(conn.acked, to > job.nslots ? to - job.nslots : 0);
-    for (uint64_t s = from; s < to; ++s) {
-      Job::Held& h = job.held_at(s, rank);
-      if (h.retained && job.slot(s).seq == s) {
-        ops_.free(ops_.ctx, h.p.handle);
-        h.clear();
-        --job.retained_count;
-      }
+    free_acknowledged(job, rank, to);
+    if (shared) {
+      shared->ack_ns.store(now_ns, std::memory_order_relaxed);
+      shared->acked.store(to, std::memory_order_release);
     }
     conn.acked = to;
     conn.last_ack_ns = now_ns;

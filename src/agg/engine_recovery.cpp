@@ -17,6 +17,7 @@ using namespace engine_detail;
 bool Engine::send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why) {
   Job::Conn& conn = job.conns[rank];
   if (!conn.nak_template_ok) return false;
+  if (job.shards && job.shard != 0) sync_acks(job, rank, now_ns);  // the receiver's acked PSN and MSN
   // The NAK is owed from now on, sent or not: poll() sends it again on the backoff schedule.
   if (why == NakReason::again) {
     conn.nak_interval_ns = std::min(2 * conn.nak_interval_ns, cfg_.resend_max_ns);
@@ -66,11 +67,12 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
   for (unsigned r = 0; r < job.spec.workers && job.state == JobState::active; ++r) {
     Job::Conn& c = job.conns[r];
     if (tx.capacity() - tx.size() < 2) return;  // the next poll goes on from here
+    if (job.shards && job.shard != 0) sync_acks(job, r, now_ns);
     if (c.nak_pending) {
       if (c.nak_rounds < cfg_.resend_budget && elapsed(now_ns, c.nak_ns) > c.nak_interval_ns)
         send_nak(job, r, now_ns, tx, NakReason::again);
-    } else if (c.data_seen && c.filled % job.ppm != 0 && c.filled == job.cursor && job.slot(c.filled).seq == c.filled &&
-               job.slot(c.filled).state == SlotState::collecting &&
+    } else if (c.data_seen && c.filled % job.ppm != 0 && c.filled == job.released_below() &&
+               job.slot(c.filled).seq == c.filled && job.slot(c.filled).state == SlotState::collecting &&
                (job.slot(c.filled).arrived | 1ull << r) == full_mask(job.spec.workers) &&
                elapsed(now_ns, c.last_data_ns) > 4 * cfg_.resend_timeout_ns) {
       // The whole job waits for this one packet: its sender started the message (its first
@@ -81,24 +83,40 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
     }
     if (tx.capacity() - tx.size() < 2) return;
 
-    if (c.acked >= job.cursor) continue;
+    // Released and not acknowledged: this engine's sequences from the receiver's acked one up to
+    // the last it released, cursor - K (K = 1: the whole job's).
+    if (c.acked + job.nshards > job.cursor) continue;
     if (elapsed(now_ns, std::max({c.last_ack_ns, job.last_release_ns, c.resend_ns})) <= c.resend_interval_ns) continue;
     if (c.resend_rounds >= cfg_.resend_budget) continue;
     // The oldest unacknowledged released packet (in case that is what it lost) and the newest one
     // (if anything between was lost too, the newest is beyond its expected PSN and it NAKs the
     // sender, whose go-back-N retransmissions are answered from the retained sums).
-    const uint64_t oldest = std::max(c.acked, job.cursor > job.nslots ? job.cursor - job.nslots : 0);
-    for (uint64_t s : {oldest, job.cursor - 1}) {
+    const uint64_t newest = job.cursor - job.nshards;
+    const uint64_t oldest =
+        job.own_at_or_after(std::max(c.acked, job.cursor > job.span() ? job.cursor - job.span() : 0));
+    for (uint64_t s : {oldest, newest}) {
       Job::Held& h = job.held_at(s, r);
       if (!h.retained || job.slot(s).seq != s) continue;
       ops_.ref(ops_.ctx, h.p.handle);
-      tx.push(h.p);
+      emit_data(job, h.p, tx);
       BUMP(job, resends);
-      if (job.cursor - 1 == oldest) break;
+      if (newest == oldest) break;
     }
     c.resend_ns = now_ns;
     c.resend_interval_ns = std::min(2 * c.resend_interval_ns, cfg_.resend_max_ns);
     if (++c.resend_rounds == cfg_.resend_budget) BUMP(job, resend_budget_spent);
+  }
+}
+
+void Engine::release_turns(uint64_t now_ns, TxList& tx) {
+  for (auto& jp : jobs_) {
+    Job& job = *jp;
+    if (!job.shards || job.state != JobState::active) continue;
+    if (job.shards->failed()) {
+      abort_spread(job);
+      continue;
+    }
+    release_ready(job, now_ns, tx);
   }
 }
 
@@ -107,11 +125,15 @@ void Engine::poll(uint64_t now_ns, TxList& tx) {
   // Releases and aborts first, for every job, so a full TX list never starves them.
   for (auto& jp : jobs_) {
     Job& job = *jp;
+    if (job.shards && job.state == JobState::active && job.shards->failed()) abort_spread(job);
     if (job.state != JobState::active) continue;
+    if (job.shards && job.shard != 0)
+      for (unsigned r = 0; r < job.spec.workers; ++r) sync_acks(job, r, now_ns);
     release_ready(job, now_ns, tx);  // continue a release that TX space cut short
-    const bool pending = job.held_count > 0 || (!job.spec.replay && job.retained_count > 0 &&
-                                                std::any_of(job.conns.begin(), job.conns.end(),
-                                                            [&](const Job::Conn& c) { return c.acked < job.cursor; }));
+    const bool pending =
+        job.held_count > 0 ||
+        (!job.spec.replay && job.retained_count > 0 &&
+         std::any_of(job.conns.begin(), job.conns.end(), [&](auto& c) { return c.acked + job.nshards <= job.cursor; }));
     if (!pending) {
       job.last_progress_ns = now_ns;
       continue;

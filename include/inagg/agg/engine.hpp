@@ -8,6 +8,8 @@
 // allocate nothing, except the error message when a job aborts.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -167,12 +169,80 @@ struct JobInfo {
   uint32_t id;
   JobState state;
   std::string error;        // why it failed, when it did
-  uint64_t released_slots;  // the job's release cursor (current generation)
+  uint64_t released_slots;  // the job's release cursor (current generation); a shard: its part of it
   size_t held_packets;      // packets in collecting/complete slots
   size_t retained_packets;  // released packets kept for resend
   size_t memory_bytes;
   size_t mbuf_quota;
   EngineCounters counters;
+};
+
+// One job spread over K engines, each on its own lcore (protocol.md section 4, "Slots sharded by
+// index"): engine i is the job's shard i and does everything for the sequences s with s mod K == i
+// (hold, sum, ICRCs, release); which shard a data packet is for follows from its PSN alone
+// (JobShards::shard_of). What the shards share is here, all of it atomic, written as noted:
+//   - the release ticket: the job's next sequence to release. Shard i releases its complete slot s
+//     only when the ticket is s, through `tx` (one ordered path for the whole job), then sets it to
+//     s + 1: every connection's packets leave in PSN order although K threads release them;
+//   - what the receivers acknowledged, per rank: shard 0 takes every ACK and publishes it, the
+//     others read it (to free retained copies, to build NAKs, for their resend timers);
+//   - a failure: the first shard to abort the job publishes why, the others abort it at their next look;
+//   - replay jobs (a looping capture): where each generation starts in the ticket's numbering.
+struct OrderedTx {
+  void* ctx = nullptr;
+  // Takes all n packets (one reference each) in this order, or none and returns false (no room:
+  // the engine tries again at its next release_turns()/poll()). Called by whichever shard releases,
+  // one at a time (the ticket orders the calls), and by any shard answering a retransmission.
+  bool (*send)(void* ctx, const PacketRef* pkts, unsigned n) = nullptr;
+};
+
+class JobShards {
+ public:
+  static constexpr unsigned kMaxShards = 8;
+  // count: a power of two from 1 to kMaxShards (so the 24-bit PSN wrap keeps every shard's share).
+  JobShards(unsigned count, const OrderedTx& tx) : count_(count), tx_(tx) {}
+  unsigned count() const { return count_; }
+  const OrderedTx& tx() const { return tx_; }
+  // The shard a data packet with this PSN is for, on a connection that starts at start_psn.
+  unsigned shard_of(uint32_t psn, uint32_t start_psn) const { return (psn - start_psn) & (count_ - 1); }
+  uint64_t ticket() const { return ticket_.load(std::memory_order_acquire); }
+  bool failed() const { return fail_state_.load(std::memory_order_acquire) == 2; }
+  const std::string& error() const { return error_; }  // once failed() is true
+
+ private:
+  friend class Engine;
+  struct alignas(64) Acked {  // one rank's receiver, as shard 0 saw it
+    std::atomic<uint64_t> acked{0};
+    std::atomic<uint64_t> ack_ns{0};
+    std::atomic<uint32_t> msn{0};
+    std::atomic<bool> seen{false};
+  };
+  struct alignas(64) Highest {
+    std::atomic<uint64_t> v{0};
+  };
+  // The first shard to fail wins: 0 -> 1 (writing error_) -> 2.
+  bool publish_failure(const std::string& why) {
+    int expect = 0;
+    if (!fail_state_.compare_exchange_strong(expect, 1, std::memory_order_acq_rel)) return false;
+    error_ = why;
+    fail_state_.store(2, std::memory_order_release);
+    return true;
+  }
+
+  unsigned count_;
+  OrderedTx tx_;
+  alignas(64) std::atomic<uint64_t> ticket_{0};
+  alignas(64) std::atomic<uint64_t> gen_base_{0};  // replay: the ticket of the generation's sequence 0
+  std::atomic<int> fail_state_{0};
+  std::string error_;
+  std::array<Highest, kMaxShards> highest_;  // replay: one past each shard's highest sequence
+  std::array<Acked, 64> acked_;              // by rank
+};
+
+// Engine::add_job's `shard`: which part of a spread job this engine takes (none: all of it).
+struct ShardOf {
+  std::shared_ptr<JobShards> shared;
+  unsigned index = 0;
 };
 
 class Engine {
@@ -183,8 +253,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Control path (the owning lcore, between bursts). On refusal returns false and sets *error to a
-  // sentence saying what to change. Re-adding the id of a failed job replaces it.
-  bool add_job(const JobSpec& spec, std::string* error);
+  // sentence saying what to change. Re-adding the id of a failed job replaces it. With `shard`,
+  // this engine takes shard `index` of a job spread over shared->count() engines (JobShards): its
+  // share of the slots, memory and mbufs is 1/count of the job's. Every shard's engine must be
+  // given the same spec and the same JobShards.
+  bool add_job(const JobSpec& spec, std::string* error, const ShardOf& shard = {});
   // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
   bool job_info(uint32_t id, JobInfo* out) const;
@@ -216,6 +289,12 @@ class Engine {
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
   void poll(uint64_t now_ns, TxList& tx);
+
+  // Spread jobs only: releases the slots whose turn came (the ticket reached them) and aborts jobs
+  // another shard failed. Cheap when nothing is due (a load of the ticket per spread job); call it
+  // every loop iteration, or a shard waits for its turn until its next poll(). A spread job's
+  // releases go to its OrderedTx; `tx` is for what a job of one engine would send.
+  void release_turns(uint64_t now_ns, TxList& tx);
 
   const EngineCounters& counters() const { return totals_; }
   size_t memory_in_use() const { return memory_used_; }
@@ -251,7 +330,12 @@ class Engine {
                    const wire::PayloadCrc* pre);
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
-  void start_generation(Job& job);
+  void start_generation(Job& job, uint64_t base);
+  bool replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
+  void sum_slot(Job& job, uint64_t seq);
+  void emit_data(Job& job, const PacketRef& p, TxList& tx);
+  void free_acknowledged(Job& job, unsigned rank, uint64_t to);
+  void sync_acks(Job& job, unsigned rank, uint64_t now_ns);
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
@@ -261,6 +345,7 @@ class Engine {
   void recover(Job& job, uint64_t now_ns, TxList& tx);
   // Adding, removing and ending jobs (engine_admission.cpp).
   void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
+  void abort_spread(Job& job);  // another shard of the job aborted it
   std::string timeout_reason(const Job& job) const;
   void free_job_memory(Job& job);
   Job* find_job(uint32_t id);

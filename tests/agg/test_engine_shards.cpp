@@ -1,0 +1,300 @@
+// One job spread over K engines, slots sharded by index (protocol.md section 4): scripted cases for
+// what the shards share (the release ticket, the receivers' ACKs, a failure, replay generations),
+// checked against sums from a plain loop; and two shards on two threads, as two lcores run them.
+// The seeded lossy simulation of sharded jobs is in test_engine_sim.cpp (EngineSimShards).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "engine_harness.hpp"
+
+using namespace inagg;
+using namespace inagg::enginetest;
+using agg::Dtype;
+
+namespace {
+
+// K engines with one spread job, an ordered path the test drains (and can close), and one TX list
+// per engine for what each sends outside releases (ACKs forwarded, NAKs).
+class ShardedTest : public ::testing::Test {
+ protected:
+  agg::EngineConfig cfg;
+  Pool pool;
+  std::vector<std::unique_ptr<agg::Engine>> engines;
+  std::shared_ptr<agg::JobShards> shared;
+  std::vector<PacketRef> ordered;
+  bool ordered_open = true;
+  agg::TxList tx{1 << 12};
+  uint64_t now = 1'000'000;
+
+  void make(unsigned k, const JobFixture& j) {
+    agg::OrderedTx otx;
+    otx.ctx = this;
+    otx.send = [](void* ctx, const PacketRef* pkts, unsigned n) {
+      ShardedTest& t = *static_cast<ShardedTest*>(ctx);
+      if (!t.ordered_open) return false;
+      for (unsigned i = 0; i < n; ++i) t.ordered.push_back(pkts[i]);
+      return true;
+    };
+    shared = std::make_shared<agg::JobShards>(k, otx);
+    for (unsigned i = 0; i < k; ++i) {
+      engines.push_back(std::make_unique<agg::Engine>(cfg, pool.ops));
+      std::string err;
+      ASSERT_TRUE(engines.back()->add_job(j.spec, &err, {shared, i})) << err;
+    }
+  }
+  void TearDown() override {
+    for (auto& e : engines) {
+      for (uint32_t id : e->job_ids()) {
+        std::string err;
+        EXPECT_TRUE(e->remove_job(id, &err)) << err;
+      }
+      EXPECT_EQ(e->memory_in_use(), 0u);
+      EXPECT_EQ(e->mbufs_reserved(), 0u);
+    }
+    engines.clear();
+    take_ordered();
+    drain(pool, tx);
+    EXPECT_EQ(pool.live(), 0u) << "buffers leaked";
+  }
+  unsigned shard_of(const JobFixture& j, unsigned rank, uint64_t seq) const {
+    return shared->shard_of(j.psn(rank, seq), j.spec.conns[rank].start_psn);
+  }
+  // A data packet to the shard of its PSN; returns what that engine put in its TX list.
+  std::vector<Out> send_data(const JobFixture& j, unsigned rank, uint64_t seq) {
+    engines[shard_of(j, rank, seq)]->process(pool.wrap(j.data_frame(rank, seq)), now, tx);
+    return drain(pool, tx);
+  }
+  std::vector<Out> take_ordered() {
+    std::vector<Out> v;
+    for (const PacketRef& p : ordered) {
+      Out o;
+      o.frame = pool.take(p);
+      EXPECT_EQ(wire::parse_frame(o.frame, o.l), wire::ParseStatus::roce);
+      v.push_back(std::move(o));
+    }
+    ordered.clear();
+    return v;
+  }
+  agg::JobInfo info(unsigned shard) {
+    agg::JobInfo i{};
+    EXPECT_TRUE(engines[shard]->job_info(1, &i));
+    return i;
+  }
+  // `outs` holds, in this order, the n packets of each of `seqs`, each with the plain-loop sum.
+  void expect_in_order(const JobFixture& j, const std::vector<uint64_t>& seqs, const std::vector<Out>& outs) {
+    const unsigned n = j.spec.workers;
+    ASSERT_EQ(outs.size(), seqs.size() * n);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto sum = j.expected_sum(seqs[i]);
+      for (unsigned r = 0; r < n; ++r) {
+        const Out& o = outs[i * n + r];
+        EXPECT_EQ(o.dest_qp(), j.spec.conns[r].dst_qpn) << "seq " << seqs[i];
+        EXPECT_EQ(o.psn(), j.psn(r, seqs[i])) << "rank " << r;
+        EXPECT_EQ(o.payload(), sum) << "rank " << r << " seq " << seqs[i];
+        EXPECT_TRUE(o.icrc_ok()) << "rank " << r << " seq " << seqs[i];
+      }
+    }
+  }
+};
+
+TEST_F(ShardedTest, EachShardHoldsEveryKthSequenceAndReleasesOnlyInTicketOrder) {
+  JobFixture j(1, 3, Dtype::fp32, 4 * 256, 256, 2);  // 4 packets per message: 16 sequences in 2 windows
+  make(2, j);
+  // Sequence 1 (shard 1) completes first: summed there, but it may not leave before sequence 0.
+  for (unsigned r = 0; r < 3; ++r) EXPECT_TRUE(send_data(j, r, 1).empty());
+  EXPECT_EQ(shard_of(j, 0, 1), 1u);
+  EXPECT_EQ(info(1).counters.slots_completed, 1u);
+  engines[1]->release_turns(now, tx);
+  EXPECT_TRUE(ordered.empty()) << "shard 1 released sequence 1 before sequence 0 went out";
+  // Sequence 0 completes on shard 0 and goes out; sequence 1 follows at shard 1's next look.
+  for (unsigned r = 0; r < 3; ++r) send_data(j, r, 0);
+  expect_in_order(j, {0}, take_ordered());
+  EXPECT_EQ(shared->ticket(), 1u);
+  engines[1]->release_turns(now, tx);
+  expect_in_order(j, {1}, take_ordered());
+  // With the ordered path full, a turn waits (nothing lost, nothing out of order) and is retried.
+  ordered_open = false;
+  for (unsigned r = 0; r < 3; ++r) send_data(j, r, 2);
+  for (unsigned r = 0; r < 3; ++r) send_data(j, r, 3);
+  engines[1]->release_turns(now, tx);
+  EXPECT_TRUE(ordered.empty());
+  ordered_open = true;
+  engines[1]->release_turns(now, tx);  // not its turn yet: 2 is shard 0's
+  EXPECT_TRUE(ordered.empty());
+  engines[0]->release_turns(now, tx);
+  engines[1]->release_turns(now, tx);
+  expect_in_order(j, {2, 3}, take_ordered());
+  // Each shard released its own half: its part of the release cursor.
+  EXPECT_EQ(info(0).released_slots, 2u);
+  EXPECT_EQ(info(1).released_slots, 2u);
+  EXPECT_EQ(info(0).counters.slots_released + info(1).counters.slots_released, 4u);
+}
+
+// The window is the job's: measured from the first sequence not yet released by any shard, not from
+// the shard's own cursor (which can be up to K - 1 ahead of it).
+TEST_F(ShardedTest, AheadOfTheJobsWindowIsAContractBreakOnEveryShard) {
+  JobFixture j(1, 2, Dtype::int32, 64, 64, 1);  // one packet per message, window 1: 2 slots in all
+  make(2, j);
+  send_data(j, 0, 0);  // message 0 incomplete (rank 1 missing)
+  send_data(j, 0, 1);  // message 1: ahead of a window of 1 while message 0 is incomplete
+  const agg::JobInfo one = info(1);
+  EXPECT_EQ(one.state, agg::JobState::failed);
+  EXPECT_EQ(one.counters.err_ahead_of_window, 1u);
+  EXPECT_NE(one.error.find("ahead of the window"), std::string::npos) << one.error;
+  // Shard 0 learns at its next look: it aborts too, with the same reason, counted once for the job.
+  EXPECT_EQ(info(0).state, agg::JobState::active);
+  engines[0]->release_turns(now, tx);
+  const agg::JobInfo zero = info(0);
+  EXPECT_EQ(zero.state, agg::JobState::failed);
+  EXPECT_EQ(zero.error, one.error);
+  EXPECT_EQ(zero.counters.job_errors, 0u);
+  EXPECT_EQ(zero.held_packets, 0u);  // its held packet dropped: no receiver gets a partial sum
+  EXPECT_TRUE(send_data(j, 1, 0).empty());
+  EXPECT_EQ(info(0).counters.failed_job_drops, 1u);
+}
+
+// Shard 0 takes every ACK and publishes it; the others free what their receivers have from it.
+TEST_F(ShardedTest, AcknowledgementsSeenByShardZeroFreeEveryShardsRetainedCopies) {
+  JobFixture j(1, 2, Dtype::fp32, 128, 128, 2);
+  make(2, j);
+  for (uint64_t seq = 0; seq < 4; ++seq) {
+    for (unsigned r = 0; r < 2; ++r) send_data(j, r, seq);
+    for (auto& e : engines) e->release_turns(now, tx);
+  }
+  expect_in_order(j, {0, 1, 2, 3}, take_ordered());
+  EXPECT_EQ(info(0).retained_packets, 4u);
+  EXPECT_EQ(info(1).retained_packets, 4u);
+  // Both receivers acknowledge through sequence 2: shard 0 forwards the ACKs.
+  for (unsigned r = 0; r < 2; ++r) {
+    engines[0]->process(pool.wrap(j.ack_frame(r, 2)), now, tx);
+    EXPECT_EQ(drain(pool, tx).size(), 1u);
+  }
+  EXPECT_EQ(info(0).retained_packets, 0u);  // sequences 0 and 2 acknowledged: nothing of its own left
+  EXPECT_EQ(info(0).counters.acks_observed, 2u);
+  now += 20'000;
+  engines[1]->poll(now, tx);                // shard 1 reads them at its next poll
+  EXPECT_EQ(info(1).retained_packets, 2u);  // sequence 1 freed, sequence 3 kept for a resend
+  EXPECT_EQ(info(1).counters.acks_observed, 0u);
+  drain(pool, tx);
+}
+
+// An ACK past what any shard released means a path around the appliance: shard 0 sees it against
+// the job's ticket.
+TEST_F(ShardedTest, AnAckPastTheJobsReleasesIsABypassOnEveryShard) {
+  JobFixture j(1, 2, Dtype::fp32, 128, 128, 2);
+  make(2, j);
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 0);
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 1);
+  engines[1]->release_turns(now, tx);
+  take_ordered();
+  engines[0]->process(pool.wrap(j.ack_frame(0, 1)), now, tx);  // sequence 1 was released by shard 1
+  drain(pool, tx);
+  EXPECT_EQ(info(0).state, agg::JobState::active);
+  engines[0]->process(pool.wrap(j.ack_frame(0, 2)), now, tx);  // sequence 2 never was
+  drain(pool, tx);
+  EXPECT_EQ(info(0).state, agg::JobState::failed);
+  EXPECT_EQ(info(0).counters.err_ack_bypass, 1u);
+  engines[1]->poll(now, tx);
+  EXPECT_EQ(info(1).state, agg::JobState::failed);
+  drain(pool, tx);
+}
+
+// A replayed capture looping over two shards starts a new generation on both each time round, in
+// the one ticket numbering, and every generation's sums go out in order.
+TEST_F(ShardedTest, AReplayJobLoopsOverShardsGenerationAfterGeneration) {
+  JobFixture j(1, 2, Dtype::fp32, 2 * 128, 128, 2);
+  j.spec.replay = true;
+  make(2, j);
+  const uint64_t len = 8;  // the capture: 4 messages of 2 packets
+  for (int loop = 0; loop < 3; ++loop) {
+    for (uint64_t seq = 0; seq < len; ++seq) {
+      for (unsigned r = 0; r < 2; ++r) send_data(j, r, seq);
+      for (auto& e : engines) e->release_turns(now, tx);
+    }
+    std::vector<uint64_t> all;
+    for (uint64_t s = 0; s < len; ++s) all.push_back(s);
+    expect_in_order(j, all, take_ordered());
+    ASSERT_FALSE(HasFailure()) << "loop " << loop;
+  }
+  EXPECT_EQ(shared->ticket(), 3 * len);
+  EXPECT_EQ(info(0).counters.generations, 2u);
+  EXPECT_EQ(info(1).counters.generations, 2u);
+  EXPECT_EQ(info(0).counters.stale + info(1).counters.stale, 0u);
+}
+
+// Two shards on two threads, as two lcores run them, each fed the packets of its own sequences by
+// the senders' windows (a thread takes a packet only once its message is inside the job's window);
+// a third thread drains the ordered path. Every slot goes out once, in order, with its sum.
+TEST_F(ShardedTest, TwoShardsOnTwoThreadsReleaseEverySlotInOrder) {
+  JobFixture j(1, 4, Dtype::fp32, 4 * 256, 256, 2);
+  const uint64_t total = 4 * 4 * 64;  // 64 windows' worth of sequences: the slots are reused many times
+  std::mutex mu;                      // the test's ordered path (the appliance's is an rte_ring)
+  std::vector<PacketRef> path;
+  agg::OrderedTx otx;
+  struct Ctx {
+    std::mutex* mu;
+    std::vector<PacketRef>* path;
+  } octx{&mu, &path};
+  otx.ctx = &octx;
+  otx.send = [](void* ctx, const PacketRef* pkts, unsigned n) {
+    Ctx& c = *static_cast<Ctx*>(ctx);
+    std::lock_guard<std::mutex> g(*c.mu);
+    for (unsigned i = 0; i < n; ++i) c.path->push_back(pkts[i]);
+    return true;
+  };
+  shared = std::make_shared<agg::JobShards>(2, otx);
+  // The frames, built up front (the pool is not thread-safe; the engines only reference them).
+  std::vector<std::vector<uint8_t>> frames(total * 4);
+  for (uint64_t s = 0; s < total; ++s)
+    for (unsigned r = 0; r < 4; ++r) frames[s * 4 + r] = j.data_frame(r, s);
+  agg::BufferOps ops;  // references are the frames themselves; nothing to count across threads
+  ops.free = [](void*, void*) {};
+  ops.ref = [](void*, void*) {};
+  ops.alloc = [](void*, uint16_t) { return PacketRef{}; };
+  std::vector<std::unique_ptr<agg::Engine>> es;
+  for (unsigned i = 0; i < 2; ++i) {
+    es.push_back(std::make_unique<agg::Engine>(cfg, ops));
+    std::string err;
+    ASSERT_TRUE(es.back()->add_job(j.spec, &err, {shared, i})) << err;
+  }
+  auto shard_loop = [&](unsigned i) {
+    agg::TxList local(64);
+    for (uint64_t s = i; s < total; s += 2) {
+      // The senders' window: message s / ppm only once message (s / ppm) - W went out.
+      while (s / j.ppm >= shared->ticket() / j.ppm + j.spec.window) es[i]->release_turns(1, local);
+      for (unsigned r = 0; r < 4; ++r) {
+        std::vector<uint8_t>& f = frames[s * 4 + r];
+        es[i]->process({&f, f.data(), static_cast<uint16_t>(f.size())}, 1, local);
+      }
+      local.clear();
+    }
+    while (shared->ticket() < total) es[i]->release_turns(1, local);
+  };
+  std::thread t0(shard_loop, 0), t1(shard_loop, 1);
+  t0.join();
+  t1.join();
+  ASSERT_EQ(path.size(), total * 4);
+  for (uint64_t s = 0; s < total; ++s) {
+    const auto sum = j.expected_sum(s);
+    for (unsigned r = 0; r < 4; ++r) {
+      const PacketRef& p = path[s * 4 + r];
+      ASSERT_EQ(p.data, frames[s * 4 + r].data()) << "sequence " << s << " rank " << r << " out of order";
+      Out o;
+      o.frame.assign(p.data, p.data + p.len);
+      ASSERT_EQ(wire::parse_frame(o.frame, o.l), wire::ParseStatus::roce);
+      ASSERT_EQ(o.payload(), sum) << "sequence " << s << " rank " << r;
+      ASSERT_TRUE(o.icrc_ok());
+    }
+  }
+  for (unsigned i = 0; i < 2; ++i) {
+    agg::JobInfo ji{};
+    ASSERT_TRUE(es[i]->job_info(1, &ji));
+    EXPECT_EQ(ji.state, agg::JobState::active) << ji.error;
+    EXPECT_EQ(ji.released_slots, total / 2);
+  }
+}
+
+}  // namespace
