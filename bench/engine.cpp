@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -209,6 +210,157 @@ void BM_engine_pipeline(benchmark::State& state) {
                             : std::string("one CPU only: verifier unpinned"));
 }
 
+// Two threads in lock step on two CPUs: body(0) on this thread, body(1) on a second one pinned to
+// a CPU of this thread's set that this thread is not on; each benchmark iteration starts both and
+// ends when both are done. Returns a label saying where they ran.
+class TwoThreads {
+ public:
+  explicit TwoThreads(std::function<void(unsigned)> body) : body_(std::move(body)) {
+    pthread_getaffinity_np(pthread_self(), sizeof mine_, &mine_);
+    main_cpu_ = sched_getcpu();
+    for (int c = 0; c < CPU_SETSIZE && other_cpu_ < 0; ++c)
+      if (CPU_ISSET(c, &mine_) && c != main_cpu_) other_cpu_ = c;
+    pin(main_cpu_);
+    helper_ = std::thread([this] {
+      pin(other_cpu_);
+      for (uint64_t done = 0;; ++done) {
+        uint64_t g;
+        while ((g = go_.v.load(std::memory_order_acquire)) == done) {}
+        if (g == kStop) return;
+        body_(1);
+        done_.v.store(done + 1, std::memory_order_release);
+      }
+    });
+  }
+  ~TwoThreads() {
+    go_.v.store(kStop, std::memory_order_release);
+    helper_.join();
+    pthread_setaffinity_np(pthread_self(), sizeof mine_, &mine_);
+  }
+  void iteration() {
+    const uint64_t i = ++n_;
+    go_.v.store(i, std::memory_order_release);
+    body_(0);
+    while (done_.v.load(std::memory_order_acquire) != i) {}
+  }
+  std::string label() const {
+    return other_cpu_ >= 0 ? "threads on CPUs " + std::to_string(main_cpu_) + " and " + std::to_string(other_cpu_)
+                           : std::string("one CPU only: the second thread unpinned");
+  }
+
+ private:
+  static constexpr uint64_t kStop = ~0ull;
+  static void pin(int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  }
+  struct alignas(64) Counter {
+    std::atomic<uint64_t> v{0};
+  };
+  std::function<void(unsigned)> body_;
+  cpu_set_t mine_;
+  int main_cpu_ = -1, other_cpu_ = -1;
+  uint64_t n_ = 0;
+  Counter go_, done_;
+  std::thread helper_;
+};
+
+// Issue 17, slots sharded by index (protocol.md section 4) on the same packets: shard i of 2 on
+// thread i takes the packets of the sequences s with s mod 2 == i (as a flow rule matching the
+// PSN's low bit would steer them, so no packet crosses cores), each as the senders' window lets it
+// (a message only once the job's release ticket is within a window of it), and releases through the
+// job's ordered path when the ticket says it is its turn. The ordered path here is a ring written by
+// whichever shard holds the turn, with nobody reading it (BM_engine drops its TX list too). At the
+// end of each loop of the capture both wait until it is all released: the replay job starts over.
+void BM_engine_sharded(benchmark::State& state) {
+  Setup s = make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)));
+  struct Path {
+    std::atomic<uint64_t> tail{0};
+    std::vector<agg::PacketRef> ring = std::vector<agg::PacketRef>(4096);
+  } path;
+  agg::OrderedTx otx;
+  otx.ctx = &path;
+  otx.send = [](void* ctx, const agg::PacketRef* pkts, unsigned n) {
+    Path& p = *static_cast<Path*>(ctx);
+    const uint64_t t = p.tail.load(std::memory_order_relaxed);
+    for (unsigned i = 0; i < n; ++i) p.ring[(t + i) % p.ring.size()] = pkts[i];
+    p.tail.store(t + n, std::memory_order_release);
+    return true;
+  };
+  auto shared = std::make_shared<agg::JobShards>(2, otx);
+  agg::Engine e0(agg::EngineConfig{}, static_ops()), e1(agg::EngineConfig{}, static_ops());
+  agg::Engine* es[2] = {&e0, &e1};
+  for (unsigned i = 0; i < 2; ++i) {
+    std::string err;
+    if (!es[i]->add_job(s.spec, &err, {shared, i})) {
+      state.SkipWithError(err.c_str());
+      return;
+    }
+  }
+  uint64_t loops[2] = {0, 0};
+  const uint64_t W = s.window * s.ppm;  // the window in sequences
+  TwoThreads threads([&](unsigned i) {
+    agg::Engine& e = *es[i];
+    agg::TxList tx(64);
+    const uint64_t base = loops[i]++ * s.seqs;
+    for (uint64_t seq = i; seq < s.seqs; seq += 2) {
+      while ((base + seq) / s.ppm * s.ppm >= shared->ticket() / s.ppm * s.ppm + W) e.release_turns(loops[i], tx);
+      for (unsigned r = 0; r < s.n; ++r) {
+        std::vector<uint8_t>& f = s.pkt[seq * s.n + r];
+        e.process({&f, f.data(), static_cast<uint16_t>(f.size())}, loops[i], tx);
+      }
+      tx.clear();
+    }
+    while (shared->ticket() < base + s.seqs) e.release_turns(loops[i], tx);
+  });
+  for (auto _ : state) threads.iteration();
+  for (agg::Engine* e : es) {
+    agg::JobInfo info{};
+    e->job_info(1, &info);
+    if (info.counters.bad_icrc || info.counters.job_errors || info.counters.stale || !info.counters.slots_released) {
+      state.SkipWithError(("a shard did not aggregate the packets: " + info.error).c_str());
+      return;
+    }
+  }
+  if (shared->ticket() != state.iterations() * s.seqs) {
+    state.SkipWithError("not every slot of every loop was released");
+    return;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.seqs * s.n * s.P));
+  state.SetLabel(threads.label());
+}
+
+// The ceiling of any two-thread figure here: two engines, each with a job and packets of its own,
+// nothing shared, on the same two CPUs as BM_engine_sharded. Bytes are both threads' together.
+void BM_engine_two_jobs(benchmark::State& state) {
+  Setup s[2] = {make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1))),
+                make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)))};
+  agg::Engine e0(agg::EngineConfig{}, static_ops()), e1(agg::EngineConfig{}, static_ops());
+  agg::Engine* es[2] = {&e0, &e1};
+  for (unsigned i = 0; i < 2; ++i)
+    if (!add_job(*es[i], s[i], state)) return;
+  uint64_t now[2] = {0, 0};
+  TwoThreads threads([&](unsigned i) {
+    agg::TxList tx(4096);
+    for (uint64_t seq = 0; seq < s[i].seqs; ++seq) {
+      for (unsigned r = 0; r < s[i].n; ++r) {
+        std::vector<uint8_t>& f = s[i].pkt[seq * s[i].n + r];
+        es[i]->process({&f, f.data(), static_cast<uint16_t>(f.size())}, now[i], tx);
+      }
+      tx.clear();
+    }
+    ++now[i];
+  });
+  for (auto _ : state) threads.iteration();
+  for (agg::Engine* e : es)
+    if (!aggregated(*e, state)) return;
+  state.SetBytesProcessed(static_cast<int64_t>(2 * state.iterations() * s[0].seqs * s[0].n * s[0].P));
+  state.SetLabel(threads.label());
+}
+
 // The engine's data work alone, on the same packets in the same order, without its bookkeeping
 // (bench/README.md's breakdown): level 0 parses each packet; 1 adds the payload's CRC; 2 the header
 // part of the ICRC as the engine derives it (the full verify); 3 adds, per slot of n packets, the
@@ -273,6 +425,8 @@ void BM_memcpy(benchmark::State& state) {
 #define CONFIGS ->Args({4, 1024})->Args({4, 4096})->Args({8, 1024})->Args({8, 4096})->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_engine) CONFIGS;
 BENCHMARK(BM_engine_pipeline) CONFIGS->UseRealTime();
+BENCHMARK(BM_engine_sharded) CONFIGS->UseRealTime();
+BENCHMARK(BM_engine_two_jobs) CONFIGS->UseRealTime();
 BENCHMARK(BM_memcpy) CONFIGS;
 BENCHMARK(BM_parts)->ArgsProduct({{4, 8}, {1024, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
 
@@ -324,7 +478,27 @@ int main(int argc, char** argv) {
                 pr * 8 / 1e9, er * 8 / 1e9, pr / er);
     if (std::string(cfg) == "4/4096") pipeline = " pipeline_vs_one_4k=" + std::to_string(pr / er).substr(0, 4);
   }
-  std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s%s\n", worst, worst_gbps, worst_cfg.c_str(),
-              pipeline.c_str());
+  // Slots sharded by index (two threads) against the engine on one, and the ceiling: two engines
+  // with nothing shared against one.
+  std::string sharded;
+  double worst_sharded = 0;
+  for (const char* cfg : {"4/1024", "4/4096", "8/1024", "8/4096"}) {
+    double er = 0, sr = 0, tr = 0;
+    for (auto& [name, v] : rep.rate) {
+      if (name.rfind(std::string("BM_engine/") + cfg, 0) == 0) er = v;
+      if (name.rfind(std::string("BM_engine_sharded/") + cfg, 0) == 0) sr = v;
+      if (name.rfind(std::string("BM_engine_two_jobs/") + cfg, 0) == 0) tr = v;
+    }
+    if (er == 0 || sr == 0 || tr == 0) continue;
+    std::printf("n/P=%s: two shards %.1f Gbps (%.2fx one), two engines with nothing shared %.1f Gbps (%.2fx one)\n",
+                cfg, sr * 8 / 1e9, sr / er, tr * 8 / 1e9, tr / er);
+    if (worst_sharded == 0 || sr / er < worst_sharded) worst_sharded = sr / er;
+    if (std::string(cfg) == "4/4096")
+      sharded = " sharded_vs_one_4k=" + std::to_string(sr / er).substr(0, 4) +
+                " two_jobs_vs_one_4k=" + std::to_string(tr / er).substr(0, 4);
+  }
+  if (worst_sharded > 0) sharded += " sharded_vs_one_worst=" + std::to_string(worst_sharded).substr(0, 4);
+  std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s%s%s\n", worst, worst_gbps, worst_cfg.c_str(),
+              pipeline.c_str(), sharded.c_str());
   return 0;
 }

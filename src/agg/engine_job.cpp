@@ -232,6 +232,9 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
         if (job.shards) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
         if (seq == job.cursor) release_ready(job, now_ns, tx);
       }
+      // A shard's complete slot may be waiting for its turn, which another shard gives: look at
+      // every packet (a load of the ticket), not only when a slot completes.
+      if (job.shards && job.cursor != seq) release_ready(job, now_ns, tx);
       return;
     }
     case SlotState::complete:
@@ -355,8 +358,8 @@ bool Engine::mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const Layou
 void Engine::sum_slot(Job& job, uint64_t seq) {
   const unsigned n = job.spec.workers;
   const uint32_t P = job.spec.payload_bytes;
-  const uint8_t* srcs[64];
-  uint8_t* dsts[65];
+  const uint8_t* srcs[64] = {};
+  uint8_t* dsts[65] = {};
   Job::Slot& slot = job.slot(seq);
   Job::Held* held = &job.held_at(seq, 0);
   // The sum goes straight into the n packets (each over its own payload, chunk by chunk) and the
