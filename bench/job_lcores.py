@@ -4,10 +4,16 @@
 net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in every configuration:
 
   one     -l 0,1: one datapath lcore (lcore 1, CPU 1); the control thread on lcore 0 (CPU 0)
-  handover  --lcores (0,2)@0,1@1, two queues per port (rank r on queue r / 2 of port r mod 2),
-          --job-lcores 1: the lcore that does not own the job hands its packets to the owner
-  pipeline  the same lcores and queues, --job-lcores 2: the other lcore computes every data
-          packet's payload CRC, the owner sums (docs/protocol.md section 4)
+  shards  --lcores (0,2)@0,1@1, --job-lcores 2 (slots sharded by index, docs/protocol.md section 4),
+          two queues per port, queue q replaying the packets whose sequence is q mod 2 (every rank's):
+          each lcore receives exactly its shard's packets, as a NIC flow rule matching the PSN's low
+          bit would steer them, so no packet crosses cores
+  shards_by_rank  the same, with rank r on queue r / 2 of port r mod 2 (as RSS by UDP source port
+          spreads connections): half of each lcore's packets are the other shard's and cross once
+  handover  the by-rank queues, --job-lcores 1: the lcore that does not own the job hands its
+          packets to the owner
+  pipeline  the by-rank queues, --job-lcores 2 --job-spread verify: the other lcore computes every
+          data packet's payload CRC, the owner sums
 
 The two-lcore runs put lcore 2 on CPU 0 with the control thread (which sleeps between 1 s stats
 prints), as bench/run appliance does for forwarding. Figures per configuration: aggregated input
@@ -105,6 +111,24 @@ def run(lcores, vdevs, extra, secs, prefix, env=None):
     return gbps, per_cpu, datapath_ns / 1e9 / (t1 - t0), cycles, useful, text
 
 
+def split_by_sequence(src, dst):
+    """src's port0/port1 captures (every rank's packets, in order), each split in two: queue q gets
+    the packets whose sequence (their index in their sender's stream) is q mod 2."""
+    import logging
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.all import IP, rdpcap, wrpcap
+    os.makedirs(dst, exist_ok=True)
+    for p in (0, 1):
+        seen, q = {}, ([], [])
+        for pkt in rdpcap(f"{src}/port{p}.pcap"):
+            key = pkt[IP].src if IP in pkt else None
+            i = seen.get(key, 0)
+            seen[key] = i + 1
+            q[i % 2].append(pkt)
+        for k in (0, 1):
+            wrpcap(f"{dst}/port{p}q{k}.pcap", q[k])
+
+
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     secs = float(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -115,16 +139,22 @@ def main():
                "--messages", "8", "--replay", "--background", "0"]
         subprocess.run(gen + ["--out", f"{d}/one"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(gen + ["--out", f"{d}/two", "--ports", "4"], check=True, stdout=subprocess.DEVNULL)
+        split_by_sequence(f"{d}/one", f"{d}/psn")
         one = [f"--vdev=net_pcap0,rx_pcap={d}/one/port0.pcap,infinite_rx=1",
                f"--vdev=net_pcap1,rx_pcap={d}/one/port1.pcap,infinite_rx=1"]
         two = [f"--vdev=net_pcap0,rx_pcap={d}/two/port0.pcap,rx_pcap={d}/two/port2.pcap,"
                "infinite_rx=1",
                f"--vdev=net_pcap1,rx_pcap={d}/two/port1.pcap,rx_pcap={d}/two/port3.pcap,"
                "infinite_rx=1"]
+        psn = [f"--vdev=net_pcap{p},rx_pcap={d}/psn/port{p}q0.pcap,rx_pcap={d}/psn/port{p}q1.pcap,infinite_rx=1"
+               for p in (0, 1)]
         configs = [
             ("one", "0,1", one, ["--job", f"{d}/one/job.job"]),
+            ("shards", "(0,2)@0,1@1", psn, ["--job", f"{d}/one/job.job", "--job-lcores", "2"]),
+            ("shards_by_rank", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "2"]),
             ("handover", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "1"]),
-            ("pipeline", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "2"]),
+            ("pipeline", "(0,2)@0,1@1", two,
+             ["--job", f"{d}/two/job.job", "--job-lcores", "2", "--job-spread", "verify"]),
         ]
         res = {name: [] for name, *_ in configs}
         for r in range(rounds):
@@ -144,10 +174,12 @@ def main():
                                  capture_output=True, text=True).stdout
         print(handoff.splitlines()[0] if handoff else "bench_handoff did not run", flush=True)
         two = re.search(r"two_cores_vs_one=([0-9.]+)", handoff)
-        print(f"job_2lcores_vs_1={med['pipeline'][0] / med['one'][0]:.2f} "
+        print(f"job_2lcores_vs_1={med['shards'][0] / med['one'][0]:.2f} "
+              f"shards_by_rank_vs_1={med['shards_by_rank'][0] / med['one'][0]:.2f} "
               f"handover_vs_1={med['handover'][0] / med['one'][0]:.2f} "
-              f"pipeline_per_cpu_vs_1={med['pipeline'][1] / med['one'][1]:.2f} "
-              f"one_gbps={med['one'][0]:.1f} pipeline_gbps={med['pipeline'][0]:.1f} "
+              f"pipeline_vs_1={med['pipeline'][0] / med['one'][0]:.2f} "
+              f"shards_per_cpu_vs_1={med['shards'][1] / med['one'][1]:.2f} "
+              f"one_gbps={med['one'][0]:.1f} shards_gbps={med['shards'][0]:.1f} "
               f"two_cores_vs_one={two.group(1) if two else '?'}")
     finally:
         subprocess.run(["rm", "-rf", d, f"/var/run/dpdk/{prefix}"])

@@ -6,6 +6,16 @@
 #include "inagg/agg/job_status.hpp"
 
 namespace inagg::dataplane {
+namespace {
+
+// A sharded job's ordered path (agg::OrderedTx): the owner lcore's ordered ring, all n or none.
+bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n) {
+  void* objs[64];
+  for (unsigned i = 0; i < n; ++i) objs[i] = pkts[i].handle;
+  return rte_ring_mp_enqueue_bulk(static_cast<rte_ring*>(ctx), objs, n, nullptr) == n;
+}
+
+}  // namespace
 
 bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const {
   // Each engine checks its own jobs' connections; jobs on other lcores are checked here.
@@ -27,7 +37,7 @@ bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const
 
 // With one datapath lcore there is nobody to hand packets to: no owner tables.
 void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
-                             const std::vector<uint16_t>& verifiers) {
+                             const std::vector<uint16_t>& verifiers, const std::vector<uint16_t>& shard_lcores) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{kind};
@@ -35,8 +45,61 @@ void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, 
     r.owner = owner;
     r.linger_ns = linger_ns;
     r.verifiers = verifiers;
+    r.shard_lcores = shard_lcores;
     call_lcore(*l, r);
   }
+}
+
+// Slots sharded by index: shard i's engine on the i-th lcore from the owner, all sharing one
+// JobShards whose ordered path is the owner's ordered ring. All shards take the job or none does.
+bool JobOwnership::add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error) {
+  const unsigned k = job_lcores_;
+  auto shared = std::make_shared<agg::JobShards>(k, agg::OrderedTx{lcores_[owner]->ordered, ordered_send});
+  std::vector<uint16_t> ls;
+  for (unsigned i = 0; i < k; ++i) ls.push_back(shard_lcore(owner, i, lcores_.size()));
+  for (unsigned i = 0; i < k; ++i) {
+    LcoreRequest r{LcoreRequest::Kind::add_job};
+    r.spec = &spec;
+    r.shard = {shared, i};
+    call_lcore(*lcores_[ls[i]], r);
+    if (r.ok) continue;
+    // Undo the shards already added (their engines keep the connections closed a while, as after
+    // any removal: nothing of the job is forwarded raw in between).
+    for (unsigned j = 0; j < i; ++j) {
+      LcoreRequest u{LcoreRequest::Kind::remove_job};
+      u.id = spec.id;
+      call_lcore(*lcores_[ls[j]], u);
+    }
+    *error = r.error + " (on lcore " + std::to_string(lcores_[ls[i]]->lcore_id) + ", shard " + std::to_string(i) +
+             " of " + std::to_string(k) + ")";
+    return false;
+  }
+  shard_lcores_[spec.id] = ls;
+  return true;
+}
+
+std::vector<uint16_t> JobOwnership::lcores_of(uint32_t id) const {
+  if (auto it = shard_lcores_.find(id); it != shard_lcores_.end()) return it->second;
+  if (auto it = owner_.find(id); it != owner_.end()) return {it->second};
+  return {};
+}
+
+agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
+  agg::JobInfo m = parts.front();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const agg::JobInfo& p = parts[i];
+    if (p.state == agg::JobState::failed && m.state != agg::JobState::failed) {
+      m.state = p.state;
+      m.error = p.error;
+    }
+    m.released_slots += p.released_slots;
+    m.held_packets += p.held_packets;
+    m.retained_packets += p.retained_packets;
+    m.memory_bytes += p.memory_bytes;
+    m.mbuf_quota += p.mbuf_quota;
+    m.counters.add(p.counters);
+  }
+  return m;
 }
 
 uint16_t JobOwnership::verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores) {
@@ -60,23 +123,31 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   // owner has it, a packet of the job is dropped wherever it arrives, never forwarded raw.
   const bool existed = owner_.count(spec.id) > 0;
   if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
-  LcoreRequest r{LcoreRequest::Kind::add_job};
-  r.spec = &spec;
-  call_lcore(*lcores_[owner], r);
-  if (!r.ok) {
+  const bool sharded = shards_ && job_lcores_ > 1;
+  bool ok = true;
+  if (sharded) {
+    ok = add_sharded(spec, owner, error);
+  } else {
+    LcoreRequest r{LcoreRequest::Kind::add_job};
+    r.spec = &spec;
+    call_lcore(*lcores_[owner], r);
+    ok = r.ok;
+    if (!ok) *error = r.error;
+  }
+  if (!ok) {
     if (!existed) broadcast(LcoreRequest::Kind::release_closed, spec, 0, 0);
-    *error = r.error;
     return false;
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
   std::vector<uint16_t> verifiers;  // by rank (a job file may list its connections in any order)
-  if (job_lcores_ > 1)
+  if (job_lcores_ > 1 && !sharded)
     for (const agg::ConnectionSpec& c : spec.conns) {
       if (c.rank >= verifiers.size()) verifiers.resize(c.rank + 1, owner);
       verifiers[c.rank] = verifier_of(owner, c.rank, job_lcores_, lcores_.size());
     }
-  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, verifiers);
+  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, verifiers,
+            sharded ? shard_lcores_[spec.id] : std::vector<uint16_t>{});
   return true;
 }
 
@@ -87,16 +158,22 @@ bool JobOwnership::remove(uint32_t id, std::string* error) {
     *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
     return false;
   }
-  LcoreRequest r{LcoreRequest::Kind::remove_job};
-  r.id = id;
-  call_lcore(*lcores_[it->second], r);
-  if (!r.ok) {
-    *error = r.error;
-    return false;
+  // Every part of it (a sharded job has one per shard); the first refusal is the answer.
+  bool ok = true;
+  for (uint16_t lc : lcores_of(id)) {
+    LcoreRequest r{LcoreRequest::Kind::remove_job};
+    r.id = id;
+    call_lcore(*lcores_[lc], r);
+    if (!r.ok && ok) {
+      ok = false;
+      *error = r.error;
+    }
   }
+  if (!ok) return false;
   broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0, closed_hold_ns_);
   owner_.erase(it);
   specs_.erase(id);
+  shard_lcores_.erase(id);
   return true;
 }
 
@@ -107,25 +184,30 @@ control::JobStatus JobOwnership::description(const agg::JobInfo& info) const {
 
 std::vector<control::JobStatus> JobOwnership::describe_all() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<control::JobStatus> all;
+  std::unordered_map<uint32_t, std::vector<agg::JobInfo>> parts;  // a sharded job has one per shard
   for (LcoreState* l : lcores_) {
     LcoreRequest r{LcoreRequest::Kind::list_jobs};
     call_lcore(*l, r);
-    for (const agg::JobInfo& info : r.infos) all.push_back(description(info));
+    for (const agg::JobInfo& info : r.infos) parts[info.id].push_back(info);
   }
+  std::vector<control::JobStatus> all;
+  for (const auto& [id, p] : parts) all.push_back(description(merge(p)));
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return all;
 }
 
 bool JobOwnership::describe(uint32_t id, control::JobStatus* out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = owner_.find(id);
-  if (it == owner_.end()) return false;
-  LcoreRequest r{LcoreRequest::Kind::job_info};
-  r.id = id;
-  call_lcore(*lcores_[it->second], r);
-  if (!r.ok || r.infos.empty()) return false;
-  *out = description(r.infos[0]);
+  std::vector<agg::JobInfo> parts;
+  for (uint16_t lc : lcores_of(id)) {
+    LcoreRequest r{LcoreRequest::Kind::job_info};
+    r.id = id;
+    call_lcore(*lcores_[lc], r);
+    if (!r.ok || r.infos.empty()) return false;
+    parts.push_back(r.infos[0]);
+  }
+  if (parts.empty()) return false;
+  *out = description(merge(parts));
   return true;
 }
 

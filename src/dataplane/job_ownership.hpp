@@ -17,9 +17,16 @@ class JobOwnership {
   void set_lcores(std::vector<LcoreState*> lcores) { lcores_ = std::move(lcores); }
   // How long a removed job's connections stay closed on the lcores that did not own it.
   void set_closed_hold(uint64_t ns) { closed_hold_ns_ = ns; }
-  // Lcores each job is spread over (ApplianceConfig::job_lcores): its owner and job_lcores - 1
-  // verifiers, the lcores that follow the owner's index.
-  void set_job_lcores(uint16_t n) { job_lcores_ = n; }
+  // Lcores each job is spread over (ApplianceConfig::job_lcores), the owner and the lcores that
+  // follow its index: its shards (shards: shard i on the i-th), or job_lcores - 1 verifiers.
+  void set_job_lcores(uint16_t n, bool shards) {
+    job_lcores_ = n;
+    shards_ = shards;
+  }
+  // The lcore of shard `i` of a sharded job owned by `owner` (shard 0).
+  static uint16_t shard_lcore(uint16_t owner, unsigned i, size_t nlcores) {
+    return static_cast<uint16_t>((owner + i) % nlcores);
+  }
   // The lcore that verifies rank `rank`'s data for a job owned by `owner`: one verifier per rank, so
   // each connection's packets take one path and stay in order.
   static uint16_t verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores);
@@ -36,19 +43,25 @@ class JobOwnership {
 
  private:
   bool conflicts(const agg::JobSpec& spec, std::string* error) const;
+  bool add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error);
+  std::vector<uint16_t> lcores_of(uint32_t id) const;  // every lcore whose engine has a part of the job
+  // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
+  static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);
   control::JobStatus description(const agg::JobInfo& info) const;
   void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
-                 const std::vector<uint16_t>& verifiers = {});
+                 const std::vector<uint16_t>& verifiers = {}, const std::vector<uint16_t>& shard_lcores = {});
 
   std::vector<LcoreState*> lcores_;
   uint64_t closed_hold_ns_ = 0;
   uint16_t job_lcores_ = 1;
+  bool shards_ = false;
   // Taken by control-side threads only (the control thread, DPDK's telemetry thread): it keeps the
   // maps below consistent and lets one request at a time use an lcore's rings. The lcores never
   // take it.
   std::mutex mutex_;
   std::unordered_map<uint32_t, uint16_t> owner_;  // job id -> lcore index
   std::unordered_map<uint32_t, agg::JobSpec> specs_;
+  std::unordered_map<uint32_t, std::vector<uint16_t>> shard_lcores_;  // a sharded job's lcores, shard 0 first
 };
 
 }  // namespace inagg::dataplane

@@ -57,11 +57,15 @@ inline OwnerKey key_of(const wire::IpAddr& ip, uint32_t qpn) {
 }
 
 // Where an lcore sends a RoCEv2 packet of a registered connection: to the lcore that owns its job,
-// through `verifier` first when that is another lcore (a job spread over several lcores, --job-lcores:
-// its data direction only; protocol.md section 4).
+// through `verifier` first when that is another lcore (a job spread over several lcores, --job-lcores
+// with --job-spread verify: its data direction only; protocol.md section 4). A sharded job's data
+// (--job-spread shards) goes to the lcore of its PSN's shard, (PSN - start PSN) mod nshards.
 struct OwnerRoute {
   uint16_t owner = 0;
   uint16_t verifier = 0;  // == owner: no verify stage
+  uint8_t nshards = 0;    // > 1: the data direction of a sharded job
+  uint32_t start_psn = 0;
+  std::array<uint16_t, agg::JobShards::kMaxShards> shard_lcore{};
 };
 
 // What a packet on a handover ring carries beside its bytes, in an mbuf dynamic field (registered by
@@ -101,7 +105,8 @@ struct alignas(64) LcoreState {
   rte_ring* requests = nullptr;   // SP/SC: the control side (one caller at a time) -> this lcore
   rte_ring* replies = nullptr;    // SP/SC: this lcore -> the control side
   rte_ring* handover = nullptr;   // MP/SC: other lcores -> this lcore's engine
-  rte_ring* to_verify = nullptr;  // MP/SC: other lcores -> this lcore, to verify for an owner (--job-lcores > 1)
+  rte_ring* to_verify = nullptr;  // MP/SC: other lcores -> this lcore, to verify for an owner (--job-spread verify)
+  rte_ring* ordered = nullptr;    // MP/SC: the shards of jobs this lcore owns -> its TX, in PSN order (shards)
   std::vector<TxBuffer> tx;       // per port index
   agg::TxList engine_tx{4096};
   util::PcapWriter capture;
@@ -125,6 +130,7 @@ struct Datapath {
   std::vector<LcoreState*> lcores;  // by index, for handovers
   int handover_tag_offset = -1;     // the HandoverTag mbuf dynamic field
   uint16_t job_lcores = 1;          // > 1: tags on handovers, verify rings, RX waits for ring room
+  bool shards = false;              // job_lcores > 1 with --job-spread shards: ordered rings, release turns
 };
 
 inline HandoverTag& handover_tag(rte_mbuf* m, int offset) { return *RTE_MBUF_DYNFIELD(m, offset, HandoverTag*); }
@@ -156,6 +162,8 @@ struct LcoreRequest {
   uint32_t id = 0;                     // remove_job, job_info
   uint16_t owner = 0;                  // set_owner
   std::vector<uint16_t> verifiers;     // set_owner: per rank, the lcore that verifies its data (empty: the owner)
+  std::vector<uint16_t> shard_lcores;  // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
+  agg::ShardOf shard;                  // add_job: the part of a sharded job this lcore's engine takes
   uint64_t linger_ns = 0;              // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;

@@ -25,12 +25,14 @@ bool looks_like_roce(const uint8_t* f, uint32_t len) { return wire::is_roce_cand
 
 // The owner key of a RoCEv2 packet: its destination address and QPN, also for one the engine will
 // not place (IPv6 extension headers, malformed past the BTH, an IPv4-mapped IPv6 destination): the
-// owning lcore's engine must see it to drop and count it.
-bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k) {
+// owning lcore's engine must see it to drop and count it. *psn: its PSN, or -1 when its BTH is not
+// all inside the frame (a sharded job's owner then takes it, to drop and count it).
+bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k, int64_t* psn) {
   wire::Layout l;
   wire::parse_frame({f, len}, l);
   wire::RoceDestination d;
   if (!wire::roce_destination(f, l, &d)) return false;
+  *psn = l.bth ? static_cast<int64_t>(wire::bth_of(f, l).psn()) : -1;
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   if (d.ip == wire::IpVersion::v4)
     std::memcpy(k->addr.data(), d.addr, 4);
@@ -88,6 +90,7 @@ class LcoreLoop {
   void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
   void hand_over(rte_mbuf* m, uint16_t to, HandoverStage stage, uint16_t owner);
   void verify_for(rte_mbuf* m, uint16_t owner);
+  unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
   void learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
   void route_engine_output(uint64_t now_ns);
@@ -158,6 +161,14 @@ void LcoreLoop::run() {
       for (unsigned i = 0; i < n; ++i) handle_packet(pkts[i], now_ns, false);
     }
 
+    // Sharded jobs: releases whose turn another lcore's shard gave (a load of the ticket per job),
+    // then what the shards of the jobs this lcore owns released onto its ordered ring, in PSN order.
+    if (dp_.shards) {
+      l.engine->release_turns(now_ns, l.engine_tx);
+      route_engine_output(now_ns);
+      if (send_ordered(now_ns)) work = true;
+    }
+
     if (t0 - last_poll > poll_tsc) {
       l.engine->poll(now_ns, l.engine_tx);
       route_engine_output(now_ns);
@@ -217,15 +228,22 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     }
   } else if (dp_.lcores.size() > 1) {
     OwnerKey k;
-    if (owner_key_of(data, len, &k)) {
+    int64_t psn;
+    if (owner_key_of(data, len, &k, &psn)) {
       auto it = l.owners.find(k);
       if (it != l.owners.end()) {
-        // The owner learns from it once its engine has vouched for it (below). Every packet of one
-        // connection takes the same path (through its verifier or not), so it stays in order.
-        const OwnerRoute r = it->second;
-        if (r.verifier == l.index && r.owner != l.index) return verify_for(m, r.owner);
-        if (r.verifier != r.owner) return hand_over(m, r.verifier, HandoverStage::to_verify, r.owner);
-        if (r.owner != l.index) return hand_over(m, r.owner, HandoverStage::plain, r.owner);
+        const OwnerRoute& r = it->second;
+        if (r.nshards > 1) {  // a sharded job's data: to the lcore of its PSN's shard
+          const uint16_t to =
+              psn >= 0 ? r.shard_lcore[(static_cast<uint32_t>(psn) - r.start_psn) & (r.nshards - 1)] : r.owner;
+          if (to != l.index) return hand_over(m, to, HandoverStage::plain, to);
+        } else {
+          // The owner learns from it once its engine has vouched for it (below). Every packet of one
+          // connection takes the same path (through its verifier or not), so it stays in order.
+          if (r.verifier == l.index && r.owner != l.index) return verify_for(m, r.owner);
+          if (r.verifier != r.owner) return hand_over(m, r.verifier, HandoverStage::to_verify, r.owner);
+          if (r.owner != l.index) return hand_over(m, r.owner, HandoverStage::plain, r.owner);
+        }
       }
     }
   }
@@ -269,6 +287,19 @@ void LcoreLoop::verify_for(rte_mbuf* m, uint16_t owner) {
   const bool ok = wire::precompute_payload_crc({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len}, &t.crc);
   if (ok) ++l_.c.verified;
   hand_over(m, owner, ok ? HandoverStage::verified : HandoverStage::plain, owner);
+}
+
+// Sends what the shards of the sharded jobs this lcore owns released onto its ordered ring: a burst,
+// in ring order, which is each job's sequence order (the shards enqueue in ticket order).
+unsigned LcoreLoop::send_ordered(uint64_t now_ns) {
+  rte_mbuf* pkts[kMaxBurst];
+  const unsigned n = rte_ring_dequeue_burst(l_.ordered, reinterpret_cast<void**>(pkts), dp_.burst, nullptr);
+  l_.c.ordered += n;
+  for (unsigned i = 0; i < n; ++i) {
+    if (l_.capture.is_open()) l_.capture.write(rte_pktmbuf_mtod(pkts[i], uint8_t*), pkts[i]->data_len, now_ns);
+    send(pkts[i], now_ns);
+  }
+  return n;
 }
 
 // The fewest free slots of the handover rings (this lcore's too: what it takes in while its own

@@ -5,6 +5,7 @@
 #include <rte_errno.h>
 #include <rte_lcore.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -18,7 +19,7 @@ constexpr unsigned kRingSize = 64;  // one request in flight per lcore; room to 
 void apply(LcoreState& l, LcoreRequest& r) {
   switch (r.kind) {
     case LcoreRequest::Kind::add_job:
-      r.ok = l.engine->add_job(*r.spec, &r.error);
+      r.ok = l.engine->add_job(*r.spec, &r.error, r.shard);
       break;
     case LcoreRequest::Kind::remove_job:
       r.ok = l.engine->remove_job(r.id, &r.error);
@@ -38,7 +39,13 @@ void apply(LcoreState& l, LcoreRequest& r) {
         if (r.kind == LcoreRequest::Kind::set_owner) {
           // Only the data direction has payloads to verify; ACKs go to the owner straight.
           const uint16_t verifier = c.rank < r.verifiers.size() ? r.verifiers[c.rank] : r.owner;
-          l.owners[data] = {r.owner, verifier};
+          OwnerRoute route{r.owner, verifier};
+          if (r.shard_lcores.size() > 1) {  // sharded: each data packet to its PSN's shard
+            route.nshards = static_cast<uint8_t>(r.shard_lcores.size());
+            route.start_psn = c.start_psn;
+            std::copy(r.shard_lcores.begin(), r.shard_lcores.end(), route.shard_lcore.begin());
+          }
+          l.owners[data] = route;
           l.owners[acks] = {r.owner, r.owner};
         } else {
           l.owners.erase(data);

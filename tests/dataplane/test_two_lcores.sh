@@ -6,12 +6,14 @@
 # and carry the exact sum (check_output.py, scapy). Before, the owner never learned them and
 # flooded their sums to every other port.
 #
-# With --job-lcores 2 (issue 17: one job on two lcores) the same job is spread over both lcores:
-# every data packet of it, whichever lcore received it, has its payload CRC computed by the lcore
-# that does not own the job (the verify stage) and is then summed by the owner. The sums must
-# still be exact and each connection's PSNs in order (check_output.py against gen-pcap's
+# With --job-lcores 2 (issue 17: one job on two lcores) the same job is spread over both lcores.
+# Sharded (the default --job-spread shards): each data packet goes to the lcore of its PSN's shard,
+# which sums every other slot; every release leaves through the owner's ordered ring. As the verify
+# pipeline (--job-spread verify): every data packet, whichever lcore received it, has its payload
+# CRC computed by the lcore that does not own the job and is then summed by the owner. Either way
+# the sums must be exact and each connection's PSNs in order (check_output.py against gen-pcap's
 # independent sums), with nothing dropped between the lcores.
-#   test_two_lcores.sh INAGG SRCDIR [--job-lcores N]
+#   test_two_lcores.sh INAGG SRCDIR [--job-lcores N [--job-spread shards|verify]]
 set -uo pipefail
 inagg=$1 src=$2
 shift 2
@@ -44,10 +46,19 @@ grep -q "job 1: active" "$tmp/log" || fail "job not active at exit"
 grep -Eq "port 0 .*rte_flow steering of UDP 4791 unavailable \(rss at priority 1: .*; queue at priority 0: .*\); classifying in software" "$tmp/log" ||
   fail "the rte_flow fallback (rss, then queue, then software) was not reported"
 grep -Eq "^port 0 .*steering software\)" "$tmp/log" || fail "stats do not show steering software"
-if [ "${extra[*]}" = "--job-lcores 2" ]; then
+lcore_sum() {  # COUNTER -> its sum over the lcores' last stats lines
+  awk -v c="$1" '/^lcore [0-9]+:/ {for (i = 1; i <= NF; i++) if ($i == c) v[$2] = $(i + 1)} END {for (k in v) s += v[k]; print s + 0}' "$tmp/log"
+}
+if [ "${extra[*]}" = "--job-lcores 2 --job-spread verify" ]; then
   # Every data packet (6 ranks x 3 messages x 4 packets) went through the verify stage once.
-  verified=$(awk '/^lcore [0-9]+:/ {for (i = 1; i <= NF; i++) if ($i == "verified") s += $(i + 1)} END {print s + 0}' "$tmp/log")
+  verified=$(lcore_sum verified)
   [ "$verified" -eq 72 ] || fail "$verified data packets went through the verify stage, expected 72"
+elif [ "${extra[*]}" = "--job-lcores 2" ]; then
+  # Sharded: both lcores' engines summed slots (12 sequences, 6 each), and all 72 released packets
+  # left through the owner's ordered ring.
+  ordered=$(lcore_sum ordered)
+  [ "$ordered" -eq 72 ] || fail "$ordered released packets left through the ordered ring, expected 72"
+  grep -Eq "^job 1: .*slots_released 12( |$)" "$tmp/log" || fail "the job's line does not show 12 slots released: $(grep '^job 1:' "$tmp/log" | tail -n 1)"
 fi
 /usr/bin/python3 - "$tmp" <<'PY' || fail "merging the per-queue output"
 import logging, sys
