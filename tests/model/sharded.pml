@@ -108,6 +108,9 @@ end: do
   od
 }
 
+/* As in slots.pml, but each step is one atomic move (a send, a timeout, an ACK): what follows
+   the channel operation touches only the sender's own variables, so no other process can tell;
+   it cuts the states about fivefold. Receivers and Tx are written the same way. */
 proctype Sender(byte r) {
   byte base = 0, nxt = 0, a;
   do
