@@ -48,8 +48,8 @@ std::string contract(const char* rule, const std::string& what);
 
 }  // namespace engine_detail
 
-struct Engine::Job {
-  struct Conn {
+struct alignas(64) Engine::Job {
+  struct alignas(64) Conn {
     ConnectionSpec spec;
     // The sender (data direction). The fields every data packet touches come first, so that with
     // the spec they fill two cache lines.

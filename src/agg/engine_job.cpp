@@ -306,7 +306,15 @@ bool Engine::replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition
   uint64_t claimed = 0;
   for (unsigned i = 0; i < job.nshards; ++i)
     claimed = std::max(claimed, sh.highest_[i].v.load(std::memory_order_acquire));
-  if (sh.ticket_.load(std::memory_order_acquire) != job.base + claimed) return true;  // not all released yet
+  const uint64_t ticket = sh.ticket_.load(std::memory_order_acquire);
+  // A shard that started the next generation meanwhile moved gen_base before resetting its
+  // highest: a highest read above may be of the new generation. Then follow it instead.
+  if (const uint64_t now_base = sh.gen_base_.load(std::memory_order_acquire); now_base != job.base) {
+    start_generation(job, now_base);
+    BUMP(job, generations);
+    return true;
+  }
+  if (ticket != job.base + claimed) return true;  // not all released yet
   uint64_t expect = job.base;
   sh.gen_base_.compare_exchange_strong(expect, job.base + claimed, std::memory_order_acq_rel);
   start_generation(job, sh.gen_base_.load(std::memory_order_acquire));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -294,6 +295,85 @@ TEST_F(ShardedTest, TwoShardsOnTwoThreadsReleaseEverySlotInOrder) {
     ASSERT_TRUE(es[i]->job_info(1, &ji));
     EXPECT_EQ(ji.state, agg::JobState::active) << ji.error;
     EXPECT_EQ(ji.released_slots, total / 2);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// A replay capture looping over two shards on two threads, each thread starting its next loop as soon
+// as the last one is all released (no lock step between them): a shard may start the next generation
+// while the other is still reading the last one's state. Every loop must start a generation on both
+// shards and release every sequence once; a wrong reading stalls the job (the ticket stops moving),
+// which the deadline turns into a failure.
+TEST(ShardedThreads, AReplayCaptureLoopsOnTwoThreadsWithoutStalling) {
+  JobFixture j(1, 2, Dtype::int32, 2 * 64, 64, 1);  // W = 1, 2 packets per message: 4 sequences a loop
+  j.spec.replay = true;
+  const uint64_t seqs = 4, loops = 20000;
+  std::atomic<uint64_t> sent{0};
+  agg::OrderedTx otx;
+  otx.ctx = &sent;
+  otx.send = [](void* ctx, const PacketRef*, unsigned n) {
+    static_cast<std::atomic<uint64_t>*>(ctx)->fetch_add(n);
+    return true;
+  };
+  auto shared = std::make_shared<agg::JobShards>(2, otx);
+  std::vector<std::vector<uint8_t>> frames(seqs * 2);
+  for (uint64_t s = 0; s < seqs; ++s)
+    for (unsigned r = 0; r < 2; ++r) frames[s * 2 + r] = j.data_frame(r, s);
+  agg::BufferOps ops;
+  ops.free = [](void*, void*) {};
+  ops.ref = [](void*, void*) {};
+  ops.alloc = [](void*, uint16_t) { return PacketRef{}; };
+  agg::EngineConfig cfg;
+  std::vector<std::unique_ptr<agg::Engine>> es;
+  for (unsigned i = 0; i < 2; ++i) {
+    es.push_back(std::make_unique<agg::Engine>(cfg, ops));
+    std::string err;
+    ASSERT_TRUE(es.back()->add_job(j.spec, &err, {shared, i})) << err;
+  }
+  std::atomic<bool> stalled{false};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto shard_loop = [&](unsigned i) {
+    agg::TxList tx(64);
+    auto wait_ticket = [&](uint64_t at_least) {
+      while (shared->ticket() < at_least) {
+        es[i]->release_turns(1, tx);
+        if (stalled.load() || std::chrono::steady_clock::now() > deadline) {
+          stalled.store(true);
+          return false;
+        }
+      }
+      return true;
+    };
+    for (uint64_t loop = 0; loop < loops; ++loop) {
+      for (uint64_t s = i; s < seqs; s += 2) {
+        // The window: message m only once message m - W went out (the job's ticket is past it).
+        const uint64_t m = s / j.ppm, w = j.spec.window;
+        if (!wait_ticket(loop * seqs + (m >= w ? (m - w + 1) * j.ppm : 0))) return;
+        for (unsigned r = 0; r < 2; ++r) {
+          std::vector<uint8_t>& f = frames[s * 2 + r];
+          es[i]->process({&f, f.data(), static_cast<uint16_t>(f.size())}, 1, tx);
+        }
+        tx.clear();
+      }
+      if (!wait_ticket((loop + 1) * seqs)) return;  // the capture starts over once all of it went out
+    }
+  };
+  std::thread t0(shard_loop, 0), t1(shard_loop, 1);
+  t0.join();
+  t1.join();
+  ASSERT_FALSE(stalled.load()) << "the job stalled at ticket " << shared->ticket() << " of " << loops * seqs;
+  EXPECT_EQ(shared->ticket(), loops * seqs);
+  EXPECT_EQ(sent.load(), loops * seqs * 2);
+  for (unsigned i = 0; i < 2; ++i) {
+    agg::JobInfo ji{};
+    ASSERT_TRUE(es[i]->job_info(1, &ji));
+    EXPECT_EQ(ji.state, agg::JobState::active) << ji.error;
+    EXPECT_EQ(ji.counters.generations, loops - 1) << "shard " << i;
+    EXPECT_EQ(ji.counters.stale, 0u) << "shard " << i;
+    EXPECT_EQ(ji.counters.retransmits_answered, 0u) << "shard " << i << ": a new loop taken for the old one";
   }
 }
 

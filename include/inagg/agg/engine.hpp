@@ -245,7 +245,7 @@ struct ShardOf {
   unsigned index = 0;
 };
 
-class Engine {
+class alignas(64) Engine {
  public:
   Engine(const EngineConfig& cfg, const BufferOps& ops);
   ~Engine();
