@@ -310,7 +310,7 @@ namespace {
 TEST(ShardedThreads, AReplayCaptureLoopsOnTwoThreadsWithoutStalling) {
   JobFixture j(1, 2, Dtype::int32, 2 * 64, 64, 1);  // W = 1, 2 packets per message: 4 sequences a loop
   j.spec.replay = true;
-  const uint64_t seqs = 4, loops = 20000;
+  const uint64_t seqs = 4, loops = 5000;
   std::atomic<uint64_t> sent{0};
   agg::OrderedTx otx;
   otx.ctx = &sent;
