@@ -13,7 +13,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,14 +35,18 @@ struct Setup {
   uint32_t P;
   uint32_t ppm;
   unsigned window;
-  uint64_t seqs;                          // one full cycle of the job's 2 W ppm slots
-  std::vector<std::vector<uint8_t>> pkt;  // [seq * n + rank]
+  uint64_t seqs;                        // one full cycle of the job's 2 W ppm slots
+  std::vector<std::span<uint8_t>> pkt;  // [seq * n + rank], in `arena`
   agg::JobSpec spec;
   size_t working_set = 0;
+  // The frames, each as an mbuf holds one: at a 64-byte aligned offset after 128 bytes of headroom,
+  // so that no two share a cache line (two threads writing neighbouring frames would otherwise
+  // contend for the line between them, which mbufs from a mempool never do).
+  std::unique_ptr<uint8_t[], void (*)(void*)> arena{nullptr, std::free};
 };
 
 Setup make_setup(unsigned n, uint32_t P) {
-  Setup s{n, P, 65536 / P, 2, 0, {}, {}, 0};
+  Setup s{n, P, 65536 / P, 2, 0, {}, {}, 0, {nullptr, std::free}};
   s.seqs = 2ull * s.window * s.ppm;
   s.spec.id = 1;
   s.spec.dtype = agg::Dtype::fp32;
@@ -61,6 +67,7 @@ Setup make_setup(unsigned n, uint32_t P) {
   }
   std::mt19937 rng(1);
   std::vector<uint8_t> payload(P);
+  std::vector<std::vector<uint8_t>> frames;
   for (uint64_t seq = 0; seq < s.seqs; ++seq) {
     for (unsigned r = 0; r < n; ++r) {
       for (size_t i = 0; i < P; i += 4) {
@@ -78,8 +85,20 @@ Setup make_setup(unsigned n, uint32_t P) {
       std::vector<uint8_t> frame(wire::roce_frame_size(f, P));
       wire::build_roce_frame(frame, f, payload);
       s.working_set += frame.size();
-      s.pkt.push_back(std::move(frame));
+      frames.push_back(std::move(frame));
     }
+  }
+  constexpr size_t kHeadroom = 128;
+  auto stride = [&](size_t len) { return (kHeadroom + len + 63) / 64 * 64; };
+  size_t total = 0;
+  for (const auto& f : frames) total += stride(f.size());
+  s.arena.reset(static_cast<uint8_t*>(std::aligned_alloc(64, total)));
+  size_t off = 0;
+  for (const auto& f : frames) {
+    uint8_t* at = s.arena.get() + off + kHeadroom;
+    std::memcpy(at, f.data(), f.size());
+    s.pkt.emplace_back(at, f.size());
+    off += stride(f.size());
   }
   s.working_set += s.seqs * (P + 64 + n * 96);  // retained sums + slot and held-packet state
   return s;
@@ -120,7 +139,7 @@ void BM_engine(benchmark::State& state) {
   for (auto _ : state) {
     for (uint64_t seq = 0; seq < s.seqs; ++seq) {
       for (unsigned r = 0; r < s.n; ++r) {
-        std::vector<uint8_t>& f = s.pkt[seq * s.n + r];
+        std::span<uint8_t>& f = s.pkt[seq * s.n + r];
         engine.process({&f, f.data(), static_cast<uint16_t>(f.size())}, now, tx);
       }
       tx.clear();
@@ -175,7 +194,7 @@ void BM_engine_pipeline(benchmark::State& state) {
     for (uint64_t g = 0; !stop.load(std::memory_order_relaxed); ++g) {
       while (g - consumed.v.load(std::memory_order_acquire) >= kLead)
         if (stop.load(std::memory_order_relaxed)) return;
-      const std::vector<uint8_t>& f = s.pkt[g % total];
+      const std::span<uint8_t>& f = s.pkt[g % total];
       wire::precompute_payload_crc(f, &crcs[g % kLead]);
       produced.v.store(g + 1, std::memory_order_release);
     }
@@ -194,7 +213,7 @@ void BM_engine_pipeline(benchmark::State& state) {
         while (produced.v.load(std::memory_order_acquire) <= g) {}
         const wire::PayloadCrc pre = crcs[g % kLead];
         consumed.v.store(g + 1, std::memory_order_release);
-        std::vector<uint8_t>& f = s.pkt[seq * s.n + r];
+        std::span<uint8_t>& f = s.pkt[seq * s.n + r];
         engine.process({&f, f.data(), static_cast<uint16_t>(f.size())}, now, tx, &pre);
       }
       tx.clear();
@@ -309,7 +328,7 @@ void BM_engine_sharded(benchmark::State& state) {
     for (uint64_t seq = i; seq < s.seqs; seq += 2) {
       while ((base + seq) / s.ppm * s.ppm >= shared->ticket() / s.ppm * s.ppm + W) e.release_turns(loops[i], tx);
       for (unsigned r = 0; r < s.n; ++r) {
-        std::vector<uint8_t>& f = s.pkt[seq * s.n + r];
+        std::span<uint8_t>& f = s.pkt[seq * s.n + r];
         e.process({&f, f.data(), static_cast<uint16_t>(f.size())}, loops[i], tx);
       }
       tx.clear();
@@ -347,7 +366,7 @@ void BM_engine_two_jobs(benchmark::State& state) {
     agg::TxList tx(4096);
     for (uint64_t seq = 0; seq < s[i].seqs; ++seq) {
       for (unsigned r = 0; r < s[i].n; ++r) {
-        std::vector<uint8_t>& f = s[i].pkt[seq * s[i].n + r];
+        std::span<uint8_t>& f = s[i].pkt[seq * s[i].n + r];
         es[i]->process({&f, f.data(), static_cast<uint16_t>(f.size())}, now[i], tx);
       }
       tx.clear();
@@ -379,7 +398,7 @@ void BM_parts(benchmark::State& state) {
   for (auto _ : state) {
     for (uint64_t seq = 0; seq < s.seqs; ++seq) {
       for (unsigned r = 0; r < s.n; ++r) {
-        std::vector<uint8_t>& f = s.pkt[seq * s.n + r];
+        std::span<uint8_t>& f = s.pkt[seq * s.n + r];
         wire::Layout& l = lay[r];
         sink += static_cast<uint32_t>(wire::parse_frame(f, l));
         if (level >= 1) sink += wire::icrc_payload_crc(f.data(), l);
