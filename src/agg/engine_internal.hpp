@@ -143,6 +143,9 @@ struct alignas(64) Engine::Job {
   std::shared_ptr<JobShards> shards;
   unsigned shard = 0, nshards = 1, shard_shift = 0;
   uint64_t base = 0;  // the ticket of this generation's sequence 0 (replay jobs start over)
+  // The job's release cursor as this shard last read it (a lower bound: the ticket only grows), so
+  // the window check does not read the line the other shards write with every release.
+  uint64_t released_seen = 0;
   std::vector<Slot> slots;
   std::vector<Held> held;   // nslots x n
   uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned
@@ -167,6 +170,7 @@ struct alignas(64) Engine::Job {
   uint64_t own_at_or_after(uint64_t s) const { return s + ((shard - s) & (nshards - 1)); }
   // The job's release cursor, whichever shard releases: every sequence below it went out.
   uint64_t released_below() const { return shards ? shards->ticket_.load(std::memory_order_acquire) - base : cursor; }
+  uint64_t refresh_released() { return released_seen = released_below(); }
 
   // Whether the sender's packet of `seq` is in (or went out with a sum).
   bool arrived(uint64_t seq, unsigned rank) {

@@ -130,7 +130,11 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const uint64_t seq = static_cast<uint64_t>(sseq);
   const uint64_t msg = seq / job.ppm;
   const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
-  const uint64_t first_incomplete_msg = job.released_below() / job.ppm;  // of the whole job, whichever shard
+  // The job's first incomplete message, whichever shard holds it (a shard reads the ticket again
+  // only when what it last saw would refuse the packet).
+  uint64_t released = job.shards ? job.released_seen : job.cursor;
+  if (job.shards && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
+  const uint64_t first_incomplete_msg = released / job.ppm;
   if (msg >= first_incomplete_msg + job.spec.window) {
     return break_contract(
         job, pkt,
@@ -280,6 +284,7 @@ void Engine::start_generation(Job& job, uint64_t base) {
   job.highest = 0;
   job.held_count = job.retained_count = 0;
   job.base = base;
+  job.released_seen = 0;
   if (job.shards) job.shards->highest_[job.shard].v.store(0, std::memory_order_release);
 }
 
