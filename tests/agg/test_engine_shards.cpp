@@ -265,14 +265,20 @@ TEST_F(ShardedTest, TwoShardsOnTwoThreadsReleaseEverySlotInOrder) {
     agg::TxList local(64);
     for (uint64_t s = i; s < total; s += 2) {
       // The senders' window: message s / ppm only once message (s / ppm) - W went out.
-      while (s / j.ppm >= shared->ticket() / j.ppm + j.spec.window) es[i]->release_turns(1, local);
+      while (s / j.ppm >= shared->ticket() / j.ppm + j.spec.window) {
+        es[i]->release_turns(1, local);
+        std::this_thread::yield();  // the other shard may share this CPU (tests run in parallel)
+      }
       for (unsigned r = 0; r < 4; ++r) {
         std::vector<uint8_t>& f = frames[s * 4 + r];
         es[i]->process({&f, f.data(), static_cast<uint16_t>(f.size())}, 1, local);
       }
       local.clear();
     }
-    while (shared->ticket() < total) es[i]->release_turns(1, local);
+    while (shared->ticket() < total) {
+      es[i]->release_turns(1, local);
+      std::this_thread::yield();
+    }
   };
   std::thread t0(shard_loop, 0), t1(shard_loop, 1);
   t0.join();
@@ -340,6 +346,7 @@ TEST(ShardedThreads, AReplayCaptureLoopsOnTwoThreadsWithoutStalling) {
     auto wait_ticket = [&](uint64_t at_least) {
       while (shared->ticket() < at_least) {
         es[i]->release_turns(1, tx);
+        std::this_thread::yield();  // the other shard may share this CPU (tests run in parallel)
         if (stalled.load() || std::chrono::steady_clock::now() > deadline) {
           stalled.store(true);
           return false;
