@@ -169,7 +169,12 @@ struct alignas(64) Engine::Job {
   // The first of this engine's sequences at or after s.
   uint64_t own_at_or_after(uint64_t s) const { return s + ((shard - s) & (nshards - 1)); }
   // The job's release cursor, whichever shard releases: every sequence below it went out.
-  uint64_t released_below() const { return shards ? shards->ticket_.load(std::memory_order_acquire) - base : cursor; }
+  // (A replay shard can be a generation ahead of the ticket: then nothing of its generation is out.)
+  uint64_t released_below() const {
+    if (!shards) return cursor;
+    const uint64_t t = shards->ticket_.load(std::memory_order_acquire);
+    return t > base ? t - base : 0;
+  }
   uint64_t refresh_released() { return released_seen = released_below(); }
 
   // Whether the sender's packet of `seq` is in (or went out with a sum).

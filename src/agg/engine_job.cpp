@@ -114,7 +114,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 
   // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
   if (job.spec.replay && job.shards) {
-    if (!replay_turn(job, rank, psn, pos)) return drop(&job, pkt, &EngineCounters::stale);
+    replay_turn(job, rank, psn, pos);
   } else if (job.spec.replay && psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
              (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
     start_generation(job, 0);
@@ -288,43 +288,31 @@ void Engine::start_generation(Job& job, uint64_t base) {
   if (job.shards) job.shards->highest_[job.shard].v.store(0, std::memory_order_release);
 }
 
-// A spread replay job (a capture looping over K shards): whether to take this packet, starting a
-// new generation first where it is one. A generation starts once every shard released everything
-// of the last one (the ticket reached one past the highest sequence any shard claimed) and a shard
-// sees its first sequence (the start PSN + its index) again; the first shard there fixes where it
-// starts in the ticket (gen_base), the others follow at their own first sequence. A shard whose
-// capture lags behind by a loop (its last packets come after the next generation started) drops
-// them (false: `stale`): they would otherwise wait for a turn that has passed.
-bool Engine::replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos) {
+// A spread replay job (a capture looping over K shards): starts a new generation where this packet
+// is one. The capture's length in sequences is agreed once, at the end of its first loop, when
+// every shard released all of it (the ticket reached one past the highest sequence any shard
+// claimed): the first shard there publishes it. From then on each shard starts its next generation
+// on its own, at its first sequence (the start PSN + its index) once everything it holds went out,
+// L sequences further on in the ticket's numbering; the ticket keeps the shards' releases in order
+// across generations, so a shard whose queue loops faster than another's waits for it there.
+void Engine::replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos) {
   JobShards& sh = *job.shards;
   const Job::Conn& conn = job.conns[rank];
   const bool first = psn == wire::psn_add(conn.spec.start_psn, job.shard) &&
                      pos == expected_position(static_cast<uint32_t>(job.shard % job.ppm), job.ppm);
-  const uint64_t gen_base = sh.gen_base_.load(std::memory_order_acquire);
-  if (gen_base != job.base) {  // another shard started the next generation
-    if (!first) return false;
-    start_generation(job, gen_base);
-    BUMP(job, generations);
-    return true;
+  if (!first || job.highest == 0 || job.cursor < job.highest) return;
+  uint64_t length = sh.gen_length_.load(std::memory_order_acquire);
+  if (length == 0) {
+    // Only before anyone published it: every highest read here is of the first loop (a shard starts
+    // its second only after publishing the length).
+    uint64_t claimed = 0;
+    for (unsigned i = 0; i < job.nshards; ++i)
+      claimed = std::max(claimed, sh.highest_[i].v.load(std::memory_order_acquire));
+    if (sh.ticket_.load(std::memory_order_acquire) != claimed) return;  // not all of it released yet
+    if (sh.gen_length_.compare_exchange_strong(length, claimed, std::memory_order_acq_rel)) length = claimed;
   }
-  if (!first || job.highest == 0 || job.cursor < job.highest) return true;
-  uint64_t claimed = 0;
-  for (unsigned i = 0; i < job.nshards; ++i)
-    claimed = std::max(claimed, sh.highest_[i].v.load(std::memory_order_acquire));
-  const uint64_t ticket = sh.ticket_.load(std::memory_order_acquire);
-  // A shard that started the next generation meanwhile moved gen_base before resetting its
-  // highest: a highest read above may be of the new generation. Then follow it instead.
-  if (const uint64_t now_base = sh.gen_base_.load(std::memory_order_acquire); now_base != job.base) {
-    start_generation(job, now_base);
-    BUMP(job, generations);
-    return true;
-  }
-  if (ticket != job.base + claimed) return true;  // not all released yet
-  uint64_t expect = job.base;
-  sh.gen_base_.compare_exchange_strong(expect, job.base + claimed, std::memory_order_acq_rel);
-  start_generation(job, sh.gen_base_.load(std::memory_order_acquire));
+  start_generation(job, job.base + length);
   BUMP(job, generations);
-  return true;
 }
 
 // Writes a slot's sum into one of its packets: payload, ECN, UDP checksum, ICRC. Returns whether

@@ -187,7 +187,8 @@ struct JobInfo {
 //   - what the receivers acknowledged, per rank: shard 0 takes every ACK and publishes it, the
 //     others read it (to free retained copies, to build NAKs, for their resend timers);
 //   - a failure: the first shard to abort the job publishes why, the others abort it at their next look;
-//   - replay jobs (a looping capture): where each generation starts in the ticket's numbering.
+//   - replay jobs (a looping capture): the capture's length, which spaces the generations in the
+//     ticket's numbering.
 struct OrderedTx {
   void* ctx = nullptr;
   // Takes all n packets (one reference each) in this order, or none and returns false (no room:
@@ -232,7 +233,7 @@ class JobShards {
   unsigned count_;
   OrderedTx tx_;
   alignas(64) std::atomic<uint64_t> ticket_{0};
-  alignas(64) std::atomic<uint64_t> gen_base_{0};  // replay: the ticket of the generation's sequence 0
+  alignas(64) std::atomic<uint64_t> gen_length_{0};  // replay: the capture's sequences, agreed after its first loop
   std::atomic<int> fail_state_{0};
   std::string error_;
   std::array<Highest, kMaxShards> highest_;  // replay: one past each shard's highest sequence
@@ -331,7 +332,7 @@ class alignas(64) Engine {
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
   void start_generation(Job& job, uint64_t base);
-  bool replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
+  void replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
   void sum_slot(Job& job, uint64_t seq);
   void emit_data(Job& job, const PacketRef& p, TxList& tx);
   void free_acknowledged(Job& job, unsigned rank, uint64_t to);
