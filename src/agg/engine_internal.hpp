@@ -146,6 +146,7 @@ struct alignas(64) Engine::Job {
   // The job's release cursor as this shard last read it (a lower bound: the ticket only grows), so
   // the window check does not read the line the other shards write with every release.
   uint64_t released_seen = 0;
+  uint64_t pause_ticket = 0, pause_ns = 0;  // replay_paused(): the ticket as last seen, and since when
   std::vector<Slot> slots;
   std::vector<Held> held;   // nslots x n
   uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned

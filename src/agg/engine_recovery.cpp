@@ -120,6 +120,37 @@ void Engine::release_turns(uint64_t now_ns, TxList& tx) {
   }
 }
 
+// Paused while every slot of the shard's part of the loop is complete and some not yet released,
+// and the ticket keeps moving. A rank's packets arrive in sequence order, so the slots before them
+// on the other shards are then complete too, as a rule; but a rank whose queue ran a loop ahead
+// had packets taken for retransmissions of the last loop, and a slot of another shard may wait for
+// its next loop: when the ticket stands still for 200 us, the pause ends (the capture goes on and
+// fills the slot next time round, as with one lcore).
+bool Engine::replay_paused() {
+  constexpr uint64_t kStillNs = 200'000;
+  for (auto& jp : jobs_) {
+    Job& j = *jp;
+    if (!j.shards || !j.spec.replay || j.state != JobState::active) continue;
+    const uint64_t length = j.shards->gen_length_.load(std::memory_order_relaxed);
+    if (length <= j.shard) continue;  // not known yet (the first loop), or no part of it here
+    const uint64_t last = length - 1 - ((length - 1 - j.shard) & (j.nshards - 1));  // its last sequence of a loop
+    if (j.cursor > last) continue;  // all of it went out: the next loop is welcome
+    bool complete = true;
+    for (uint64_t s = j.cursor; s <= last && complete; s += j.nshards) {
+      const Job::Slot& slot = j.slot(s);
+      complete = slot.seq == s && slot.state == SlotState::complete;
+    }
+    if (!complete) continue;
+    const uint64_t ticket = j.shards->ticket();
+    if (ticket != j.pause_ticket) {
+      j.pause_ticket = ticket;
+      j.pause_ns = now_ns_;
+    }
+    if (elapsed(now_ns_, j.pause_ns) < kStillNs) return true;
+  }
+  return false;
+}
+
 void Engine::poll(uint64_t now_ns, TxList& tx) {
   if (now_ns > now_ns_) now_ns_ = now_ns;
   // Releases and aborts first, for every job, so a full TX list never starves them.

@@ -148,8 +148,9 @@ void LcoreLoop::run() {
       }
     }
 
-    // Every port or none, so that no port's senders fall behind the others'.
-    const bool rx = room >= uint64_t{dp_.burst} * dp_.port_ids.size();
+    // Every port or none, so that no port's senders fall behind the others'. A sharded replay job
+    // whose shard here has taken in all of its loop waits until that went out (Engine::replay_paused).
+    const bool rx = room >= uint64_t{dp_.burst} * dp_.port_ids.size() && !(dp_.shards && l.engine->replay_paused());
     if (!rx) ++l.c.rx_deferred;
     for (uint16_t pi = 0; rx && pi < dp_.port_ids.size(); ++pi) {
       n = rte_eth_rx_burst(dp_.port_ids[pi], l.queue, pkts, dp_.burst);

@@ -385,3 +385,49 @@ TEST(ShardedThreads, AReplayCaptureLoopsOnTwoThreadsWithoutStalling) {
 }
 
 }  // namespace
+
+namespace {
+
+// A replayed capture has no senders' windows: a shard whose part of the loop is all in (complete)
+// but not all out asks its lcore to take no more packets in (the next one would be the next loop's)
+// while the ticket moves, and stops asking once its part went out, or when the ticket stands still.
+TEST_F(ShardedTest, AReplayShardWithItsLoopInPausesItsLcoreUntilItsLoopWentOut) {
+  JobFixture j(1, 2, Dtype::fp32, 2 * 128, 128, 4);  // the window covers the capture, as gen-pcap's does
+  j.spec.replay = true;
+  make(2, j);
+  const uint64_t len = 8;
+  for (uint64_t seq = 0; seq < len; ++seq) {  // the first loop: the length is not known yet
+    for (unsigned r = 0; r < 2; ++r) send_data(j, r, seq);
+    for (auto& e : engines) e->release_turns(now, tx);
+  }
+  take_ordered();
+  EXPECT_FALSE(engines[0]->replay_paused());
+  // The second loop: shard 0 takes in all of its part first (0, 2, 4, 6), shard 1 none yet.
+  for (uint64_t seq = 0; seq < len; seq += 2)
+    for (unsigned r = 0; r < 2; ++r) send_data(j, r, seq);
+  engines[0]->release_turns(now, tx);
+  EXPECT_EQ(info(0).counters.generations, 1u);  // its first packet started the second loop
+  EXPECT_TRUE(engines[0]->replay_paused()) << "its part is in, sequence 2 waits for shard 1's 1";
+  EXPECT_FALSE(engines[1]->replay_paused());
+  // Shard 1's part comes; the ticket moves; shard 0 still has 6 to send until 5 went out.
+  for (uint64_t seq = 1; seq < 5; seq += 2) {
+    for (unsigned r = 0; r < 2; ++r) send_data(j, r, seq);
+    engines[0]->release_turns(now, tx);
+  }
+  now += 10'000;
+  EXPECT_TRUE(engines[0]->replay_paused());
+  // The ticket stands still (sequence 5 does not come): after 200 us shard 0 takes packets again.
+  now += 300'000;
+  engines[0]->poll(now, tx);
+  EXPECT_FALSE(engines[0]->replay_paused()) << "the ticket stood still 300 us";
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 5);
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 7);
+  for (int i = 0; i < 2; ++i)
+    for (auto& e : engines) e->release_turns(now, tx);
+  EXPECT_EQ(shared->ticket(), 2 * len);
+  EXPECT_FALSE(engines[0]->replay_paused());
+  EXPECT_FALSE(engines[1]->replay_paused());
+  drain(pool, tx);
+}
+
+}  // namespace

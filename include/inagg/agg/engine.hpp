@@ -297,6 +297,13 @@ class alignas(64) Engine {
   // releases go to its OrderedTx; `tx` is for what a job of one engine would send.
   void release_turns(uint64_t now_ns, TxList& tx);
 
+  // Whether a spread replay job's shard here took in all of its part of the capture's current loop
+  // and not all of it went out yet (it waits for other shards' turns). A capture has no senders'
+  // windows: the next packet its queue gives is the next loop's, which this shard could only take
+  // for a retransmission of the last. The lcore stops taking packets in until then, as a sender
+  // waits for its ACKs. Never true for live jobs.
+  bool replay_paused();
+
   const EngineCounters& counters() const { return totals_; }
   size_t memory_in_use() const { return memory_used_; }
   size_t mbufs_reserved() const { return mbufs_reserved_; }
