@@ -382,7 +382,6 @@ void Engine::sum_slot(Job& job, uint64_t seq) {
 // shard: while the ticket says it is its turn and the job's ordered path takes them).
 void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
   const unsigned n = job.spec.workers;
-  PacketRef out[64];
   while (job.state == JobState::active) {
     Job::Slot& slot = job.slot(job.cursor);
     if (slot.state != SlotState::complete || slot.seq != job.cursor) return;
@@ -393,6 +392,7 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
       if (!slot.summed) sum_slot(job, job.cursor);
       // Kept for a resend (until acknowledged or the slot is reused): the reference is taken before
       // the hand-over, as the lcore sending them may free theirs at once.
+      PacketRef* out = release_out_.data();  // a member: 64 PacketRefs built per call cost more than the call
       for (unsigned r = 0; r < n; ++r) {
         ops_.ref(ops_.ctx, held[r].p.handle);
         out[r] = held[r].p;

@@ -366,8 +366,9 @@ class alignas(64) Engine {
   EngineCounters totals_;
   size_t memory_used_ = 0;
   size_t mbufs_reserved_ = 0;
-  uint64_t now_ns_ = 0;     // the engine's clock: the last now_ns process() or poll() saw
-  bool untrusted_ = false;  // the frame process() is handling was dropped as untrustworthy
+  uint64_t now_ns_ = 0;                    // the engine's clock: the last now_ns process() or poll() saw
+  bool untrusted_ = false;                 // the frame process() is handling was dropped as untrustworthy
+  std::array<PacketRef, 64> release_out_;  // a spread job's slot on its way to the OrderedTx
 };
 
 }  // namespace inagg::agg
