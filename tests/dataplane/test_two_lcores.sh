@@ -59,6 +59,11 @@ elif [ "${extra[*]}" = "--job-lcores 2" ]; then
   ordered=$(lcore_sum ordered)
   [ "$ordered" -eq 72 ] || fail "$ordered released packets left through the ordered ring, expected 72"
   grep -Eq "^job 1: .*slots_released 12( |$)" "$tmp/log" || fail "the job's line does not show 12 slots released: $(grep '^job 1:' "$tmp/log" | tail -n 1)"
+  # Each lcore's engine took its shard's half of the job's 72 data packets (36 each).
+  for lc in $(awk '/^lcore [0-9]+:/ {print $2}' "$tmp/log" | sort -u); do
+    roce=$(awk -v l="$lc" '$1 == "lcore" && $2 == l {for (i = 1; i <= NF; i++) if ($i == "roce") v = $(i + 1)} END {print v + 0}' "$tmp/log")
+    [ "$roce" -eq 36 ] || fail "lcore ${lc%:}'s engine took $roce of the job's packets, expected 36 (its shard's half)"
+  done
 fi
 /usr/bin/python3 - "$tmp" <<'PY' || fail "merging the per-queue output"
 import logging, sys
