@@ -143,7 +143,7 @@ struct alignas(64) Engine::Job {
   std::shared_ptr<JobShards> shards;
   unsigned shard = 0, nshards = 1, shard_shift = 0;
   uint64_t base = 0;  // the ticket of this generation's sequence 0 (replay jobs start over)
-  // The job's release cursor as this shard last read it (a lower bound: the ticket only grows), so
+  // What may be out of the job as this shard last read it (out_below(); a lower bound, it only grows), so
   // the window check does not read the line the other shards write with every release.
   uint64_t released_seen = 0;
   uint64_t pause_ticket = 0, pause_ns = 0;  // replay_paused(): the ticket as last seen, and since when
@@ -176,7 +176,14 @@ struct alignas(64) Engine::Job {
     const uint64_t t = shards->ticket_.load(std::memory_order_acquire);
     return t > base ? t - base : 0;
   }
-  uint64_t refresh_released() { return released_seen = released_below(); }
+  // What may be out already, for the window and bypass checks: released_below(), or one more while
+  // a shard hands the slot at the ticket over (JobShards::handed_).
+  uint64_t out_below() const {
+    if (!shards) return cursor;
+    const uint64_t h = shards->handed_.load(std::memory_order_acquire);
+    return h > base ? h - base : 0;
+  }
+  uint64_t refresh_released() { return released_seen = out_below(); }
 
   // Whether the sender's packet of `seq` is in (or went out with a sum).
   bool arrived(uint64_t seq, unsigned rank) {

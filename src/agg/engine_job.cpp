@@ -130,8 +130,9 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const uint64_t seq = static_cast<uint64_t>(sseq);
   const uint64_t msg = seq / job.ppm;
   const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
-  // The job's first incomplete message, whichever shard holds it (a shard reads the ticket again
-  // only when what it last saw would refuse the packet).
+  // The job's first incomplete message, whichever shard holds it (a shard reads the shared state
+  // again only when what it last saw would refuse the packet). A spread job's slot counts from the
+  // moment a shard hands it to the ordered path: it may be out and acknowledged before the ticket moves.
   uint64_t released = job.shards ? job.released_seen : job.cursor;
   if (job.shards && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
   const uint64_t first_incomplete_msg = released / job.ppm;
@@ -397,8 +398,12 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
         ops_.ref(ops_.ctx, held[r].p.handle);
         out[r] = held[r].p;
       }
+      // From here its packets may be out (and acknowledged, and the senders' windows moved on)
+      // before the ticket moves: the checks allow for them (out_below()).
+      job.shards->handed_.store(turn + 1, std::memory_order_release);
       if (!job.shards->tx_.send(job.shards->tx_.ctx, out, n)) {
         for (unsigned r = 0; r < n; ++r) ops_.free(ops_.ctx, held[r].p.handle);
+        job.shards->handed_.store(turn, std::memory_order_release);
         return;  // no room on the ordered path: release_turns()/poll() try again
       }
       // The next sequence's shard may go: our n packets are ahead of its on the ordered path.
@@ -495,7 +500,7 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
     shared->msn.store(conn.msn, std::memory_order_relaxed);
     shared->seen.store(true, std::memory_order_relaxed);
   }
-  if (acked > static_cast<int64_t>(job.released_below()) && !job.spec.replay) {
+  if (acked > static_cast<int64_t>(job.out_below()) && !job.spec.replay) {
     emit(pkt, tx, &job);
     std::string why = "the receiver of rank " + std::to_string(rank) + " acknowledged PSN " + std::to_string(psn) +
                       ", which the appliance never released: some path bypasses the appliance (every packet of a "

@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "engine_harness.hpp"
 
@@ -27,6 +29,9 @@ class ShardedTest : public ::testing::Test {
   std::shared_ptr<agg::JobShards> shared;
   std::vector<PacketRef> ordered;
   bool ordered_open = true;
+  // Runs once, inside the next hand-over to the ordered path, after it took the packets and before
+  // the releasing shard moves the ticket: what the owner lcore and the network may do meanwhile.
+  std::function<void()> during_send;
   agg::TxList tx{1 << 12};
   uint64_t now = 1'000'000;
 
@@ -37,6 +42,7 @@ class ShardedTest : public ::testing::Test {
       ShardedTest& t = *static_cast<ShardedTest*>(ctx);
       if (!t.ordered_open) return false;
       for (unsigned i = 0; i < n; ++i) t.ordered.push_back(pkts[i]);
+      if (t.during_send) std::exchange(t.during_send, nullptr)();
       return true;
     };
     shared = std::make_shared<agg::JobShards>(k, otx);
@@ -200,6 +206,57 @@ TEST_F(ShardedTest, AnAckPastTheJobsReleasesIsABypassOnEveryShard) {
   EXPECT_EQ(info(0).counters.err_ack_bypass, 1u);
   engines[1]->poll(now, tx);
   EXPECT_EQ(info(1).state, agg::JobState::failed);
+  drain(pool, tx);
+}
+
+// A shard hands a slot to the ordered path before it moves the ticket past it, so the owner lcore
+// may send the slot, its receivers acknowledge it and the ACKs reach shard 0 while the ticket still
+// names that slot (the releasing lcore interrupted or preempted between the two). Such an ACK is
+// for a released PSN, not a bypass.
+TEST_F(ShardedTest, AnAckForTheSlotBeingHandedOverIsNoBypass) {
+  JobFixture j(1, 2, Dtype::fp32, 128, 128, 2);
+  make(2, j);
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 0);
+  expect_in_order(j, {0}, take_ordered());
+  during_send = [&] {  // sequence 1 (shard 1's) is on the ordered path; the ticket still says 1
+    for (unsigned r = 0; r < 2; ++r) engines[0]->process(pool.wrap(j.ack_frame(r, 1)), now, tx);
+  };
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 1);
+  EXPECT_FALSE(during_send) << "sequence 1 was not handed over";
+  EXPECT_EQ(shared->ticket(), 2u);
+  EXPECT_EQ(info(0).state, agg::JobState::active) << info(0).error;
+  EXPECT_EQ(info(0).counters.err_ack_bypass, 0u);
+  EXPECT_EQ(info(0).counters.acks_observed, 2u);
+  expect_in_order(j, {1}, take_ordered());
+  // An ACK past that slot still is a bypass.
+  engines[0]->process(pool.wrap(j.ack_frame(0, 2)), now, tx);
+  EXPECT_EQ(info(0).state, agg::JobState::failed);
+  EXPECT_EQ(info(0).counters.err_ack_bypass, 1u);
+  drain(pool, tx);
+}
+
+// The same for the window: with the slot at the ticket acknowledged, its senders may send the
+// message a window after it, which may reach another shard before the ticket moves.
+TEST_F(ShardedTest, AMessageTheHandedOverSlotLetInIsInsideTheWindow) {
+  JobFixture j(1, 2, Dtype::int32, 64, 64, 1);  // one packet per message, window 1
+  make(2, j);
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 0);
+  expect_in_order(j, {0}, take_ordered());
+  during_send = [&] {  // sequence 1 is out and acknowledged: rank 0 sends message 2 (shard 0's)
+    engines[0]->process(pool.wrap(j.data_frame(0, 2)), now, tx);
+  };
+  for (unsigned r = 0; r < 2; ++r) send_data(j, r, 1);
+  EXPECT_FALSE(during_send) << "sequence 1 was not handed over";
+  EXPECT_EQ(info(0).state, agg::JobState::active) << info(0).error;
+  EXPECT_EQ(info(0).counters.err_ahead_of_window, 0u);
+  send_data(j, 1, 2);
+  expect_in_order(j, {1, 2}, take_ordered());
+  // Message 3 while message 2 is not acknowledged... and message 4 is ahead of the window.
+  send_data(j, 0, 3);
+  EXPECT_EQ(info(1).state, agg::JobState::active) << info(1).error;
+  send_data(j, 0, 4);
+  EXPECT_EQ(info(0).state, agg::JobState::failed);
+  EXPECT_EQ(info(0).counters.err_ahead_of_window, 1u);
   drain(pool, tx);
 }
 

@@ -51,6 +51,7 @@ check "A safety" safety holds "${A[@]}"
 check "A safety, mutation 2 (own cursor)" safety holds "${A[@]}" -DMUTATION=2
 check "A safety, a rogue sender" safety holds "${A[@]}" -DROGUE
 check "A safety, a rogue sender, mutation 2" safety "rexp\[" "${A[@]}" -DROGUE -DMUTATION=2
+check "A safety, mutation 4 (window against the ticket alone)" safety "assertion violated 0" "${A[@]}" -DMUTATION=4
 check "A liveness" liveness holds "${A[@]}"
 check "A liveness, mutation 3 (no retained sum)" liveness "non-progress cycle" "${A[@]}" -DMUTATION=3
 check "B safety" safety holds "${B[@]}"

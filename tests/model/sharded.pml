@@ -9,12 +9,13 @@
    - shard i holds W slots, for its own sequences only (slot (m / K) mod W), and does the epoch
      logic of slots.pml for them: hold, add, drop a duplicate, drop a stale packet, answer a
      released one from the retained sum;
-   - the window check ("ahead of the window") is against `ticket`, the job's first unreleased
-     sequence;
+   - the window check ("ahead of the window") is against `handed`, the job's first sequence not
+     yet on the TX ring (the ticket, or one more while a shard hands the ticket's slot over);
    - release order: shard i releases its complete slot m only when ticket == m, by putting the
-     slot's N packets on one shared ordered output queue (the job's multi-producer TX ring), then
-     ticket = m + 1; answers to retransmissions go on the same queue at once, not gated by the
-     ticket;
+     slot's N packets on one shared ordered output queue (the job's multi-producer TX ring), then,
+     in a step of its own, ticket = m + 1; `handed` (one past the last sequence on the ring) moves
+     before the packets go on the ring; answers to retransmissions go on the same queue at once,
+     not gated by the ticket;
    - Tx (the lcore that drains the ring and transmits) moves the queue's packets to the receivers'
      lossy FIFO down links, so what Tx sends per receiver, in that order, is what the receiver
      can see (minus losses).
@@ -44,7 +45,11 @@
         neither bound; with K = 2 the two checks differ only for W odd (m = ticket + W in the
         shard whose cursor is ticket + 1), and such a packet evicts sequence ticket - W, which a
         conforming receiver may not have yet;
-     3  retransmissions of released slots not answered from the retained sum: (d), livelock.
+     3  retransmissions of released slots not answered from the retained sum: (d), livelock;
+     4  the window check against the ticket alone: a shard puts its slot c on the TX ring before it
+        moves the ticket past it (two steps, as in the engine), so c may be out and acknowledged,
+        and its senders' next message at the other shard, while the ticket still says c: (c)
+        is violated for a conforming sender. The check counts c from when it is handed over.
    Configurations (check_sharded.sh): A = the defaults below (W 1, 4 messages, 2 losses);
    B = -DW=2 -DMSGS=5 -DLMAX=1 (two messages in flight, on the two shards). */
 #ifndef MUTATION
@@ -76,6 +81,7 @@ chan ack[N] = [2] of { byte };         /* receiver d -> its sender (d - 1): next
 /* Slot j of shard i is entry i * SL + j of these: epoch, in use, arrival bits, released. */
 byte sepoch[K * SL]; bit sused[K * SL]; byte sbits[K * SL]; bit srel[K * SL];
 byte ticket = 0;               /* the job's next sequence to release (shared by the shards) */
+byte handed = 0;               /* one past the last sequence put on the TX ring (ticket, or ticket + 1) */
 byte nfirst[N];                /* per receiver: the next sequence Tx must send as a release */
 byte rexp[N];                  /* per receiver: the next sequence it accepts */
 bit rogue_sent = 0;
@@ -86,8 +92,10 @@ byte finished = 0;
 #define slot(i, m) ((i) * SL + ((m) / K) % SL)
 #if MUTATION == 2
 #define AHEAD(m, c) ((m) >= (c) + W)       /* the shard's own cursor */
+#elif MUTATION == 4
+#define AHEAD(m, c) ((m) >= ticket + W)    /* the ticket alone, blind to the slot being handed over */
 #else
-#define AHEAD(m, c) ((m) >= ticket + W)    /* the job's first unreleased sequence */
+#define AHEAD(m, c) ((m) >= handed + W)    /* the job's first sequence not handed to the TX ring */
 #endif
 #ifdef ROGUE
 #define DELIVERED(e) (rexp[dest(1)] > (e))   /* the conforming sender's receiver has it */
@@ -162,9 +170,10 @@ end: do
 proctype Shard(byte i) {
   byte r, m, s, j;
   byte c = i;                  /* own cursor: this shard's first unreleased sequence */
+  bit handing = 0;             /* its slot c is on the TX ring, the ticket not yet moved past it */
 end: do
   :: atomic {
-     (nempty(up[0 * K + i]) || nempty(up[1 * K + i]));
+     !handing && (nempty(up[0 * K + i]) || nempty(up[1 * K + i]));
      if :: up[0 * K + i]?m -> r = 0 :: up[1 * K + i]?m -> r = 1 fi;
      s = slot(i, m);
      if
@@ -200,17 +209,26 @@ end: do
      }
   :: atomic {
      /* Release the own cursor's slot once it is complete and, unless mutated, it is its turn. */
-     c < MSGS && sused[slot(i, c)] && sepoch[slot(i, c)] == c && sbits[slot(i, c)] == ALL && TURN(c) ->
+     !handing && c < MSGS && sused[slot(i, c)] && sepoch[slot(i, c)] == c && sbits[slot(i, c)] == ALL && TURN(c) ->
      s = slot(i, c);
+     if :: handed < c + 1 -> handed = c + 1 :: else fi;   /* = c + 1 (c == ticket) but under mutation 1 */
      for (j : 0 .. N - 1) { out!dest(j), c, 1, (sbits[s] == ALL) }
      srel[s] = 1;
+     handing = 1;
+     s = 0; j = 0
+     }
+  :: atomic {
+     /* The ticket moves past c only after its packets are on the TX ring (the engine's two
+        stores): meanwhile Tx may send them, the receivers acknowledge them and the senders send
+        the message a window after c, to the other shard. */
+     handing ->
 #if MUTATION == 1
      if :: ticket < c + 1 -> ticket = c + 1 :: else fi;
 #else
      ticket = c + 1;
 #endif
      c = c + K;
-     s = 0; j = 0
+     handing = 0
      }
   od
 }

@@ -233,6 +233,11 @@ class JobShards {
   unsigned count_;
   OrderedTx tx_;
   alignas(64) std::atomic<uint64_t> ticket_{0};
+  // One past the last sequence handed to the ordered path: the ticket, or one more while the
+  // ticket's slot is being handed over (set before its packets go onto the path, the ticket only
+  // after). Packets of that slot may be out, acknowledged and answered by their senders before
+  // the ticket moves; the window and bypass checks measure against this, not the ticket.
+  std::atomic<uint64_t> handed_{0};
   alignas(64) std::atomic<uint64_t> gen_length_{0};  // replay: the capture's sequences, agreed after its first loop
   std::atomic<int> fail_state_{0};
   std::string error_;
