@@ -310,6 +310,13 @@ void Engine::replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition
     for (unsigned i = 0; i < job.nshards; ++i)
       claimed = std::max(claimed, sh.highest_[i].v.load(std::memory_order_acquire));
     if (sh.ticket_.load(std::memory_order_acquire) != claimed) return;  // not all of it released yet
+    // A loop is whole messages. What the shards claimed may fall short of the loop's end: its last
+    // sequences may still be on their way to another shard (its handover ring, its queue). Then it
+    // ends inside a message: wait (this packet is the last loop's, as with one lcore). This shard's
+    // own part of the loop is all in (this rank's packets reach it in order), so the claim is at
+    // most K - 1 short, and with K <= ppm only the loop's end is a message boundary that near.
+    // (With ppm < K a whole message can still be in flight: not caught here.)
+    if (claimed % job.ppm != 0) return;
     if (sh.gen_length_.compare_exchange_strong(length, claimed, std::memory_order_acq_rel)) length = claimed;
   }
   start_generation(job, job.base + length);
