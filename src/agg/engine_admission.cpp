@@ -229,6 +229,9 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
   if (job.state == JobState::failed) return;
   job.state = JobState::failed;
   job.error = why;
+  // A spread job: the first shard to fail it counts and logs it, and the others abort it at their
+  // next look (abort_spread); one that fails it at the same time as another counts nothing.
+  if (kind && job.shards && !job.shards->publish_failure(why)) kind = nullptr;
   if (kind) {
     ++(job.c.*kind);
     ++(totals_.*kind);
@@ -237,8 +240,6 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
       ++totals_.job_errors;
     }
     util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, why.c_str());
-    // A spread job: the other shards abort it at their next look (abort_spread).
-    if (job.shards) job.shards->publish_failure(why);
   }
   free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
 }

@@ -128,6 +128,11 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     return drop(&job, pkt, &EngineCounters::stale);
   }
   const uint64_t seq = static_cast<uint64_t>(sseq);
+  if (job.shards && (seq & (job.nshards - 1)) != job.shard) {
+    // Another shard's sequence (only a dataplane that routed it wrong gives one): taking it would
+    // claim a slot of the wrong class, which no release would ever reach.
+    return drop(&job, pkt, &EngineCounters::drop_wrong_shard);
+  }
   const uint64_t msg = seq / job.ppm;
   const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
   // The job's first incomplete message, whichever shard holds it (a shard reads the shared state
@@ -180,7 +185,8 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   // its receiver has (again, with backoff, from poll() while it does not go back). A shard sees
   // every K-th sequence: its steps are K.
   const bool jumped = conn.data_seen ? seq > conn.last_seq + job.nshards && seq > conn.filled : seq > job.shard;
-  if (conn.nak_pending && seq <= conn.nak_seq) conn.nak_pending = false;  // the sender went back
+  // The sender went back (a shard sees the first of its own sequences at or after the NAK's).
+  if (conn.nak_pending && seq < conn.nak_seq + job.nshards) conn.nak_pending = false;
   if (cfg_.fast_recovery && !job.spec.replay && jumped && !conn.nak_pending) {
     send_nak(job, rank, now_ns, tx, NakReason::gap);
     conn.nak_target = seq;
@@ -320,7 +326,7 @@ void Engine::replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition
     if (sh.gen_length_.compare_exchange_strong(length, claimed, std::memory_order_acq_rel)) length = claimed;
   }
   start_generation(job, job.base + length);
-  BUMP(job, generations);
+  if (job.shard == 0) BUMP(job, generations);  // once per loop for the job, not per shard
 }
 
 // Writes a slot's sum into one of its packets: payload, ECN, UDP checksum, ICRC. Returns whether

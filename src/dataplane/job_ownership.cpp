@@ -136,6 +136,13 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   }
   if (!ok) {
     if (!existed) broadcast(LcoreRequest::Kind::release_closed, spec, 0, 0);
+    // A failed sharded job being replaced: the shards that took the new one gave it back, the
+    // others still hold the failed one. Half a job cannot stay: all of it goes, as a removal does
+    // (every engine keeps its connections closed for the closed hold).
+    if (existed && sharded) {
+      remove_parts(spec.id);
+      *error += "; the failed job " + std::to_string(spec.id) + " it was to replace was removed";
+    }
     return false;
   }
   owner_[spec.id] = owner;
@@ -158,23 +165,32 @@ bool JobOwnership::remove(uint32_t id, std::string* error) {
     *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
     return false;
   }
-  // Every part of it (a sharded job has one per shard); the first refusal is the answer.
-  bool ok = true;
-  for (uint16_t lc : lcores_of(id)) {
+  if (!shard_lcores_.count(id)) {
     LcoreRequest r{LcoreRequest::Kind::remove_job};
     r.id = id;
-    call_lcore(*lcores_[lc], r);
-    if (!r.ok && ok) {
-      ok = false;
+    call_lcore(*lcores_[it->second], r);
+    if (!r.ok) {
       *error = r.error;
+      return false;
     }
   }
-  if (!ok) return false;
+  remove_parts(id);
+  return true;
+}
+
+// Every part of a job goes (a sharded job has one per shard; a part already gone is no refusal:
+// only a job an engine does not have is refused), then every lcore forgets its owner.
+void JobOwnership::remove_parts(uint32_t id) {
+  if (auto it = shard_lcores_.find(id); it != shard_lcores_.end())
+    for (uint16_t lc : it->second) {
+      LcoreRequest r{LcoreRequest::Kind::remove_job};
+      r.id = id;
+      call_lcore(*lcores_[lc], r);
+    }
   broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0, closed_hold_ns_);
-  owner_.erase(it);
+  owner_.erase(id);
   specs_.erase(id);
   shard_lcores_.erase(id);
-  return true;
 }
 
 control::JobStatus JobOwnership::description(const agg::JobInfo& info) const {

@@ -44,6 +44,7 @@ class JobOwnership {
  private:
   bool conflicts(const agg::JobSpec& spec, std::string* error) const;
   bool add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error);
+  void remove_parts(uint32_t id);                      // with mutex_ held
   std::vector<uint16_t> lcores_of(uint32_t id) const;  // every lcore whose engine has a part of the job
   // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
   static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);

@@ -404,7 +404,7 @@ TEST(EngineSimShards, SlotsShardedByIndexKeepEverySumExactAndInOrderUnderLoss) {
   for (unsigned shards : {2u, 4u}) {
     for (double loss : {0.0, 0.01, 0.05}) {
       const int runs = loss == 0 ? 60 : 120;
-      uint64_t naks = 0, answered = 0, resends = 0, slots = 0, released = 0;
+      uint64_t naks = 0, answered = 0, resends = 0, slots = 0;
       for (int i = 0; i < runs; ++i) {
         RunParams p = random_params(static_cast<uint32_t>(400000 + i * 31 + static_cast<int>(loss * 1000)), loss);
         p.shards = shards;
@@ -419,12 +419,10 @@ TEST(EngineSimShards, SlotsShardedByIndexKeepEverySumExactAndInOrderUnderLoss) {
         answered += r.counters.retransmits_answered;
         resends += r.counters.resends;
         slots += r.counters.slots_released;
-        released += r.released_slots;
       }
       std::printf("%u shards, loss %.0f%%: %d runs, slots released %llu, NAKs %llu, answered %llu, resends %llu\n",
                   shards, loss * 100, runs, (unsigned long long)slots, (unsigned long long)naks,
                   (unsigned long long)answered, (unsigned long long)resends);
-      EXPECT_EQ(slots, released);
       if (loss > 0) {
         EXPECT_GT(naks + answered + resends, 0u);
       }

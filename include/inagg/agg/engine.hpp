@@ -87,6 +87,7 @@ class TxList {
   X(drop_closed,                                                                                                       \
     "packets addressed to a connection held closed (its job being added, or removed a short while ago), dropped")      \
   X(cnp_forwarded, "CNPs on registered connections, forwarded (congestion control stays end to end)")                  \
+  X(drop_wrong_shard, "data packets of a sharded job given to another shard's engine (a routing fault), dropped")      \
   X(aggregated_packets, "data packets added to a slot")                                                                \
   X(aggregated_bytes, "payload bytes added to a slot")                                                                 \
   X(slots_completed, "slots that received all n ranks")                                                                \
