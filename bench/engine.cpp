@@ -155,6 +155,40 @@ void BM_engine(benchmark::State& state) {
                  " crc=" + std::string(wire::crc32_impl_name()));
 }
 
+// A counter on a cache line of its own (two threads hand work over through it).
+struct alignas(64) PaddedCounter {
+  std::atomic<uint64_t> v{0};
+};
+
+// Two CPUs for a two-thread benchmark: the one this thread runs on, and another of its affinity set
+// (-1 when the set has one CPU). Pins this thread to the first while it lives; a second thread
+// calls pin(other()). Restores this thread's affinity set at the end.
+class CpuPair {
+ public:
+  CpuPair() {
+    CPU_ZERO(&mine_);
+    pthread_getaffinity_np(pthread_self(), sizeof mine_, &mine_);
+    main_ = sched_getcpu();
+    for (int c = 0; c < CPU_SETSIZE && other_ < 0; ++c)
+      if (CPU_ISSET(c, &mine_) && c != main_) other_ = c;
+    pin(main_);
+  }
+  ~CpuPair() { pthread_setaffinity_np(pthread_self(), sizeof mine_, &mine_); }
+  int main() const { return main_; }
+  int other() const { return other_; }
+  static void pin(int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  }
+
+ private:
+  cpu_set_t mine_;
+  int main_ = -1, other_ = -1;
+};
+
 // Issue 17's verify pipeline on the same packets, without ports: a second thread (the verifier,
 // pinned to the CPU the main thread is not on) computes each packet's payload CRC
 // (wire::precompute_payload_crc) up to kLead packets ahead, and the engine on the main thread takes
@@ -172,25 +206,11 @@ void BM_engine_pipeline(benchmark::State& state) {
     return;
   }
   std::vector<wire::PayloadCrc> crcs(kLead);
-  struct alignas(64) Counter {
-    std::atomic<uint64_t> v{0};
-  };
-  Counter produced, consumed;
+  PaddedCounter produced, consumed;
   std::atomic<bool> stop{false};
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  pthread_getaffinity_np(pthread_self(), sizeof mine, &mine);
-  int other = -1;  // the verifier's CPU: one this thread is not pinned to, if the set allows
-  int main_cpu = sched_getcpu();
-  for (int c = 0; c < CPU_SETSIZE && other < 0; ++c)
-    if (CPU_ISSET(c, &mine) && c != main_cpu) other = c;
+  const CpuPair cpus;  // the engine on this thread's CPU, the verifier on the other
   std::thread verifier([&] {
-    if (other >= 0) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(other, &one);
-      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    }
+    CpuPair::pin(cpus.other());
     for (uint64_t g = 0; !stop.load(std::memory_order_relaxed); ++g) {
       while (g - consumed.v.load(std::memory_order_acquire) >= kLead)
         if (stop.load(std::memory_order_relaxed)) return;
@@ -199,12 +219,6 @@ void BM_engine_pipeline(benchmark::State& state) {
       produced.v.store(g + 1, std::memory_order_release);
     }
   });
-  if (main_cpu >= 0) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(main_cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-  }
   agg::TxList tx(4096);
   uint64_t now = 0, g = 0;
   for (auto _ : state) {
@@ -222,11 +236,11 @@ void BM_engine_pipeline(benchmark::State& state) {
   }
   stop.store(true);
   verifier.join();
-  pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
   if (!aggregated(engine, state)) return;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.seqs * s.n * s.P));
-  state.SetLabel(other >= 0 ? "verifier on CPU " + std::to_string(other) + ", engine on CPU " + std::to_string(main_cpu)
-                            : std::string("one CPU only: verifier unpinned"));
+  state.SetLabel(cpus.other() >= 0 ? "verifier on CPU " + std::to_string(cpus.other()) + ", engine on CPU " +
+                                         std::to_string(cpus.main())
+                                   : std::string("one CPU only: verifier unpinned"));
 }
 
 // Two threads in lock step on two CPUs: body(0) on this thread, body(1) on a second one pinned to
@@ -235,13 +249,8 @@ void BM_engine_pipeline(benchmark::State& state) {
 class TwoThreads {
  public:
   explicit TwoThreads(std::function<void(unsigned)> body) : body_(std::move(body)) {
-    pthread_getaffinity_np(pthread_self(), sizeof mine_, &mine_);
-    main_cpu_ = sched_getcpu();
-    for (int c = 0; c < CPU_SETSIZE && other_cpu_ < 0; ++c)
-      if (CPU_ISSET(c, &mine_) && c != main_cpu_) other_cpu_ = c;
-    pin(main_cpu_);
     helper_ = std::thread([this] {
-      pin(other_cpu_);
+      CpuPair::pin(cpus_.other());
       for (uint64_t done = 0;; ++done) {
         uint64_t g;
         while ((g = go_.v.load(std::memory_order_acquire)) == done) {}
@@ -254,7 +263,6 @@ class TwoThreads {
   ~TwoThreads() {
     go_.v.store(kStop, std::memory_order_release);
     helper_.join();
-    pthread_setaffinity_np(pthread_self(), sizeof mine_, &mine_);
   }
   void iteration() {
     const uint64_t i = ++n_;
@@ -263,27 +271,17 @@ class TwoThreads {
     while (done_.v.load(std::memory_order_acquire) != i) {}
   }
   std::string label() const {
-    return other_cpu_ >= 0 ? "threads on CPUs " + std::to_string(main_cpu_) + " and " + std::to_string(other_cpu_)
-                           : std::string("one CPU only: the second thread unpinned");
+    return cpus_.other() >= 0
+               ? "threads on CPUs " + std::to_string(cpus_.main()) + " and " + std::to_string(cpus_.other())
+               : std::string("one CPU only: the second thread unpinned");
   }
 
  private:
   static constexpr uint64_t kStop = ~0ull;
-  static void pin(int cpu) {
-    if (cpu < 0) return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-  }
-  struct alignas(64) Counter {
-    std::atomic<uint64_t> v{0};
-  };
+  const CpuPair cpus_;  // constructed (this thread pinned) before the helper starts
   std::function<void(unsigned)> body_;
-  cpu_set_t mine_;
-  int main_cpu_ = -1, other_cpu_ = -1;
   uint64_t n_ = 0;
-  Counter go_, done_;
+  PaddedCounter go_, done_;
   std::thread helper_;
 };
 

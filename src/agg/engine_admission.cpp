@@ -230,7 +230,7 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
   job.state = JobState::failed;
   job.error = why;
   // A spread job: the first shard to fail it counts and logs it, and the others abort it at their
-  // next look (abort_spread); one that fails it at the same time as another counts nothing.
+  // next look (follow_spread_failure); one that fails it at the same time as another counts nothing.
   if (kind && job.shards && !job.shards->publish_failure(why)) kind = nullptr;
   if (kind) {
     ++(job.c.*kind);
@@ -245,7 +245,9 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
 }
 
 // Another shard aborted the job (and counted and logged it): this one ends its part, with its reason.
-void Engine::abort_spread(Job& job) { abort_job(job, job.shards->error(), nullptr); }
+void Engine::follow_spread_failure(Job& job) {
+  if (job.shards && job.state == JobState::active && job.shards->failed()) abort_job(job, job.shards->error(), nullptr);
+}
 
 // What a no-progress timeout most likely means, in words: a registration that never matched says
 // which field to check.

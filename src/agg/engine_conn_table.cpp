@@ -190,7 +190,7 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, co
     log_drop(job, "not from the port its rank was first seen on", e->rank, e->ack_direction, pkt, l, now_ns);
     return drop(&job, pkt, &EngineCounters::drop_wrong_port);
   }
-  if (job.shards && job.state == JobState::active && job.shards->failed()) abort_spread(job);
+  follow_spread_failure(job);
   if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
   if (e->ack_direction)
     handle_ack(job, e->rank, pkt, l, now_ns, tx);

@@ -171,17 +171,14 @@ struct alignas(64) Engine::Job {
   uint64_t own_at_or_after(uint64_t s) const { return s + ((shard - s) & (nshards - 1)); }
   // The job's release cursor, whichever shard releases: every sequence below it went out.
   // (A replay shard can be a generation ahead of the ticket: then nothing of its generation is out.)
-  uint64_t released_below() const {
-    if (!shards) return cursor;
-    const uint64_t t = shards->ticket_.load(std::memory_order_acquire);
-    return t > base ? t - base : 0;
-  }
+  uint64_t released_below() const { return shards ? since_base(shards->ticket_) : cursor; }
   // What may be out already, for the window and bypass checks: released_below(), or one more while
   // a shard hands the slot at the ticket over (JobShards::handed_).
-  uint64_t out_below() const {
-    if (!shards) return cursor;
-    const uint64_t h = shards->handed_.load(std::memory_order_acquire);
-    return h > base ? h - base : 0;
+  uint64_t out_below() const { return shards ? since_base(shards->handed_) : cursor; }
+  // A sequence number of the ticket's numbering in this generation's (0 if it is of an earlier one).
+  uint64_t since_base(const std::atomic<uint64_t>& shared) const {
+    const uint64_t t = shared.load(std::memory_order_acquire);
+    return t > base ? t - base : 0;
   }
   uint64_t refresh_released() { return released_seen = out_below(); }
 

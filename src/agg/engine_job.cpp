@@ -236,16 +236,16 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
       h.hold(pkt, l, header_crc);
       if (ecn_of(pkt.data, l) == wire::kEcnCe || bth.fecn()) slot.ecn = true;
       note_arrival(job, rank, seq);
-      if (slot.arrived == full_mask(job.spec.workers)) {
+      const bool completed = slot.arrived == full_mask(job.spec.workers);
+      if (completed) {
         slot.state = SlotState::complete;
         BUMP(job, slots_completed);
         job.last_progress_ns = now_ns;
         if (job.shards) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
-        if (seq == job.cursor) release_ready(job, now_ns, tx);
       }
-      // A shard's complete slot may be waiting for its turn, which another shard gives: look at
-      // every packet (a load of the ticket), not only when a slot completes.
-      if (job.shards && job.cursor != seq) release_ready(job, now_ns, tx);
+      // One engine releases when the cursor's slot completes. A shard's complete slot may be waiting
+      // for its turn, which another shard gives: it looks at every packet (a load of the ticket).
+      if (job.shards || (completed && seq == job.cursor)) release_ready(job, now_ns, tx);
       return;
     }
     case SlotState::complete:

@@ -67,7 +67,6 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
   for (unsigned r = 0; r < job.spec.workers && job.state == JobState::active; ++r) {
     Job::Conn& c = job.conns[r];
     if (tx.capacity() - tx.size() < 2) return;  // the next poll goes on from here
-    if (job.shards && job.shard != 0) sync_acks(job, r, now_ns);
     if (c.nak_pending) {
       if (c.nak_rounds < cfg_.resend_budget && elapsed(now_ns, c.nak_ns) > c.nak_interval_ns)
         send_nak(job, r, now_ns, tx, NakReason::again);
@@ -111,12 +110,9 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
 void Engine::release_turns(uint64_t now_ns, TxList& tx) {
   for (auto& jp : jobs_) {
     Job& job = *jp;
-    if (!job.shards || job.state != JobState::active) continue;
-    if (job.shards->failed()) {
-      abort_spread(job);
-      continue;
-    }
-    release_ready(job, now_ns, tx);
+    if (!job.shards) continue;
+    follow_spread_failure(job);
+    if (job.state == JobState::active) release_ready(job, now_ns, tx);
   }
 }
 
@@ -156,9 +152,9 @@ void Engine::poll(uint64_t now_ns, TxList& tx) {
   // Releases and aborts first, for every job, so a full TX list never starves them.
   for (auto& jp : jobs_) {
     Job& job = *jp;
-    if (job.shards && job.state == JobState::active && job.shards->failed()) abort_spread(job);
+    follow_spread_failure(job);
     if (job.state != JobState::active) continue;
-    if (job.shards && job.shard != 0)
+    if (job.shards && job.shard != 0)  // what the receivers acknowledged, for the release and recover()
       for (unsigned r = 0; r < job.spec.workers; ++r) sync_acks(job, r, now_ns);
     release_ready(job, now_ns, tx);  // continue a release that TX space cut short
     const bool pending =

@@ -65,11 +65,7 @@ bool JobOwnership::add_sharded(const agg::JobSpec& spec, uint16_t owner, std::st
     if (r.ok) continue;
     // Undo the shards already added (their engines keep the connections closed a while, as after
     // any removal: nothing of the job is forwarded raw in between).
-    for (unsigned j = 0; j < i; ++j) {
-      LcoreRequest u{LcoreRequest::Kind::remove_job};
-      u.id = spec.id;
-      call_lcore(*lcores_[ls[j]], u);
-    }
+    for (unsigned j = 0; j < i; ++j) remove_from(ls[j], spec.id, nullptr);
     *error = r.error + " (on lcore " + std::to_string(lcores_[ls[i]]->lcore_id) + ", shard " + std::to_string(i) +
              " of " + std::to_string(k) + ")";
     return false;
@@ -165,28 +161,24 @@ bool JobOwnership::remove(uint32_t id, std::string* error) {
     *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
     return false;
   }
-  if (!shard_lcores_.count(id)) {
-    LcoreRequest r{LcoreRequest::Kind::remove_job};
-    r.id = id;
-    call_lcore(*lcores_[it->second], r);
-    if (!r.ok) {
-      *error = r.error;
-      return false;
-    }
-  }
+  if (!shard_lcores_.count(id) && !remove_from(it->second, id, error)) return false;
   remove_parts(id);
   return true;
+}
+
+bool JobOwnership::remove_from(uint16_t lcore, uint32_t id, std::string* error) {
+  LcoreRequest r{LcoreRequest::Kind::remove_job};
+  r.id = id;
+  call_lcore(*lcores_[lcore], r);
+  if (!r.ok && error) *error = r.error;
+  return r.ok;
 }
 
 // Every part of a job goes (a sharded job has one per shard; a part already gone is no refusal:
 // only a job an engine does not have is refused), then every lcore forgets its owner.
 void JobOwnership::remove_parts(uint32_t id) {
   if (auto it = shard_lcores_.find(id); it != shard_lcores_.end())
-    for (uint16_t lc : it->second) {
-      LcoreRequest r{LcoreRequest::Kind::remove_job};
-      r.id = id;
-      call_lcore(*lcores_[lc], r);
-    }
+    for (uint16_t lc : it->second) remove_from(lc, id, nullptr);
   broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0, closed_hold_ns_);
   owner_.erase(id);
   specs_.erase(id);

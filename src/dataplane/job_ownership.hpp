@@ -44,7 +44,9 @@ class JobOwnership {
  private:
   bool conflicts(const agg::JobSpec& spec, std::string* error) const;
   bool add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error);
-  void remove_parts(uint32_t id);                      // with mutex_ held
+  void remove_parts(uint32_t id);  // with mutex_ held
+  // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
+  bool remove_from(uint16_t lcore, uint32_t id, std::string* error);
   std::vector<uint16_t> lcores_of(uint32_t id) const;  // every lcore whose engine has a part of the job
   // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
   static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);

@@ -44,14 +44,13 @@ timeout 600 "$inagg" "${lcores[@]}" --no-huge --no-pci -m 1024 --file-prefix="$p
 rc=$?
 [ $rc -eq 0 ] || fail "inagg exited with status $rc"
 if [ ${#extra[@]} -gt 0 ]; then
-  lcore_sum() {  # COUNTER -> its sum over the lcores' last stats lines
-    awk -v c="$1" '/^lcore [0-9]+:/ {for (i = 1; i <= NF; i++) if ($i == c) v[$2] = $(i + 1)} END {for (k in v) s += v[k]; print s + 0}' "$tmp/log"
-  }
+  # shellcheck source=../lib/lcore_stats.sh
+  . "$src/tests/lib/lcore_stats.sh"
   if [[ " ${extra[*]} " == *" verify "* ]]; then
-    [ "$(lcore_sum verified)" -gt 0 ] || fail "no packet went through the verify stage: the test does not test it"
+    [ "$(lcore_sum verified "$tmp/log")" -gt 0 ] || fail "no packet went through the verify stage: the test does not test it"
   else
-    [ "$(lcore_sum handover_out)" -gt 0 ] || fail "no packet was handed to the other shard: the test does not test it"
-    [ "$(lcore_sum ordered)" -gt 0 ] || fail "nothing left through the ordered ring: the job was not sharded"
+    [ "$(lcore_sum handover_out "$tmp/log")" -gt 0 ] || fail "no packet was handed to the other shard: the test does not test it"
+    [ "$(lcore_sum ordered "$tmp/log")" -gt 0 ] || fail "nothing left through the ordered ring: the job was not sharded"
   fi
   grep -Eq "^lcore [0-9]+: .* handover_full [1-9]" "$tmp/log" && fail "handovers dropped between the lcores"
   # One connection's packets all leave from the owner's queue, in order: queue 0's output first.

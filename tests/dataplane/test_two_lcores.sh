@@ -46,17 +46,16 @@ grep -q "job 1: active" "$tmp/log" || fail "job not active at exit"
 grep -Eq "port 0 .*rte_flow steering of UDP 4791 unavailable \(rss at priority 1: .*; queue at priority 0: .*\); classifying in software" "$tmp/log" ||
   fail "the rte_flow fallback (rss, then queue, then software) was not reported"
 grep -Eq "^port 0 .*steering software\)" "$tmp/log" || fail "stats do not show steering software"
-lcore_sum() {  # COUNTER -> its sum over the lcores' last stats lines
-  awk -v c="$1" '/^lcore [0-9]+:/ {for (i = 1; i <= NF; i++) if ($i == c) v[$2] = $(i + 1)} END {for (k in v) s += v[k]; print s + 0}' "$tmp/log"
-}
+# shellcheck source=../lib/lcore_stats.sh
+. "$src/tests/lib/lcore_stats.sh"
 if [ "${extra[*]}" = "--job-lcores 2 --job-spread verify" ]; then
   # Every data packet (6 ranks x 3 messages x 4 packets) went through the verify stage once.
-  verified=$(lcore_sum verified)
+  verified=$(lcore_sum verified "$tmp/log")
   [ "$verified" -eq 72 ] || fail "$verified data packets went through the verify stage, expected 72"
 elif [ "${extra[*]}" = "--job-lcores 2" ]; then
   # Sharded: both lcores' engines summed slots (12 sequences, 6 each), and all 72 released packets
   # left through the owner's ordered ring.
-  ordered=$(lcore_sum ordered)
+  ordered=$(lcore_sum ordered "$tmp/log")
   [ "$ordered" -eq 72 ] || fail "$ordered released packets left through the ordered ring, expected 72"
   grep -Eq "^job 1: .*slots_released 12( |$)" "$tmp/log" || fail "the job's line does not show 12 slots released: $(grep '^job 1:' "$tmp/log" | tail -n 1)"
   # Each lcore's engine took its shard's half of the job's 72 data packets (36 each).

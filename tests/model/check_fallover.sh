@@ -5,11 +5,8 @@
 #   check_fallover.sh MODEL
 set -uo pipefail
 model=$1
-command -v spin >/dev/null || { echo "FAIL: spin is missing (scripts/setup installs it)"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cp "$model" "$tmp/model.pml"
-cd "$tmp" || exit 1
+# shellcheck source=spin_workdir.sh
+. "$(dirname "$0")/spin_workdir.sh" "$model"
 check() {  # MUTATION -> pan's summary line
   spin -DMUTATION="$1" -a model.pml >spin.log 2>&1 || { echo "FAIL: spin: $(tail -n 3 spin.log)"; exit 1; }
   gcc -O2 -DSAFETY -o pan pan.c >gcc.log 2>&1 || { echo "FAIL: gcc pan.c: $(tail -n 3 gcc.log)"; exit 1; }

@@ -10,11 +10,8 @@
 # slots reused). B's liveness run (3.8M states, ~2 min) is too slow for CI: docs/model/README.md.
 set -uo pipefail
 model=$1
-command -v spin >/dev/null || { echo "FAIL: spin is missing (scripts/setup installs it)"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cp "$model" "$tmp/model.pml"
-cd "$tmp" || exit 1
+# shellcheck source=spin_workdir.sh
+. "$(dirname "$0")/spin_workdir.sh" "$model"
 A=(-DW=1 -DMSGS=4 -DLMAX=2)
 B=(-DW=2 -DMSGS=5 -DLMAX=1)
 results=()

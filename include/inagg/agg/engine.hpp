@@ -359,7 +359,7 @@ class alignas(64) Engine {
   void recover(Job& job, uint64_t now_ns, TxList& tx);
   // Adding, removing and ending jobs (engine_admission.cpp).
   void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
-  void abort_spread(Job& job);  // another shard of the job aborted it
+  void follow_spread_failure(Job& job);  // aborts a spread job here that another shard aborted
   std::string timeout_reason(const Job& job) const;
   void free_job_memory(Job& job);
   Job* find_job(uint32_t id);
