@@ -320,14 +320,19 @@ def main(argv):
     if a.command == "report":
         return report(a)
     try:
-        return train(a)
+        rc = train(a)
     except Exception:  # noqa: BLE001
         # A failed rank leaves at once: its peers fail on their own timeouts, and torch's
         # destructors (DDP's reducer, Gloo's threads) are not run half-way through a step.
         traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        rc = 1
+    # Either way without torch's destructors at interpreter exit: with PyTorch 1.13 a Gloo worker
+    # thread can free the last tensor of a finished run while the interpreter finalises, wait for
+    # the GIL in that tensor's destructor and keep the process from ever exiting (seen once in a
+    # CI run, rank 0 after writing its results). Everything is written and flushed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 if __name__ == "__main__":
