@@ -60,14 +60,18 @@ class Communicator:
                        pieces of this size (rounded up to whole messages)
     timeout_s          how long registration may take, and how long an allreduce may go with
                        nothing arriving before it fails
+    exchange_port      with control: rank 0 listens on this TCP port at its address, and every rank
+                       meets it there before the first allreduce (and in barrier()), so that no rank
+                       sends while another is still starting
     """
 
     def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=None,
-                 window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0):
+                 window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0,
+                 exchange_port=18516):
         self._c = _Communicator(rank=rank, world_size=world_size, control=control or "", job_id=job_id,
                                 dtype=dtype, message=message, payload=payload or 0, window=window,
                                 ack_timeout_ms=ack_timeout_ms, retry=retry, ip_base=ip_base,
-                                chunk_bytes=chunk_bytes, timeout_s=timeout_s)
+                                chunk_bytes=chunk_bytes, timeout_s=timeout_s, exchange_port=exchange_port)
 
     rank = property(lambda self: self._c.rank)
     world_size = property(lambda self: self._c.world_size)
@@ -111,6 +115,12 @@ class Communicator:
         """Removes the job from the appliance (`inagg-ctl remove ID`): call it on one rank, once
         every rank has closed its communicator."""
         self._c.remove_job()
+
+    def barrier(self, what="barrier"):
+        """Returns once every rank called barrier() with the same `what` (needs control=): ranks whose
+        work before the next allreduce differs in length meet here instead of one rank's packets
+        waiting at the appliance, unacknowledged, for the slowest."""
+        self._c.barrier(what)
 
     def close(self):
         """Final barrier of the transport: keeps answering the predecessor's retransmissions until

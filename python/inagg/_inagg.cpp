@@ -49,6 +49,7 @@ struct CommunicatorOptions {
   std::string ip_base = "10.77.0.0";
   uint64_t chunk_bytes = 8u << 20;
   double timeout_s = 60;
+  unsigned exchange_port = 18516;  // with a control socket: rank 0 listens here for the others (meet)
 };
 
 // inagg-worker's option checks speak of its flags; say the keyword arguments' names instead.
@@ -111,6 +112,22 @@ class Communicator {
                            std::to_string(o.timeout_s) + " s (is rank 0 running?)");
       }
     }
+    // Through the appliance, a rank that sends long before the others waits for them without an ACK
+    // (the appliance holds its packets): the ranks meet at rank 0 first, as inagg-worker's do
+    // (UdpRcTransport::meet), and barrier() lets a caller meet them again after unequal work.
+    if (!o.control.empty()) {
+      if (o.exchange_port == 0 || o.exchange_port > 65535)
+        throw std::invalid_argument("inagg.Communicator: exchange_port must be a TCP port");
+      client::RendezvousConfig rc;
+      rc.rank = o.rank;
+      rc.workers = o.world_size;
+      rc.host = plan_.ip_of(0);
+      rc.port = static_cast<uint16_t>(o.exchange_port);
+      rc.deadline_ns = client::now_ns() + timeout_ns;
+      if (!transport_.meet(rc, &error) || !transport_.barrier("the first allreduce", &error))
+        throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
+      met_ = true;
+    }
     // No deadline for the whole job (a communicator lives as long as training does); an allreduce
     // fails when nothing at all arrives for timeout_s, or when the RC requester gives up.
     exchange_ =
@@ -157,6 +174,18 @@ class Communicator {
     }
     ++allreduces_;
     bytes_ += bytes;
+  }
+
+  // Every rank of the job meets here (see the constructor); needs a control socket.
+  void barrier(const std::string& what) {
+    ++waiting_;
+    const WakeServer wake{cv_};
+    std::unique_lock lock(mutex_);
+    --waiting_;
+    if (closed_) throw InaggError("inagg.Communicator: closed");
+    if (!met_) throw InaggError("inagg.Communicator: barrier() needs a communicator made with control=");
+    std::string error;
+    if (!transport_.barrier(what, &error)) throw InaggError("inagg: rank " + std::to_string(o_.rank) + ": " + error);
   }
 
   void close() {
@@ -232,6 +261,7 @@ class Communicator {
   std::thread server_;
   bool stop_ = false;
   bool closed_ = false;
+  bool met_ = false;  // the ranks met at rank 0 (a control socket was given): barrier() works
   std::string error_;
   uint64_t allreduces_ = 0, bytes_ = 0, messages_ = 0;
 };
@@ -289,16 +319,16 @@ PYBIND11_MODULE(_inagg, m) {
   py::class_<Communicator>(m, "_Communicator")
       .def(py::init([](unsigned rank, unsigned world_size, std::string control, uint32_t job_id, std::string dtype,
                        uint32_t message, uint32_t payload, unsigned window, double ack_timeout_ms, unsigned retry,
-                       std::string ip_base, uint64_t chunk_bytes, double timeout_s) {
+                       std::string ip_base, uint64_t chunk_bytes, double timeout_s, unsigned exchange_port) {
              CommunicatorOptions o{rank,     world_size, std::move(control), job_id, std::move(dtype),   message,
                                    payload,  window,     ack_timeout_ms,     retry,  std::move(ip_base), chunk_bytes,
-                                   timeout_s};
+                                   timeout_s, exchange_port};
              py::gil_scoped_release nogil;
              return std::make_unique<Communicator>(o);
            }),
            py::kw_only(), py::arg("rank"), py::arg("world_size"), py::arg("control"), py::arg("job_id"),
            py::arg("dtype"), py::arg("message"), py::arg("payload"), py::arg("window"), py::arg("ack_timeout_ms"),
-           py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"))
+           py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"), py::arg("exchange_port"))
       .def_property_readonly("rank", [](const Communicator& c) { return c.options().rank; })
       .def_property_readonly("world_size", [](const Communicator& c) { return c.options().world_size; })
       .def_property_readonly("job_id", [](const Communicator& c) { return c.options().job_id; })
@@ -355,5 +385,6 @@ PYBIND11_MODULE(_inagg, m) {
           "remove_job",
           [](const Communicator& c) { c.control_request("remove " + std::to_string(c.options().job_id) + "\n"); },
           py::call_guard<py::gil_scoped_release>())
-      .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>());
+      .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>())
+      .def("barrier", &Communicator::barrier, py::arg("what"), py::call_guard<py::gil_scoped_release>());
 }

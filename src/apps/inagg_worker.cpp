@@ -126,8 +126,14 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
     // The reference of this size, made once from the seed (every rank computes every rank's input).
     std::optional<Reference> ref;
     if (o.check) ref.emplace(Reference::Config{dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale}, bytes);
-    auto fill = [&] { serving(w, [&] { fill_input(dtype, o.seed, o.rank, w.data(), bytes); }); };
-    fill();
+    // Filling (and, the first time, making the reference) takes each rank a different time: the
+    // ranks meet after it, before the allreduce that follows.
+    const std::string size_name = std::to_string(bytes) + " bytes";
+    auto fill = [&](const char* before) {
+      serving(w, [&] { fill_input(dtype, o.seed, o.rank, w.data(), bytes); });
+      return w.barrier(std::string(before) + " of " + size_name);
+    };
+    if (!fill("the first allreduce")) return false;
     for (unsigned it = 0; it < o.warmup; ++it)
       if (!w.allreduce(bytes, false)) return false;
     std::optional<nccl::Measurement> placed[2];
@@ -136,7 +142,8 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
       nccl::Measurement m;
       double total_us = 0;
       for (unsigned it = 0; it < o.iters; ++it) {
-        if (in_place) fill();  // the last sum replaced the input (out of place, it is intact)
+        // In place, the last sum replaced the input (out of place, it is intact).
+        if (in_place && !fill("an in-place allreduce")) return false;
         const uint64_t t0 = now_ns();
         if (!w.allreduce(bytes, in_place)) return false;
         total_us += static_cast<double>(now_ns() - t0) / 1e3;
@@ -148,7 +155,7 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
       // reference of the tier that summed it; the first one with wrong elements ends them.
       m.checked = o.check > 0;
       for (unsigned c = 0; c < o.check && m.wrong == 0; ++c) {
-        fill();
+        if (!fill("a checked allreduce")) return false;
         corrupt(dtype, w.data(), count, o.corrupt);
         if (!w.allreduce(bytes, in_place)) return false;
         const uint8_t* got = in_place ? w.data() : w.result();

@@ -115,7 +115,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
                                                "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
       "window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")(
       "ack-timeout-ms", po::value<double>(&o.ack_timeout_ms)->default_value(o.ack_timeout_ms),
-      "RC ACK timeout: the retransmission timeout's ceiling (it follows the round trip below that)")(
+      "RC ACK timeout: the retransmission timeout's ceiling (it follows the round trip below that); (--retry + 1) "
+      "x this is how long a rank waits for an ACK while the appliance holds its packets for a rank that is not "
+      "sending")(
       "rto-min-ms", po::value<double>(&o.rto_min_ms)->default_value(o.rto_min_ms),
       "the retransmission timeout's floor (it follows the round trip above that; at --ack-timeout-ms or more it is "
       "fixed there)")(

@@ -104,9 +104,9 @@ std::string format_endpoint(const RankEndpoint& e) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "endpoint rank=%u gid=%s send_qpn=0x%x recv_qpn=0x%x start_psn=0x%x recv_addr=0x%" PRIx64
-                " recv_rkey=0x%x payload=%u",
+                " recv_rkey=0x%x payload=%u workers=%u",
                 e.rank, util::ip_text(e.gid).c_str(), e.send_qpn, e.recv_qpn, e.start_psn, e.recv_addr, e.recv_rkey,
-                e.payload);
+                e.payload, e.workers);
   return buf;
 }
 
@@ -131,16 +131,36 @@ std::optional<RankEndpoint> parse_endpoint(const std::string& line, std::string*
   e.recv_addr = *addr;
   e.recv_rkey = static_cast<uint32_t>(*rkey);
   e.payload = static_cast<uint32_t>(*p);
+  e.workers = static_cast<unsigned>(number(line, "workers", 64).value_or(0));
   return e;
 }
 
 Rendezvous::~Rendezvous() {
+  for (int fd : peers_)
+    if (fd >= 0) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void Rendezvous::drop_peers(const std::string& why) {
+  // Rank 0: tell the ranks still connected why, so that each of them fails at once with the reason
+  // instead of at its deadline; then close every connection (a later barrier fails too).
+  for (int& fd : peers_) {
+    if (fd < 0) continue;
+    if (cfg_.rank == 0) {
+      const std::string line = "error " + why + "\n";
+      (void)!::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    ::close(fd);
+    fd = -1;
+  }
+  broken_ = why;
 }
 
 bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer,
                         std::string* error) {
-  // Accept the other ranks' connections and read one line from each; then answer them all.
+  // Accept the other ranks' connections and read one line from each; then answer them all. The
+  // connections stay open for the barriers: a rank whose process ends closes its own, which is
+  // how the others learn of it at once.
   std::vector<int> conns;
   struct Closer {
     std::vector<int>& fds;
@@ -173,6 +193,9 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
       *error = "rank 0: a rank went away before it had rank 0's answer";
       return false;
     }
+  // Kept, in the order of `lines` (exchange() files them by rank).
+  peers_ = std::move(conns);
+  conns.clear();
   return true;
 }
 
@@ -192,8 +215,11 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
       answer->clear();
       const bool ok = write_all(fd, line + "\n") && read_until(fd, "end\n", answer);
+      if (ok) {
+        peers_.assign(1, fd);  // kept for the barriers
+        return true;
+      }
       ::close(fd);
-      if (ok) return true;
       *error = "rank " + std::to_string(cfg_.rank) + ": rank 0 at " + where(cfg_) +
                " took the connection but gave no complete answer before the deadline (are all ranks started?)";
       return false;
@@ -216,16 +242,19 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
   }
 }
 
-bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& mine, std::vector<RankEndpoint>* all,
+bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpoint, std::vector<RankEndpoint>* all,
                           std::string* error) {
   cfg_ = cfg;
+  RankEndpoint mine = endpoint;
+  mine.workers = cfg.workers;
   std::vector<std::string> lines;
   if (cfg.rank == 0) {
     if (listen_fd_ < 0) {
       listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       const int one = 1;
       ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      const sockaddr_in any = address_of(util::IpAddr::v4(INADDR_ANY), cfg.port);
+      // Rank 0's own address only: ranks of other jobs (other --ip-base) on this host listen on theirs.
+      const sockaddr_in any = address_of(cfg.host, cfg.port);
       if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&any), sizeof any) != 0 ||
           ::listen(listen_fd_, 64) != 0) {
         *error = "rank 0: cannot listen on TCP port " + std::to_string(cfg.port) +
@@ -240,6 +269,19 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& mine,
       return t;
     };
     if (!gather("sent their endpoints", &lines, table, error)) return false;
+    // peers_[i] answered lines[i]; file them by rank (the lines are checked below).
+    std::vector<int> by_rank(cfg.workers, -1);
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      std::string ignored;
+      const std::optional<RankEndpoint> e = parse_endpoint(lines[i], &ignored);
+      if (e && e->rank < cfg.workers && by_rank[e->rank] < 0) {
+        by_rank[e->rank] = peers_[i];
+        peers_[i] = -1;
+      }
+    }
+    for (int fd : peers_)
+      if (fd >= 0) ::close(fd);
+    peers_ = std::move(by_rank);
   } else {
     std::string answer;
     if (!ask(format_endpoint(mine), &answer, error)) return false;
@@ -265,6 +307,11 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& mine,
                " with --workers " + std::to_string(cfg.workers) + ": does every rank have its own --rank?";
       return false;
     }
+    if (e->workers != cfg.workers) {
+      *error = "rank " + std::to_string(e->rank) + " was started with --workers " + std::to_string(e->workers) +
+               ", rank " + std::to_string(cfg.rank) + " with " + std::to_string(cfg.workers) + ": every rank needs the same";
+      return false;
+    }
     if (e->payload != mine.payload) {
       *error = "rank " + std::to_string(e->rank) + " uses --payload " + std::to_string(e->payload) + ", rank " +
                std::to_string(mine.rank) + " " + std::to_string(mine.payload) + ": every rank needs the same";
@@ -282,26 +329,89 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& mine,
 }
 
 bool Rendezvous::barrier(const std::string& what, std::string* error) {
-  if (cfg_.workers == 0) {
+  if (cfg_.workers == 0 || peers_.empty()) {
     *error = "barrier before the exchange";
     return false;
   }
+  if (!broken_.empty()) {
+    *error = "the ranks' connections are closed: " + broken_;
+    return false;
+  }
   const std::string line = "barrier " + what;
-  if (cfg_.rank == 0) {
-    std::vector<std::string> lines;
-    if (!gather(
-            "reached the barrier '" + what + "'", &lines, [](std::vector<std::string>&) { return std::string(); },
-            error))
+  if (cfg_.rank != 0) {
+    // Our line to rank 0 on the kept connection, then its answer: "end", or "error ..." when a rank
+    // went away or came to another barrier; the connection closing means rank 0 went away.
+    std::string answer;
+    if (!write_all(peers_[0], line + "\n") || !read_until(peers_[0], "\n", &answer)) {
+      const std::string why = ms_left(cfg_.deadline_ns) <= 0
+                                  ? "rank 0 did not end the barrier '" + what + "' before the deadline"
+                                  : "rank 0's connection closed in the barrier '" + what + "' (its process ended?)";
+      drop_peers(why);
+      *error = "rank " + std::to_string(cfg_.rank) + ": " + why;
       return false;
-    for (const std::string& l : lines)
-      if (l != line) {
-        *error = "rank 0 at the barrier '" + what + "' got '" + l.substr(0, 100) + "' from another rank";
+    }
+    answer = answer.substr(0, answer.find('\n'));
+    if (answer == "end") return true;
+    drop_peers(answer.rfind("error ", 0) == 0 ? answer.substr(6) : "rank 0 answered '" + answer.substr(0, 100) + "'");
+    *error = "rank " + std::to_string(cfg_.rank) + " in the barrier '" + what + "': " + broken_;
+    return false;
+  }
+  // Rank 0: a line from every other rank's connection, read as they come; a connection that
+  // closes is a rank that went away, and every other rank is told so at once.
+  std::vector<std::string> got(cfg_.workers);
+  std::vector<bool> in(cfg_.workers, false);
+  in[0] = true;
+  for (unsigned arrived = 1; arrived < cfg_.workers;) {
+    std::vector<pollfd> fds;
+    std::vector<unsigned> rank_of;
+    for (unsigned r = 1; r < cfg_.workers; ++r)
+      if (!in[r]) {
+        fds.push_back({peers_[r], POLLIN, 0});
+        rank_of.push_back(r);
+      }
+    const int left = ms_left(cfg_.deadline_ns);
+    if (left <= 0) {
+      std::string missing;
+      for (unsigned r = 1; r < cfg_.workers; ++r)
+        if (!in[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      drop_peers("rank " + missing + " did not reach the barrier '" + what + "' before the deadline");
+      *error = "rank 0: " + broken_;
+      return false;
+    }
+    if (idle_) idle_(std::min(left, kIdleMs));
+    if (::poll(fds.data(), fds.size(), idle_ ? 0 : std::min(left, 100)) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      const unsigned r = rank_of[i];
+      char buf[512];
+      const ssize_t n = ::recv(peers_[r], buf, sizeof buf, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {
+        drop_peers("rank " + std::to_string(r) + " went away (its connection to rank 0 closed: its process ended?)");
+        *error = "rank 0 in the barrier '" + what + "': " + broken_;
         return false;
       }
-    return true;
+      got[r].append(buf, static_cast<size_t>(n));
+      if (got[r].size() > kMaxLine) got[r].resize(kMaxLine);
+      const size_t eol = got[r].find('\n');
+      if (eol == std::string::npos) continue;
+      if (got[r].substr(0, eol) != line) {
+        drop_peers("rank " + std::to_string(r) + " came to '" + got[r].substr(0, std::min<size_t>(eol, 100)) +
+                   "' while rank 0 was at '" + line + "'");
+        *error = "rank 0: " + broken_;
+        return false;
+      }
+      in[r] = true;
+      ++arrived;
+    }
   }
-  std::string answer;
-  return ask(line, &answer, error);
+  for (unsigned r = 1; r < cfg_.workers; ++r)
+    if (!write_all(peers_[r], "end\n")) {
+      drop_peers("rank " + std::to_string(r) + " went away before rank 0 ended the barrier '" + what + "'");
+      *error = "rank 0: " + broken_;
+      return false;
+    }
+  return true;
 }
 
 }  // namespace inagg::client

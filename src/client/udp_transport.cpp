@@ -87,6 +87,37 @@ bool UdpRcTransport::connect(const RankEndpoint& successor, const RankEndpoint& 
   return true;
 }
 
+bool UdpRcTransport::meet(const RendezvousConfig& cfg, std::string* error) {
+  rendezvous_ = std::make_unique<Rendezvous>();
+  rendezvous_->set_idle([this](int wait_ms) { poll(wait_ms); });
+  std::vector<RankEndpoint> all;
+  if (!rendezvous_->exchange(cfg, local(cfg.rank), &all, error)) return false;
+  // The plan this rank was opened with against what its peers say they are.
+  const RankEndpoint& succ = all[(cfg.rank + 1) % cfg.workers];
+  const RankEndpoint& pred = all[(cfg.rank + cfg.workers - 1) % cfg.workers];
+  const auto mismatch = [&](const RankEndpoint& e, const char* as) {
+    *error = "rank " + std::to_string(e.rank) + " (" + format_endpoint(e) + ") is not the " + as +
+             " this rank's plan expects: are all ranks started with the same --workers and --ip-base?";
+    return false;
+  };
+  if (succ.recv_qpn != cfg_.send.remote_qpn || util::gid_address(succ.gid) != cfg_.send.remote_ip)
+    return mismatch(succ, "successor");
+  if (pred.send_qpn != cfg_.receive.remote_qpn || pred.start_psn != cfg_.receive.recv_start_psn ||
+      util::gid_address(pred.gid) != cfg_.receive.remote_ip)
+    return mismatch(pred, "predecessor");
+  return true;
+}
+
+bool UdpRcTransport::barrier(const std::string& what, std::string* error) {
+  if (!rendezvous_) {
+    *error = "a barrier before the ranks met (meet() or exchange())";
+    return false;
+  }
+  if (!rendezvous_->barrier(what, error)) return false;
+  last_arrival_ns_ = now_ns();  // the wait is not the predecessor's silence
+  return true;
+}
+
 bool UdpRcTransport::drain(uint64_t t) {
   bool any = false;
   while (sock_.receive(&dg_)) {

@@ -148,7 +148,10 @@ std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::st
   auto t = std::make_unique<UdpRcTransport>();
   if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error))
     return nullptr;
-  if (!r.exchange) return t;
+  if (!r.exchange) {
+    if (!t->meet(rendezvous_config(r), error)) return nullptr;
+    return t;
+  }
   std::vector<RankEndpoint> all;
   if (!t->exchange(rendezvous_config(r), &all, error)) return nullptr;
   if (!t->connect(all[r.rack.successor()], all[r.rack.predecessor()], error)) return nullptr;
@@ -344,6 +347,13 @@ bool Worker::fall_over() {
             std::to_string(fallover_.fell_over_at()) + " (" + fallover_.reason() +
             "); the tier takes over from allreduce " + std::to_string(fallover_.resume_point()) + "\n");
   return resume != FallOver::Resume::error || fail(fallover_.error());
+}
+
+bool Worker::barrier(const std::string& what) {
+  // Only the appliance holds a rank's packets for the others; the XDP tier has rounds of its own.
+  if (!transport_ || tier() != Tier::appliance || !transport_->error().empty()) return true;
+  std::string why;
+  return transport_->barrier(what, &why) || fail("the ranks' barrier before " + what + ": " + why);
 }
 
 void Worker::serve(int wait_ms) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,65 @@ TEST(Rendezvous, EveryRankLearnsEveryEndpointThenMeetsInTheBarrier) {
       EXPECT_EQ(tables[r][p].gid, endpoint_of(p).gid);
     }
   }
+}
+
+// A rank whose process ends between two barriers (its Rendezvous, and so its connection to rank 0,
+// goes): the others' next barrier fails at once with the rank that went away, not at the deadline
+// (30 s here); a rank at another barrier than rank 0 is refused with both names.
+TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
+  const unsigned n = 4;
+  std::vector<std::string> errors(n);
+  std::vector<uint64_t> took_ms(n, 0);
+  std::vector<std::thread> threads;
+  for (unsigned r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto rv = std::make_unique<Rendezvous>();
+      RendezvousConfig c;
+      c.rank = r;
+      c.workers = n;
+      c.host = *util::parse_ip("127.0.0.1");
+      c.port = test_port(5);
+      c.deadline_ns = now_ns() + 30'000'000'000ull;
+      std::vector<RankEndpoint> table;
+      if (!rv->exchange(c, endpoint_of(r, 1024), &table, &errors[r])) return;
+      if (!rv->barrier("one", &errors[r])) return;
+      if (r == 2) {
+        rv.reset();  // rank 2's process ends
+        return;
+      }
+      const uint64_t t0 = now_ns();
+      if (rv->barrier("two", &errors[r])) errors[r] = "the barrier passed without rank 2";
+      took_ms[r] = (now_ns() - t0) / 1'000'000;
+      std::string again;
+      EXPECT_FALSE(rv->barrier("three", &again)) << "rank " << r << ": a barrier after a failed one passed";
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(errors[2], "");
+  for (unsigned r : {0u, 1u, 3u}) {
+    EXPECT_NE(errors[r].find("rank 2 went away"), std::string::npos) << "rank " << r << ": " << errors[r];
+    EXPECT_LT(took_ms[r], 5000u) << "rank " << r << " waited for the deadline";
+  }
+
+  errors.assign(2, "");
+  threads.clear();
+  for (unsigned r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Rendezvous rv;
+      RendezvousConfig c;
+      c.rank = r;
+      c.workers = 2;
+      c.host = *util::parse_ip("127.0.0.1");
+      c.port = test_port(6);
+      c.deadline_ns = now_ns() + 30'000'000'000ull;
+      std::vector<RankEndpoint> table;
+      if (!rv.exchange(c, endpoint_of(r, 1024), &table, &errors[r])) return;
+      rv.barrier(r == 0 ? "size 4096" : "size 8192", &errors[r]);
+    });
+  for (std::thread& t : threads) t.join();
+  for (unsigned r = 0; r < 2; ++r)
+    EXPECT_NE(errors[r].find("rank 1 came to 'barrier size 8192' while rank 0 was at 'barrier size 4096'"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
 }
 
 TEST(Rendezvous, DifferentPayloadsAreRefused) {

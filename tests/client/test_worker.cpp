@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstring>
 #include <latch>
@@ -43,6 +44,7 @@ class MemoryTransport final : public Transport {
   const std::string& error() const override { return error_; }
   void finish(uint64_t) override {}
   TransportCounters counters() const override { return {}; }
+  bool barrier(const std::string& what, std::string* error) override;
 
   std::vector<uint8_t> send_, recv_;
   std::atomic<uint64_t> received_{0};
@@ -90,6 +92,25 @@ class MemoryRack {
     slots_.erase(dst);
   }
 
+  // Every rank's thread meets here; a rank naming another barrier than the first comer's fails.
+  bool barrier(const std::string& what, std::string* error) {
+    std::unique_lock<std::mutex> g(m_);
+    if (arrived_ == 0) barrier_name_ = what;
+    if (what != barrier_name_) {
+      *error = "barrier '" + what + "' while the others are at '" + barrier_name_ + "'";
+      return false;
+    }
+    const uint64_t generation = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      met_.notify_all();
+      return true;
+    }
+    met_.wait(g, [&] { return generation_ != generation; });
+    return true;
+  }
+
  private:
   struct Slot {
     std::vector<std::vector<uint8_t>> in;
@@ -101,7 +122,13 @@ class MemoryRack {
   std::vector<MemoryTransport*> t_;
   std::map<uint64_t, Slot> slots_;
   std::mutex m_;
+  std::condition_variable met_;
+  std::string barrier_name_;
+  unsigned arrived_ = 0;
+  uint64_t generation_ = 0;
 };
+
+bool MemoryTransport::barrier(const std::string& what, std::string* error) { return rack_.barrier(what, error); }
 
 void MemoryTransport::post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t) {
   rack_.write(rank_, send_.data() + src_offset, len, dst_offset);
@@ -240,6 +267,64 @@ TEST(Worker, SoftwareRanksThatExchangeTheirEndpoints) {
       EXPECT_EQ(registered[r][p].ip, *inagg::util::parse_ip("::ffff:127.0.1." + std::to_string(p + 1)));
     }
   }
+}
+
+// Software ranks on the rack plan, started 0.3 s apart (the last rank first) with an RC budget of
+// 3 x 10 ms: they meet at rank 0 before anyone sends (UdpRcTransport::meet), so no write reaches a
+// successor that is not there yet, and they meet again in barrier() after unequal local work (one
+// rank computes 0.2 s longer). Every sum is exact. A rank whose plan differs (another --workers)
+// is refused by the meeting with a reason.
+TEST(Worker, SoftwareRanksStartedApartMeetBeforeTheySend) {
+  const unsigned n = 3;
+  const uint64_t bytes = 300000;
+  const uint16_t port = static_cast<uint16_t>(30000 + (::getpid() * 17) % 20000);
+  std::vector<WorkerOptions> opts(n);
+  for (unsigned r = 0; r < n; ++r) {
+    WorkerOptions& o = opts[r] = sweep_options("ring", n, r, bytes);
+    o.ip_base = "127.0.2.0";
+    o.exchange_port = port;
+    o.ack_timeout_ms = 10;
+    o.retry = 2;
+    o.rto_min_ms = 1;
+    EXPECT_EQ(check_job_options(o), "");
+    EXPECT_EQ(check_run_options(o), "");
+  }
+  std::vector<std::thread> threads;
+  for (unsigned r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300 * (n - 1 - r)));
+      Worker w(opts[r], open_udp_transport);
+      std::string err;
+      ASSERT_TRUE(w.open(&err)) << "rank " << r << ": " << err;
+      Reference ref({Dtype::fp32, n, 1, true, 1.0}, bytes);
+      for (int round = 0; round < 2; ++round) {
+        fill_input(Dtype::fp32, 1, r, w.data(), bytes);
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ASSERT_TRUE(w.barrier("round " + std::to_string(round))) << "rank " << r << ": " << w.error();
+        ASSERT_TRUE(w.allreduce(bytes)) << "rank " << r << ", round " << round << ": " << w.error();
+        EXPECT_EQ(std::memcmp(ref.sum(w.last_tier()).data(), w.data(), bytes), 0) << "rank " << r;
+      }
+      EXPECT_TRUE(w.finish()) << "rank " << r << ": " << w.error();
+    });
+  for (std::thread& t : threads) t.join();
+
+  // Rank 1 started with --workers 4 among ranks of 3: the meeting refuses it and rank 0 says why.
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> two;
+  for (unsigned r : {0u, 1u})
+    two.emplace_back([&, r] {
+      WorkerOptions o = sweep_options("ring", r == 1 ? 4 : 2, r, 4096);
+      o.ip_base = "127.0.2.0";
+      o.exchange_port = port;
+      o.timeout_s = 3;
+      ASSERT_EQ(check_job_options(o), "");
+      ASSERT_EQ(check_run_options(o), "");
+      Worker w(o, open_udp_transport);
+      EXPECT_FALSE(w.open(&errors[r])) << "rank " << r << " of a mismatched job opened";
+    });
+  for (std::thread& t : two) t.join();
+  EXPECT_NE(errors[1].find("rank"), std::string::npos) << errors[1];
+  EXPECT_FALSE(errors[0].empty());
 }
 
 // --transport and --register tcp:// are checked before anything opens.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The Python module in the virtual rack, through the appliance (needs root: namespaces, veths).
+#  0. A cold start: the first allreduce_ of a 64 MiB tensor, ranks started a second apart.
 #  1. Sums: for each dtype, 4 ranks (test_sums.py) allreduce buffers from one element to several
 #     chunks with inagg.Communicator, the job registered by rank 0; every result equals the
 #     rank-ordered sum computed with numpy, and the appliance released exactly the slots those
@@ -36,6 +37,25 @@ check_slots() {
 }
 
 start_rack --
+
+# 0. A cold start: 4 fresh processes, started 0.33 s apart in reverse rank order, each makes its
+#    communicator and at once allreduces a 64 MiB tensor (tests/python/cold_start.py checks it).
+pids=()
+for r in $(seq 0 $((n - 1))); do
+  (
+    sleep "0.$(((n - 1 - r) * 33))"
+    exec ip netns exec "$(ns_w "$r")" env PYTHONPATH="$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 \
+      OMP_NUM_THREADS=1 "$python" "$src/tests/python/cold_start.py" --rank "$r" --world-size $n --control "$tmp/ctl.sock" \
+      --job-id 9
+  ) >"$tmp/cold.$r.log" 2>&1 &
+  pids+=($!)
+  others+=($!)
+done
+for r in $(seq 0 $((n - 1))); do
+  wait "${pids[$r]}" || fail "cold start: rank $r exited with $?: $(tail -n 3 "$tmp/cold.$r.log")"
+done
+"$ctl" --socket "$tmp/ctl.sock" remove 9 >/dev/null || fail "remove job 9"
+cat "$tmp"/cold.*.log
 
 # 1. Sums, every dtype.
 id=10

@@ -32,6 +32,7 @@ struct RankEndpoint {
   uint64_t recv_addr = 0;  // the receive region (RDMA WRITE target) and its rkey
   uint32_t recv_rkey = 0;
   uint32_t payload = 0;  // path MTU payload P: every rank must agree
+  unsigned workers = 0;  // the job's ranks as this rank was told (--workers): every rank must agree
 };
 
 // "endpoint rank=0 gid=::ffff:10.77.0.101 send_qpn=0x11 ..." (one line, no newline).
@@ -60,8 +61,12 @@ class Rendezvous {
   // False with *error ("rank 2 did not reach rank 0 at 10.77.0.101:18516 within 60 s ...").
   bool exchange(const RendezvousConfig& cfg, const RankEndpoint& mine, std::vector<RankEndpoint>* all,
                 std::string* error);
-  // Returns once every rank has called it with the same `what` (rank 0 keeps its listener open
-  // for this): "connected" (every QP is ready to receive before anyone sends), "done".
+  // Returns once every rank has called it with the same `what`: "connected" (every QP is ready to
+  // receive before anyone sends), "done", and the workers' barriers before their sends. It runs
+  // over the connections the exchange made, kept open for the job: a rank whose process ends
+  // closes its own, rank 0 then tells every other rank which one went away, and each barrier fails
+  // at once with that reason instead of at the deadline. After a failed barrier every later one
+  // fails too.
   bool barrier(const std::string& what, std::string* error);
 
   // What to do while waiting for the other ranks, instead of sleeping: called with at most
@@ -83,8 +88,14 @@ class Rendezvous {
   bool read_until(int fd, const std::string& stop, std::string* out) const;
   bool write_all(int fd, const std::string& s) const;
 
+  // Rank 0: closes every kept connection, first telling each rank `why`; others: closes theirs.
+  void drop_peers(const std::string& why);
+
   RendezvousConfig cfg_;
   int listen_fd_ = -1;
+  // The kept connections: rank 0's to rank r at [r] ([0] unused, -1); another rank's to rank 0 at [0].
+  std::vector<int> peers_;
+  std::string broken_;  // why the connections were dropped; every later barrier fails with it
   Idle idle_;
 };
 

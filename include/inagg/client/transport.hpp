@@ -78,6 +78,14 @@ class Transport {
   // ..."). A broken transport stays broken.
   virtual const std::string& error() const = 0;
 
+  // Returns once every rank of the job has called it with the same `what`. Ranks whose local work
+  // between allreduces differs in length (making a reference, filling a buffer, a straggler's
+  // compute) meet here explicitly before they send: an allreduce through the appliance holds each
+  // rank's packets until every rank's have arrived, and a rank that sent far ahead of the others
+  // would see no ACK for that long and spend its RC retry budget. The rank keeps answering its
+  // peers while it waits. False with *error (a rank that never came, the deadline).
+  virtual bool barrier(const std::string& what, std::string* error) = 0;
+
   // After the last allreduce: keeps serving the peers until they need nothing more from this rank
   // (software RC: answers the predecessor's retransmissions until it has been quiet for a few ACK
   // timeouts, as an RDMA application's final barrier would), or until deadline_ns.

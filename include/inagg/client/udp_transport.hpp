@@ -12,6 +12,11 @@
 //               endpoints (QPNs, addresses, PSNs; writes go to the successor's region and rkey),
 //               then the ranks' barrier "connected"; finish() ends in the barrier "done"
 // While it waits in the exchange's barriers the rank keeps its RC running (it is its own NIC).
+//
+// Among software ranks on the rack plan, meet() joins the same exchange only to check that every
+// rank's endpoint is the one the plan gives it (same QPNs, start PSNs, payload: every rank was
+// started with the same --workers, --ip-base, --payload) and to keep its connection to rank 0 for
+// barrier(): the ranks meet before their first send and wherever their local work differs in length.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +69,9 @@ class UdpRcTransport final : public Transport {
   RankEndpoint local(unsigned rank) const;
   bool exchange(const RendezvousConfig& cfg, std::vector<RankEndpoint>* all, std::string* error);
   bool connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error);
+  // The plan's ranks meet (see the top). finish() stays as without: answering until quiet.
+  bool meet(const RendezvousConfig& cfg, std::string* error);
+  bool barrier(const std::string& what, std::string* error) override;
   const std::vector<RankConnection>* job_connections() const override {
     return connections_.empty() ? nullptr : &connections_;
   }

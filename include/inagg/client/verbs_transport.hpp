@@ -90,6 +90,8 @@ class VerbsTransport final : public Transport {
   // error().
   void finish(uint64_t deadline_ns) override;
   TransportCounters counters() const override;
+  // The ranks' barrier over the exchange's connection to rank 0 (the NIC answers its peers meanwhile).
+  bool barrier(const std::string& what, std::string* error) override { return rendezvous_.barrier(what, error); }
   const std::vector<RankConnection>* job_connections() const override {
     return connections_.empty() ? nullptr : &connections_;
   }

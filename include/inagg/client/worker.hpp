@@ -48,8 +48,11 @@ struct WorkerOptions {
   // no interface here holds it. check_job_options fills it in.
   uint32_t payload = 0, message = 65536;
   unsigned window = 2;
-  double ack_timeout_ms = 50;
-  unsigned retry = 7;
+  // The RC failure budget, (retry + 1) x ack_timeout_ms = 4 s, is how long a rank may wait for an
+  // ACK while the appliance holds its packets for a rank that is not sending (descheduled, in a
+  // long computation, gone). Losses do not wait for it: the RTO follows the round trip.
+  double ack_timeout_ms = 250;
+  unsigned retry = 15;
   size_t max_queued_kib = 64;  // RcConfig::max_queued_bytes / 1024 (0: no limit)
   double rto_min_ms = 2;       // RcConfig::rto_min_ns, in ms
   size_t cwnd_min_kib = 16;    // RcConfig::cwnd_min_bytes / 1024 (0: no congestion window)
@@ -89,8 +92,8 @@ std::string check_run_options(WorkerOptions& o);
 struct TransportRequest {
   RackPlan rack;
   bool ring = false;
-  double ack_timeout_ms = 50;
-  unsigned retry = 7;
+  double ack_timeout_ms = 250;
+  unsigned retry = 15;
   uint64_t send_bytes = 0, receive_bytes = 0;
   // verbs: the device, and where and until when the ranks exchange their endpoints.
   VerbsDeviceOptions verbs;
@@ -101,7 +104,9 @@ struct TransportRequest {
 // Opens a transport for a request; nullptr with *error when it cannot.
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportRequest&, std::string* error)>;
 // The default factory: UdpRcTransport (the software RC endpoint over kernel UDP); with
-// r.exchange, its endpoints are exchanged with the other ranks as open_verbs_transport does.
+// r.exchange, its endpoints are exchanged with the other ranks as open_verbs_transport does;
+// without, the ranks meet at rank 0 (UdpRcTransport::meet) to check their plans agree and to hold
+// the barriers before their sends.
 std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::string* error);
 // The verbs factory: VerbsTransport::open, the exchange with the other ranks (rank 0 listens on
 // the exchange port at the plan's rank 0 address), connect. The transport keeps the exchange for
@@ -130,6 +135,12 @@ class Worker {
   bool allreduce(uint64_t bytes, bool in_place = true);
   Tier last_tier() const { return last_tier_; }  // whose sums the last allreduce holds
   Tier tier() const;                             // the tier the next one starts on
+
+  // Returns once every rank called it with the same `what` (Transport::barrier): after local work
+  // whose length differs between ranks (a fill, a reference) and before the next allreduce through
+  // the appliance, so that no rank's RC retry budget is spent waiting for a slower one. A no-op
+  // once the XDP tier has taken over. False with error() set.
+  bool barrier(const std::string& what);
 
   // Between allreduces: keeps the transport running for up to `wait_ms` (ACKs for the predecessor,
   // retransmissions to the successor), as a NIC would while the host computes. A caller that works
