@@ -292,6 +292,7 @@ def check_tree(root, programs, helps):
 def check_block(root, programs, helps, name, first, block):
     commands = 0
     foreground = None  # where an appliance was started in the foreground
+    server = None  # where a server (the appliance, a head's agent) was started in the background
     for off, text in logical_lines(block):
         where = f"{name}:{first + off}"
         for words, err, sep in simple_commands(text):
@@ -305,6 +306,11 @@ def check_block(root, programs, helps, name, first, block):
                 problem(where, f"'{placeholders[0]}': an optional part in brackets inside a command "
                         "(write the option, or describe it in a comment)")
             prog = os.path.basename(words[0])
+            if sep == "&" and (prog == "inagg" or (prog == "inagg-xdp" and "run" in words)):
+                server = where
+            elif words == ["wait"] and server:
+                problem(where, f"a bare 'wait' also waits for the server started at {server}, which never "
+                        "exits: wait for the workers' PIDs")
             if prog == "inagg" and "--" in words and sep != "&" and \
                     not set(words) & {"--help", "--check-config", "--selftest", "--version", "--run-for"}:
                 foreground = where
@@ -326,6 +332,7 @@ PLANTED = [
     "build/src/apps/inagg-ctl no-such-request",
     "build/src/apps/inagg -- --config conf/no-such.conf --check-config",
     "scripts/rack up --workers 4 [--rate 1gbit]",
+    "build/src/apps/inagg-xdp run --iface eth0 --socket /tmp/x & wait",
 ]
 
 
