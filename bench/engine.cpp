@@ -189,7 +189,7 @@ class CpuPair {
   int main_ = -1, other_ = -1;
 };
 
-// Issue 17's verify pipeline on the same packets, without ports: a second thread (the verifier,
+// The verify pipeline on the same packets, without ports: a second thread (the verifier,
 // pinned to the CPU the main thread is not on) computes each packet's payload CRC
 // (wire::precompute_payload_crc) up to kLead packets ahead, and the engine on the main thread takes
 // it as Engine::process's `pre`, as the owner lcore does with --job-lcores 2. Compare with
@@ -285,7 +285,7 @@ class TwoThreads {
   std::thread helper_;
 };
 
-// Issue 17, slots sharded by index (protocol.md section 4) on the same packets: shard i of 2 on
+// Slots sharded by index (protocol.md section 4) on the same packets: shard i of 2 on
 // thread i takes the packets of the sequences s with s mod 2 == i (as a flow rule matching the
 // PSN's low bit would steer them, so no packet crosses cores), each as the senders' window lets it
 // (a message only once the job's release ticket is within a window of it), and releases through the
@@ -482,7 +482,7 @@ int main(int argc, char** argv) {
     std::printf("n/P=%s parts vs memcpy: parse %.2f, +payload CRC %.2f, +header CRC %.2f, +sum into n and ICRCs %.2f\n",
                 cfg, pr[0] / mr, pr[1] / mr, pr[2] / mr, pr[3] / mr);
   }
-  // Issue 17's verify pipeline (two threads) against the engine on one, per configuration.
+  // The verify pipeline (two threads) against the engine on one, per configuration.
   std::string pipeline;
   for (const char* cfg : {"4/1024", "4/4096", "8/1024", "8/4096"}) {
     double er = 0, pr = 0;

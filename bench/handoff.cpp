@@ -1,4 +1,4 @@
-// What handing a packet's payload to another core costs here (issue 17, bench/run job-lcores): a
+// What handing a packet's payload to another core costs here (bench/run job-lcores): a
 // 4 KiB payload written on one core (as a PMD's RX copy writes it) and then read once by a CRC pass
 // (as the engine's ICRC verify reads it), on the same core, and on the other core while the first
 // keeps writing the next ones (as a pipeline of two lcores does). A split of one job's work over

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """bench/run job-lcores: one aggregation job on one datapath lcore against the same job on two
-(issue 17), in one run, interleaved. The fp32 n = 4, 4 KiB replay job of bench/run appliance, on two
+(--job-lcores 2), in one run, interleaved. The fp32 n = 4, 4 KiB replay job of bench/run appliance, on two
 net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in every configuration:
 
   one     -l 0,1: one datapath lcore (lcore 1, CPU 1); the control thread on lcore 0 (CPU 0)
@@ -17,7 +17,7 @@ net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in ev
 
 The two-lcore runs put lcore 2 on CPU 0 with the control thread (which sleeps between 1 s stats
 prints), as bench/run appliance does for forwarding. Figures per configuration: aggregated input
-Gbps over wall-clock time (what the issue's 1.7x target is about) and per CPU-second of the
+Gbps over wall-clock time (what the 1.7x target is about) and per CPU-second of the
 datapath threads (/proc/PID/task/*/schedstat: what the scheduler gave them, which on a shared
 machine is less than two cores), and each datapath lcore's busy TSC cycles per packet it took in.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run ports: the appliance's ports in the virtual rack (issue 15), each port type against a
+# bench/run ports: the appliance's ports in the virtual rack (--ports), each port type against a
 # plain Linux bridge on the same links, interleaved in the same run. For every variant, in every
 # one of BENCH_ROUNDS rounds (default 3, the order rotating from round to round):
 #   - Gloo: PyTorch Gloo all_reduce of BENCH_SIZE bytes of fp32 (default 64 MiB), 4 workers,
@@ -12,7 +12,7 @@
 #     /proc/PID/task/TID/schedstat: run time and run-queue wait).
 # Variants (BENCH_VARIANTS; by default all but af_packet-nice): bridge (`scripts/rack up --bridge`: no appliance),
 # af_packet and af_xdp (`--ports`, with the rack's default threaded NAPI on the hosts' eth0), and
-# the rack as it was before issue 15 (`--host-napi off`): af_packet-softirq and bridge-softirq;
+# the rack without threaded NAPI (`--host-napi off`): af_packet-softirq and bridge-softirq;
 # af_packet-nice: af_packet with inagg under `nice -n -10` (a bridge forwards in softirq, ahead of
 # every process; an appliance is a process among the others).
 # inagg runs in lab mode, --idle-sleep-us BENCH_IDLE_SLEEP_US (default 100, scripts/rack's advice);

@@ -2,7 +2,7 @@
 // (inagg::client) exactly as inagg-worker --mode ina uses it: the rack plan (RackPlan), the
 // software RoCEv2 RC transport (UdpRcTransport), the job's registration on the appliance
 // (ControlClient) and ina_allreduce over the caller's own memory. python/inagg/__init__.py wraps it
-// (torch tensors go through allreduce_ptr); README, "Training with PyTorch".
+// (torch tensors go through allreduce_ptr); docs/training.md.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

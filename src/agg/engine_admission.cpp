@@ -1,4 +1,4 @@
-// Adding, removing and ending jobs (design.md §1 "The job contract"): checks, budgets, memory.
+// Adding, removing and ending jobs (docs/protocol.md section 2, "The job contract"): checks, budgets, memory.
 #include "inagg/agg/engine.hpp"
 
 #include <algorithm>

@@ -43,7 +43,7 @@ void set_ce(uint8_t* f, const wire::Layout& l);
 // The UDP checksum over IPv6 (mandatory there unless zero-checksum is in use).
 uint16_t udp6_checksum(const uint8_t* f, const wire::Layout& l);
 std::string qp_str(const wire::IpAddr& a, uint32_t qpn);
-// "job contract, rule 'window': ..." (design.md §1 "The job contract").
+// "job contract, rule 'window': ..." (docs/protocol.md section 2).
 std::string contract(const char* rule, const std::string& what);
 
 }  // namespace engine_detail

@@ -1,4 +1,4 @@
-// A job's slots (design.md §1 "Per packet"): data packets held per slot, summed when all n ranks
+// A job's slots (docs/protocol.md sections 6-8): data packets held per slot, summed when all n ranks
 // are in, released in PSN order with regenerated ICRCs; ACKs observed; contract breaks.
 #include "inagg/agg/engine.hpp"
 
@@ -64,7 +64,7 @@ std::string qp_str(const wire::IpAddr& a, uint32_t qpn) {
   return buf;
 }
 
-// "job contract, rule 'window': ..." (design.md §1 "The job contract").
+// "job contract, rule 'window': ..." (docs/protocol.md section 2).
 std::string contract(const char* rule, const std::string& what) {
   return std::string("job contract, rule '") + rule + "': " + what;
 }

@@ -1,4 +1,4 @@
-// Recovery (design.md §1 "Loss recovery that does not wait for timeouts"): NAKs, NAKs sent again,
+// Recovery (docs/protocol.md section 12): NAKs, NAKs sent again,
 // resends of released packets, each on an exponential backoff within a budget; no-progress aborts.
 #include "inagg/agg/engine.hpp"
 

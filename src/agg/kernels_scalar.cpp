@@ -11,7 +11,7 @@
 namespace inagg::agg::scalar {
 
 static_assert(std::endian::native == std::endian::little,
-              "payloads are little-endian (design.md §1); a big-endian host needs byte swaps here");
+              "payloads are little-endian (docs/protocol.md); a big-endian host needs byte swaps here");
 
 float fp16_to_fp32(uint16_t half) {
   const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;

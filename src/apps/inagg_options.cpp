@@ -46,7 +46,7 @@ po::options_description make_options(Options& o) {
       "free port)")("stats-interval", po::value<double>(&o.stats_interval)->default_value(0),
                     "print port, lcore and job stats every N seconds (0: only at exit)")(
       "mtu", po::value<uint32_t>(&o.app.mtu)->default_value(o.app.mtu),
-      "port MTU; 9000 carries 4 KiB RoCE payloads (design.md §3 for virtual devices)")(
+      "port MTU; 9000 carries 4 KiB RoCE payloads (docs/lab.md for virtual devices)")(
       "mbufs", po::value<uint32_t>(&o.app.mbufs)->default_value(o.app.mbufs),
       "packet buffers in each pool (each holds one MTU-sized frame)")(
       "mempools", po::value<std::string>()->default_value("shared"),
@@ -185,10 +185,10 @@ int parse_app_options(int argc, char** argv, Options& o) {
   }
   if (vm.count("help")) {
     std::cout << "Usage: inagg [EAL options] -- [inagg options]\n\n"
-                 "An RoCEv2 gradient-aggregating L2 switch (design.md). EAL options choose lcores (-l), memory and\n"
-                 "ports (--vdev=..., -a PCI); e.g.\n"
+                 "An RoCEv2 gradient-aggregating L2 switch (docs/protocol.md). EAL options choose lcores (-l),\n"
+                 "memory and ports (--vdev=..., -a PCI); e.g.\n"
                  "  inagg -l 0,1 --no-huge -m 1024 --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap -- --job "
-                 "conf/jobs/x.job\n\n"
+                 "conf/jobs/example-fp32-4workers.job\n\n"
               << d << "\n";
     return 1;
   }

@@ -1,4 +1,4 @@
-// Scripted sequences for the RC engine (design.md §1), checked against sums from a plain loop.
+// Scripted sequences for the RC engine (docs/protocol.md), checked against sums from a plain loop.
 #include <gtest/gtest.h>
 
 #include "engine_harness.hpp"
@@ -337,7 +337,7 @@ TEST_F(EngineTest, BadIcrcIsDroppedAndCounted) {
   expect_released(j, 0, send(j.data_frame(1, 0)));
 }
 
-// Issue 17's verify stage (a payload CRC computed by another lcore, Engine::process's `pre`): the
+// The verify stage (a payload CRC computed by another lcore, Engine::process's `pre`): the
 // engine still compares the whole ICRC, so a payload CRC that is wrong for the bytes drops the
 // packet as a bad ICRC; one that covers other bytes than this parse's payload is ignored; a right
 // one gives the same sums as none.

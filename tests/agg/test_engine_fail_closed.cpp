@@ -1,4 +1,4 @@
-// The engine fails closed (issue 13, items 1-4 and 8): on a registered connection only its
+// The engine fails closed (docs/reliability.md): on a registered connection only its
 // registered source, on the port its rank was first seen on, is heard; what cannot be placed is
 // dropped and counted, never forwarded raw; contract breaks end the job at once, naming the rule;
 // NAKs keep the frame's own VLAN tags; the appliance's own queue backlog CE-marks the sums.
@@ -51,7 +51,7 @@ class FailClosed : public EngineTest {
 
 }  // namespace
 
-// ---- item 1: the registered source only -----------------------------------------------------
+// ---- the registered source only -----------------------------------------------------
 
 TEST_F(FailClosed, AForgedWriteNextInLineIsDroppedAndTheRealSumFollows) {
   complete(0);
@@ -182,7 +182,7 @@ TEST_F(FailClosed, AMisregisteredDestinationIsNamedWhenTheJobEnds) {
       << info(2).error;
 }
 
-// ---- item 2: what cannot be placed is dropped, never raw -----------------------------------------
+// ---- what cannot be placed is dropped, never raw -----------------------------------------
 
 TEST_F(FailClosed, RoceBehindIpv6ExtensionHeadersToARegisteredConnectionIsDropped) {
   JobFixture v6(2, 2, Dtype::fp32, 64, 64, 1, 0x10, /*ipv6=*/true);
@@ -315,7 +315,7 @@ TEST_F(FailClosed, AJobRegisteredWithIpv4MappedGidsMatchesIpv4Packets) {
   expect_released(k, 0, send(k.data_frame(1, 0)));
 }
 
-// ---- item 3: a broken contract ends the job at once, naming the rule -------------------------------
+// ---- a broken contract ends the job at once, naming the rule -------------------------------
 
 TEST_F(FailClosed, ASendOnADataQpEndsTheJobAtOnce) {
   complete(0);
@@ -382,7 +382,7 @@ TEST_F(FailClosed, EveryJobErrorNamesItsRule) {
   }
 }
 
-// ---- item 4: a NAK keeps the frame's own tags ----------------------------------------------------
+// ---- a NAK keeps the frame's own tags ----------------------------------------------------
 
 TEST_F(FailClosed, NaksKeepTheTagsAndTpidsOfTheFrameTheyAnswer) {
   JobFixture k(2, 2, Dtype::fp32, 4 * 64, 64, 2);
@@ -434,7 +434,7 @@ TEST_F(FailClosed, NaksKeepTheTagsAndTpidsOfTheFrameTheyAnswer) {
   std::remove(path.c_str());
 }
 
-// ---- item 8: the appliance's own queues back up: CE marks ---------------------------------------
+// ---- the appliance's own queues back up: CE marks ---------------------------------------
 
 namespace {
 struct FakeQueues {

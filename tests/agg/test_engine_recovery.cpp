@@ -1,4 +1,4 @@
-// Recovery without storms or stalls (issue 13, items 5 and 6): resends back off exponentially
+// Recovery without storms or stalls (docs/protocol.md section 12): resends back off exponentially
 // within a budget, so a dead receiver costs a handful of packets until the job's timeout ends it;
 // a NAK the sender did not act on is sent again, so a lost NAK (or a lost tail) costs well under
 // an RC timeout.
@@ -25,7 +25,7 @@ class Recovery : public EngineTest {
 
 }  // namespace
 
-// ---- item 5: resends back off, within a budget ------------------------------------------------
+// ---- resends back off, within a budget ------------------------------------------------
 
 TEST_F(Recovery, ADeadReceiverEndsTheJobAfterItsTimeoutWithAHandfulOfResends) {
   cfg.abort_timeout_ns = 1'000'000'000;  // 1 s, polled every 10 us as the appliance does
@@ -70,7 +70,7 @@ TEST_F(Recovery, ADeadReceiverEndsTheJobAfterItsTimeoutWithAHandfulOfResends) {
 }
 
 TEST_F(Recovery, EveryReceiverDeadIsStillOnlyAHandfulPerConnection) {
-  // The flood issue 13 measured: receivers that never ACK, every connection's oldest and newest
+  // The flood an unbounded resend timer caused: receivers that never ACK, every connection's oldest and newest
   // unacknowledged packets every ~200 us. Here: 8 s of it.
   cfg.abort_timeout_ns = 8'000'000'000ull;
   make_engine();
@@ -111,7 +111,7 @@ TEST_F(Recovery, ProgressByTheReceiverRenewsTheBudgetAndTheBackoff) {
   EXPECT_GT(before, 0u);
 }
 
-// ---- item 6: a lost NAK is sent again ---------------------------------------------------------
+// ---- a lost NAK is sent again ---------------------------------------------------------
 
 // Rank 0's packet 2 is lost before the appliance, then the NAK the engine sends is lost too. Its
 // sender has nothing more to send (its window is full), so only the engine can break the silence:

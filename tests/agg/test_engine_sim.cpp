@@ -365,7 +365,7 @@ TEST_P(EngineSim, RandomArrivalsLossesAndRetransmissionsKeepEverySumExact) {
 INSTANTIATE_TEST_SUITE_P(Loss, EngineSim, ::testing::Values(0.0, 0.01, 0.05),
                          [](const auto& info) { return "loss" + std::to_string(static_cast<int>(info.param * 100)); });
 
-// Issue 17, one job on two lcores: the verify stage computes every packet's payload CRC on the
+// One job on two lcores: the verify stage computes every packet's payload CRC on the
 // lcore that received it, the owner's engine combines it with its own header CRC. The same seeded
 // lossy runs must stay exact (every receiver checks every payload against the plain-loop sum), in
 // PSN order, and end with the same counters as without the stage: it spares work, it decides nothing.
@@ -393,7 +393,7 @@ TEST(EngineSimVerifyStage, PrecomputedPayloadCrcsKeepEverySumExactUnderLoss) {
               (unsigned long long)verified);
 }
 
-// Issue 17, one job over K lcores with slots sharded by index (protocol.md section 4): K engines,
+// One job over K lcores with slots sharded by index (protocol.md section 4): K engines,
 // each holding every K-th sequence, releasing through one ordered path in ticket order; data to
 // the shard of its PSN, ACKs to shard 0, whose view the others read. The seeded lossy runs must
 // stay exact (every receiver checks every payload against the plain-loop sum) and in PSN order
@@ -454,7 +454,7 @@ TEST(EngineSimRecovery, FastRecoverySavesSenderTimeoutsAtOnePercentLoss) {
   EXPECT_LT(with, without);
 }
 
-// Issue 13 item 6: one data packet lost before the appliance and then the NAK the appliance sends
+// One data packet lost before the appliance and then the NAK the appliance sends
 // for it lost too. The NAK goes again from poll() on its backoff schedule, so no sender ever waits
 // for its RC timeout: every run finishes without one, in every seed.
 TEST(EngineSimRecovery, ALostNakIsSentAgainSoNoSenderTimesOut) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# inagg-worker's command line as all_reduce_perf's (issue 16, point 6), without a network: the
+# inagg-worker's command line as all_reduce_perf's, without a network: the
 # options nccl-tests has and inagg cannot honour are refused with a sentence that says what is
 # supported, sizes take K/M/G, the old spellings (--check alone, --warmup, --dtype fp32) still
 # parse, and --print-job shows the job those options make. No root needed.

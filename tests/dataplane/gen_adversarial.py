@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Mixes adversarial packets into the honest traffic scripts/gen-pcap wrote, for the adversarial
-replay test (issue 13 "Proof"): every bad packet is aimed at the registered job's connections, and
+replay test: every bad packet is aimed at the registered job's connections, and
 each kind has the one engine counter that must account for it.
 
   gen_adversarial.py GEN_DIR --bad N [--seed S] [--warmup W]

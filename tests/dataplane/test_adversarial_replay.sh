@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The adversarial replay (issue 13 "Proof"): a 4-worker job's honest traffic through inagg on two
+# The adversarial replay: a 4-worker job's honest traffic through inagg on two
 # net_pcap ports with BAD bad packets mixed in (tests/dataplane/gen_adversarial.py: truncated, bad
 # ICRC, forged WRITEs/SENDs/ACKs/NAKs, a rank's frames on another port, IPv4-mapped IPv6), all aimed
 # at the job's connections. Checks: the job's sums exact and in PSN order, nothing raw out
 # (check_output.py), every bad packet accounted for by exactly the engine counter its kind names,
 # every frame read accounted for, no crash, no sanitizer report, the job still active at the end.
 #   test_adversarial_replay.sh INAGG SRCDIR [BAD] [--job-lcores 2 [--job-spread verify]]
-#     (BAD: default 200000; the README records 1000000)
-# With --job-lcores 2 (issue 17) inagg runs two datapath lcores and the job is spread over both: every
+#     (BAD: default 200000; docs/reliability.md records 1000000)
+# With --job-lcores 2 inagg runs two datapath lcores and the job is spread over both: every
 # frame is received by the lcore that owns the job (the second queue of each port replays nothing).
 # Sharded (the default): each data packet of the job, good or bad, whose PSN is the other shard's is
 # handed to the other lcore, which holds, sums or drops and counts it; all releases leave through

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# inagg --mtu 4200 on net_af_packet ports with framesz=4352 (RoCE's 4096-byte MTU, issue 13 item 9):
+# inagg --mtu 4200 on net_af_packet ports with framesz=4352 (RoCE's 4096-byte MTU):
 # the packet buffers are sized for the driver's frame slots, the ports come up, and a 4214-byte
 # frame sent into one port leaves the other byte for byte (checked by raw sockets on the veth
 # peers). Runs in a network namespace of its own (unshare -n), so its veths can clash with nobody

@@ -43,7 +43,7 @@ expect 2 "the engines' mbuf budget (4096 x 2 lcores) must leave buffers" -- -l 0
 expect 2 "the engines' mbuf budget (2048 x 5 lcores)" -- --lcores='(0,5)@0,1@1,2-4' -- --mbufs 8192 --mbuf-budget 2048 --check-config
 expect 2 "the engines' mbuf budget (2048 x 4 lcores)" -- -c 0x1f -- --mbufs 8192 --mbuf-budget 2048 --check-config
 expect 2 "cannot read the lcores in '0-x'" -- -l 0-x -- --check-config
-# --job-lcores needs that many datapath lcores (issue 17), at start-up and in --check-config.
+# --job-lcores needs that many datapath lcores, at start-up and in --check-config.
 expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 2 --check-config
 expect 2 "--job-lcores 2 needs that many datapath lcores, and there is 1" -- -l 0 -- --job-lcores 2 --check-config
 expect 2 "--job-lcores 0 needs that many datapath lcores" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 0 --check-config

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dpdk-dumpcap captures live from an inagg port (issue 16 item 3). inagg starts rte_pdump in the
+# dpdk-dumpcap captures live from an inagg port. inagg starts rte_pdump in the
 # primary; dumpcap is a secondary process, so the primary's memory must be in hugepages: the test
 # mounts a hugetlbfs of its own (in a private mount namespace) and, when fewer than 160 2 MiB pages
 # are free, reserves the missing ones and gives them back at the end. inagg bridges two net_pcap

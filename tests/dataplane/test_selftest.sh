@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# inagg --selftest (issue 16, point 5: how to check that the appliance sees RoCE), on virtual
+# inagg --selftest (how to check that the appliance sees RoCE, docs/deploy.md section 6), on virtual
 # ports, without hugepages:
 # 1. two net_ring ports (each loops its TX back to its RX): each sees its own probe, byte for byte,
 #    ICRC valid: PASS, exit 0;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# MAC learning with two datapath lcores (issue 13 item 7): a 6-worker job on 3 net_pcap ports of
+# MAC learning with two datapath lcores: a 6-worker job on 3 net_pcap ports of
 # 2 queues each; ranks 0-2 arrive on queue 0 (the lcore that owns the job), ranks 3-5 on queue 1
 # (the other lcore, which hands them over). Every released sum must leave only on the port of the
 # station it is addressed to - the owner learns where ranks 3-5 are from the packets handed to it -
 # and carry the exact sum (check_output.py, scapy). Before, the owner never learned them and
 # flooded their sums to every other port.
 #
-# With --job-lcores 2 (issue 17: one job on two lcores) the same job is spread over both lcores.
+# With --job-lcores 2 (one job on two lcores) the same job is spread over both lcores.
 # Sharded (the default --job-spread shards): each data packet goes to the lcore of its PSN's shard,
 # which sums every other slot; every release leaves through the owner's ordered ring. As the verify
 # pipeline (--job-spread verify): every data packet, whichever lcore received it, has its payload

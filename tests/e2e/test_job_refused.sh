@@ -2,7 +2,7 @@
 # The appliance refuses a job (its held packet buffers do not fit the mbuf budget): rank 0 reads the
 # refusal in the reply to its `add`, the other ranks in `list` (state=refused), and every rank
 # exits with the same reason within a second or two of rank 0, long before its own --timeout
-# (issue 13, item 12). Then a job that fits runs on the same appliance: the refusal does not
+# (docs/workers.md). Then a job that fits runs on the same appliance: the refusal does not
 # stand in its way.
 #   test_job_refused.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nccl-tests compatibility (issue 16, point 6): inagg-worker runs real all_reduce_perf command
+# nccl-tests compatibility: inagg-worker runs real all_reduce_perf command
 # lines (`-b 8 -e 1M -f 2 -g 1`, `-b 1K -e 64K -i 16K -d int32`, `-c`, `-o sum`, `-n`, `-w`) through
 # the appliance on the virtual rack, and an independent parser (tests/lib/nccl_table.py) reads each
 # rank's table as a script made for all_reduce_perf would: the sizes of the sweep, count = size /

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The soak (issue 13 "Proof"): ROUNDS jobs one after another in the virtual rack, every link
+# The soak: ROUNDS jobs one after another in the virtual rack, every link
 # impaired both ways (scripts/rack --impair: loss, duplicates and reordering, what tc netem would
 # do; this kernel has no netem), each job ITERS + 1 checked ina allreduces of SIZE bytes by 4
 # workers (-c ITERS+1, out of place, after one timed allreduce). After each job: every element exact (the workers' --check), no stuck slot (held 0), the
 # job removed, and the appliance's packet buffers in use back to the level after the first job: nothing leaks from job to job.
 #   test_soak.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR ROUNDS SIZE ITERS [IMPAIR]
-# CI runs a short version; the README records a long one (make it with larger ROUNDS/SIZE/ITERS).
+# CI runs a short version; docs/reliability.md records a long one (make it with larger ROUNDS/SIZE/ITERS).
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4 rounds=$5 size=$6 iters=$7 impair=${8:-loss=1,dup=1,reorder=25}
 n=4

@@ -2,7 +2,7 @@
 // honest WRITEs of every rank (in order, retransmitted, lost, out of window), its receivers' ACKs
 // and NAKs, corrupted, truncated and re-tagged copies, forged sources, wrong ingress ports, CNPs,
 // SENDs, IPv4-mapped IPv6 copies, random frames and timer polls. After every operation, all the
-// engine sent is checked against the engine's own invariants (design.md §1):
+// engine sent is checked against the engine's own invariants (docs/protocol.md):
 //  - a WRITE on a registered connection carries exactly the rank-ordered sum of all n ranks for
 //    its PSN (never a raw or partial payload) with a valid ICRC, and only once every rank's packet
 //    of that PSN went into the engine;

@@ -1,11 +1,11 @@
-/* A spin model of inagg-worker --mode auto's fall-over (README "Fall-over"): N ranks run K
+/* A spin model of inagg-worker --mode auto's fall-over (docs/xdp-tier.md, "Fall-over"): N ranks run K
    allreduces through the appliance; each allreduce is two phases, the data and the commit, and a
    phase's sum is released by the appliance only once every rank has sent it. The appliance may die
    at any moment; sums it released before may still arrive, or not, at each rank. A rank waiting for
    a phase may fall over at any moment (a message without the sum after the bypass, its requester
    giving up, silence: the model lets any of them happen whenever the rank waits). Falling over,
    a rank adds h = allreduces whose data it holds summed to the agreement sum on the XDP tier
-   (which itself always works here) and resumes where the README says; a rank that finished every
+   (which itself always works here) and resumes where docs/xdp-tier.md says; a rank that finished every
    allreduce on the appliance adds h = K to the same agreement, the job's closing one.
    Checked:
    - safety: every rank ends with the same tier's sum for every allreduce (never the appliance's

@@ -1,5 +1,5 @@
 /* A spin model of one job spread over K lcores, "slots sharded by index" (docs/protocol.md
-   section 4, "One job on more than one lcore"; issue 17), built on the slots model
+   section 4, "One job on more than one lcore"), built on the slots model
    (docs/model/slots.pml): N = 2 workers in a ring (rank r writes to r + 1), one packet per message,
    window W, MSGS messages per worker, lossy FIFO links on both sides of the appliance (at most
    LMAX losses in all), go-back-N senders whose ACK timer fires when nothing else can move,

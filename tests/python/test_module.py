@@ -2,8 +2,8 @@
 """The Python module without an appliance: 4 ranks as 4 threads of this process on loopback
 addresses (127.S.D.1-4, S from the process id so that two runs at once do not meet; no root
 needed), each a Communicator bound to its own address. With no appliance on the path a rank's
-allreduce_ leaves in its buffer exactly what its predecessor sent (design.md §1: the successor
-"would simply receive r's gradient"), so every result is checked bit for bit against the
+allreduce_ leaves in its buffer exactly what its predecessor sent (docs/protocol.md section 1: "without an
+appliance the successor would receive r's gradient"), so every result is checked bit for bit against the
 predecessor's input, built here with numpy. The 4 ranks wait for one another inside allreduce_,
 so the test also shows the GIL is released while it works (it would deadlock otherwise; a
 deadline turns that into a failure). Without an appliance nothing holds a rank's next write back

@@ -3,7 +3,7 @@
 the job registered by rank 0, buffers from one element to several chunks (chunk_bytes is small
 here, so a buffer goes as several allreduces of whole messages), every result compared bit for
 bit with the appliance's contract computed here with numpy: the sum in rank order, fp32 in fp32,
-fp16 and bf16 summed in fp32 and rounded once to nearest even, int32 wrapping (design.md §1).
+fp16 and bf16 summed in fp32 and rounded once to nearest even, int32 wrapping (docs/protocol.md).
 Every rank draws every rank's input from the same seeds, so each can compute the reference.
 Rank 0 prints "expected_slots N": the slots the appliance must have released for these
 allreduces (each chunk is padded to whole messages of `message` bytes, one slot per packet of

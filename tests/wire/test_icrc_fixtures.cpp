@@ -134,7 +134,7 @@ TEST(IcrcGolden, AnyFlippedCoveredBitBreaksTheIcrcButMaskedFieldsDoNot) {
 
 namespace {
 
-// The ICRC's header part by the definition (design.md §1 "Wire details"), with zlib: 8 bytes of
+// The ICRC's header part by the definition (docs/protocol.md section 9), with zlib: 8 bytes of
 // 0xff, then IP .. end of the extension headers with the variant fields set to ones.
 uint32_t reference_header_crc(const uint8_t* f, const Layout& l) {
   std::vector<uint8_t> m(8, 0xff);

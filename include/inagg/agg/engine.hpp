@@ -1,4 +1,4 @@
-// The transparent RC aggregation engine (design.md §1): it holds the RDMA WRITE packets of
+// The transparent RC aggregation engine (docs/protocol.md): it holds the RDMA WRITE packets of
 // registered jobs per slot, sums them when all n ranks are in, regenerates their ICRCs and releases
 // them in PSN order; every other packet passes untouched.
 //
@@ -46,7 +46,7 @@ struct BufferOps {
   PacketRef (*alloc)(void* ctx, uint16_t len) = nullptr;
   // Optional: whether this lcore's TX queue towards `port` holds at least `threshold` packets. The
   // engine CE-marks the ECN-capable sums it releases towards a port past EngineConfig's
-  // ecn_threshold_packets (a DCQCN switch's marking, design.md §1 "Wire details").
+  // ecn_threshold_packets (a DCQCN switch's marking, docs/protocol.md section 13).
   void* queue_ctx = nullptr;
   bool (*tx_queue_above)(void* queue_ctx, uint16_t port, uint32_t threshold) = nullptr;
 };
@@ -152,8 +152,8 @@ struct EngineConfig {
   uint64_t resend_max_ns = 50'000'000;
   unsigned resend_budget = 8;
   uint64_t abort_timeout_ns = 30'000'000'000ull;  // no progress with work pending: abort the job
-  // NAK a sender on a PSN jump and resend unacknowledged released packets (design.md §1, "Loss
-  // recovery that does not wait for timeouts"). Correctness never depends on it; off only to
+  // NAK a sender on a PSN jump and resend unacknowledged released packets (docs/protocol.md section 12,
+  // "Loss recovery that does not wait for timeouts"). Correctness never depends on it; off only to
   // measure what it saves.
   bool fast_recovery = true;
   // CE-mark released sums towards a port whose TX queue holds at least this many packets (0: off;

@@ -1,5 +1,5 @@
 // Reduction kernels: the element-wise sums the RC engine computes when a slot completes
-// (design.md §1, "Per packet").
+// (docs/protocol.md section 7, "A data packet").
 //
 // Payloads are raw little-endian bytes straight from packets: any alignment, any length that is a
 // multiple of the element size (0 included). Results are bit-identical across tiers and to the

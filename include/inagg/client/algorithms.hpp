@@ -3,12 +3,12 @@
 // the sum in it.
 //   ina   each rank RDMA-WRITEs its buffer, message by message, to its successor through the
 //         appliance, which sums the n streams: every rank receives the full sum in one pass
-//         (design.md §1). The tail of the last message is padded with zeros.
+//         (docs/protocol.md section 1). The tail of the last message is padded with zeros.
 //   ring  the classic ring allreduce over the same transport (reduce-scatter, then all-gather;
 //         the appliance only switches it). Chunk c is reduced in the order c, c+1, ..., c+n-1.
 //   auto  ina with a tally: the last element of every message is 1 from every rank, n once the
 //         appliance summed it; every allreduce ends with one more message, the commit (zeros and
-//         the tally). README, "Fall-over".
+//         the tally). docs/xdp-tier.md, "Fall-over".
 //   xdp   fixed point in, int32 sums from the tier, back out; int32 travels as it is.
 #pragma once
 

@@ -1,4 +1,4 @@
-// auto mode's fall-over from the appliance to the XDP tier (README, "Fall-over"; the spin model
+// auto mode's fall-over from the appliance to the XDP tier (docs/xdp-tier.md, "Fall-over"; the spin model
 // tests/model/fallover.pml), as a state machine with no I/O: the driver (Worker) feeds it what
 // happened and does what it says, so a unit test can feed it any sequence of events.
 //

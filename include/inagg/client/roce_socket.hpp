@@ -1,4 +1,4 @@
-// RoCEv2 over a kernel UDP socket, as the software workers speak it (issue 5): the kernel writes
+// RoCEv2 over a kernel UDP socket, as the software workers speak it: the kernel writes
 // the IP and UDP headers, inagg the BTH onward, including the ICRC, which covers those IP/UDP
 // headers. So the sender fixes the fields the ICRC covers but the kernel chooses: DF is set and
 // the socket stays unconnected, which makes Linux send IP ID 0; the source port is the bound

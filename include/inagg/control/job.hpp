@@ -1,4 +1,4 @@
-// The description of one aggregation job (design.md §1, "the job contract"): what a job file says,
+// The description of one aggregation job (docs/protocol.md section 2, "the job contract"): what a job file says,
 // what the control socket's `add` carries and what the engine is given. Here, in control, so that
 // every module that describes or registers jobs (the appliance, inagg-ctl, the workers) shares it
 // without depending on the engine.

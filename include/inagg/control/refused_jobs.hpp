@@ -1,8 +1,8 @@
 // Jobs the appliance refused to add, remembered for a while. Only the rank that sends `add` (rank
 // 0) reads the refusal in its reply; the others wait for the job to show up in `list`. So `list`
 // shows a refused job too, as `state=refused` with the reason, until the id is added or removed or
-// `remember_for` has passed, and every rank can stop at once with the same reason (issue 13 item
-// 12). The time limit keeps a refusal from one run from stopping the ranks of a later run that
+// `remember_for` has passed, and every rank can stop at once with the same reason.
+// The time limit keeps a refusal from one run from stopping the ranks of a later run that
 // the appliance would accept; ranks start within seconds of each other, a rerun comes later.
 #pragma once
 

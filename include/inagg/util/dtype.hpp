@@ -1,4 +1,4 @@
-// Element types a job's gradients can have (design.md §1). Payload bytes are little-endian, as an
+// Element types a job's gradients can have (docs/protocol.md). Payload bytes are little-endian, as an
 // RDMA NIC copies them from host memory. Here, below every module that names them: job
 // descriptions (control), the kernels (agg) and the workers (client).
 #pragma once

@@ -1,4 +1,4 @@
-// RoCEv2 invariant CRC (design.md §1 "Wire details"): zlib's CRC-32 over 8 bytes of 0xff, the IP
+// RoCEv2 invariant CRC (docs/protocol.md section 9): zlib's CRC-32 over 8 bytes of 0xff, the IP
 // header with its variant fields set to ones, the UDP header with its checksum set to ones, the BTH
 // with byte 4 (FECN, BECN, reserved) set to ones, the extension headers, and the payload with its
 // pad bytes. Stored least-significant byte first after the payload.

@@ -1,4 +1,4 @@
-/* The XDP aggregation tier's wire format (ALEPH-style, design.md §2 "xdp"): what workers
+/* The XDP aggregation tier's wire format (ALEPH-style, docs/protocol.md section 17): what workers
  * (include/inagg/client/xagg_client.hpp) and heads (the BPF programs in src/xdp/bpf) send each
  * other. Plain C, so the BPF programs include it too; here in wire, below both, so the workers'
  * client needs nothing of the XDP tier's own code. The head's maps are in inagg/xdp/xagg_shared.h.
@@ -16,7 +16,7 @@
  *
  * A head keeps 2 x window slots per job: chunk seq lives in slot seq % nslots, and the epoch
  * (seq / nslots) is told apart by keeping the slot's full seq. Two epochs suffice for the reason
- * design.md §1 gives for the appliance: a member sends chunk s only after it has the results of
+ * docs/protocol.md section 6 gives for the appliance: a member sends chunk s only after it has the results of
  * every chunk up to s - window, so when chunk s + nslots arrives every member already holds the
  * result of chunk s.
  */

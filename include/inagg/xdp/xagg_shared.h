@@ -1,4 +1,4 @@
-/* The XDP aggregation tier's head (ALEPH-style, design.md §2 "xdp"): the structs its BPF maps
+/* The XDP aggregation tier's head (ALEPH-style, docs/protocol.md section 17): the structs its BPF maps
  * share with userspace. Plain C, included by the BPF programs (src/xdp/bpf) and by the C++ agent;
  * maps are the only interface between the two sides. The tier's wire format, which the workers
  * speak too, is in inagg/wire/xagg.h.
