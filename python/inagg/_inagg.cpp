@@ -320,8 +320,8 @@ PYBIND11_MODULE(_inagg, m) {
       .def(py::init([](unsigned rank, unsigned world_size, std::string control, uint32_t job_id, std::string dtype,
                        uint32_t message, uint32_t payload, unsigned window, double ack_timeout_ms, unsigned retry,
                        std::string ip_base, uint64_t chunk_bytes, double timeout_s, unsigned exchange_port) {
-             CommunicatorOptions o{rank,     world_size, std::move(control), job_id, std::move(dtype),   message,
-                                   payload,  window,     ack_timeout_ms,     retry,  std::move(ip_base), chunk_bytes,
+             CommunicatorOptions o{rank,      world_size,   std::move(control), job_id, std::move(dtype),   message,
+                                   payload,   window,       ack_timeout_ms,     retry,  std::move(ip_base), chunk_bytes,
                                    timeout_s, exchange_port};
              py::gil_scoped_release nogil;
              return std::make_unique<Communicator>(o);

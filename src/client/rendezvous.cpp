@@ -309,7 +309,8 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpo
     }
     if (e->workers != cfg.workers) {
       *error = "rank " + std::to_string(e->rank) + " was started with --workers " + std::to_string(e->workers) +
-               ", rank " + std::to_string(cfg.rank) + " with " + std::to_string(cfg.workers) + ": every rank needs the same";
+               ", rank " + std::to_string(cfg.rank) + " with " + std::to_string(cfg.workers) +
+               ": every rank needs the same";
       return false;
     }
     if (e->payload != mine.payload) {

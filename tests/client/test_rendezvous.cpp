@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <string>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
