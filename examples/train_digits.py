@@ -209,7 +209,6 @@ def train(a):
     job_stats = None
     if state is not None and rank == 0 and a.control:
         job_stats = state.comm.job_stats()
-    dist.barrier()
     if rank == 0:
         for i, st in enumerate(steps):
             st["loss"] = sum(l[i] for l in losses) / world
@@ -226,8 +225,15 @@ def train(a):
             with open(a.out + ".tmp", "w") as f:
                 json.dump(run, f)
             os.replace(a.out + ".tmp", a.out)
-    dist.destroy_process_group()
-    return 0
+    # Every rank is done once this barrier returns. Leave here, before any of torch's destructors
+    # run: with PyTorch 1.13, DDP's reducer destroys the Gloo process group it holds when `ddp` goes
+    # out of scope, and ~ProcessGroupGloo joins a worker thread that may itself be waiting for the
+    # GIL the destroying thread holds (gdb: Reducer::~Reducer -> ~ProcessGroupGloo -> thread::join,
+    # the worker in PyEval_AcquireThread): the rank never exits. Nothing is left to write.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---------------------------------------------------------------- report

@@ -37,3 +37,23 @@ wait_alive() {
     sleep 0.05
   done
 }
+
+# wait_pids SECONDS WHAT PID...: waits until every PID has ended, at most SECONDS. Returns 0 when
+# all ended by then, whatever their status (the caller `wait`s each for it); otherwise returns 1
+# with "timed out after SECONDS s waiting for WHAT: still running: PID..." on stderr, so that the
+# caller can name what did not finish and stop it.
+wait_pids() {
+  local seconds=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + seconds)) p alive
+  while true; do
+    alive=()
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+    [ ${#alive[@]} -eq 0 ] && return 0
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "timed out after $seconds s waiting for $what: still running: ${alive[*]}" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}

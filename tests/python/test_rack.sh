@@ -91,6 +91,12 @@ train() {
     pids+=($!)
     others+=($!)
   done
+  # Every rank must leave (a rank stuck in torch's teardown once kept a run alive for ever).
+  if ! wait_pids 150 "the ranks training with $comm" "${pids[@]}" 2>/dev/null; then
+    local late=""
+    for r in $(seq 0 $((n - 1))); do kill -0 "${pids[$r]}" 2>/dev/null && late+=" $r"; done
+    fail "training with $comm: rank(s)$late still running after 150 s: $(tail -n 3 "$tmp/train-$comm.0.log")"
+  fi
   for r in $(seq 0 $((n - 1))); do
     wait "${pids[$r]}" || fail "training with $comm: rank $r exited with $?: $(tail -n 5 "$tmp/train-$comm.$r.log")"
   done
