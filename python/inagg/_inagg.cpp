@@ -87,8 +87,9 @@ class Communicator {
     if (o.chunk_bytes == 0) throw std::invalid_argument("inagg.Communicator: chunk_bytes must be positive");
     plan_ = w.rack;
     geometry_ = {plan_.dtype, o.world_size, o.message, client::Mode::ina};
-    // A chunk is whole messages; the regions hold one chunk.
-    chunk_ = geometry_.padded(o.chunk_bytes);
+    // The regions hold chunk_bytes rounded up to whole messages; a chunk is the data those
+    // messages carry besides their tallies (ina_allreduce).
+    chunk_ = geometry_.padded(o.chunk_bytes) / o.message * geometry_.data_per_message();
     const client::UdpRcConfig c = plan_.rc_config(false, o.ack_timeout_ms, o.retry, geometry_.send_bytes(chunk_),
                                                   geometry_.receive_bytes(chunk_));
     std::string error;
@@ -170,7 +171,7 @@ class Communicator {
                  std::to_string(t.duplicates) + " duplicates]";
         throw InaggError(error_);
       }
-      messages_ += geometry_.padded(n) / o_.message;
+      messages_ += geometry_.messages_of(n);
     }
     ++allreduces_;
     bytes_ += bytes;

@@ -27,18 +27,18 @@ uint64_t Geometry::chunk_of(uint64_t bytes) const {
 // message after them.
 uint64_t Geometry::send_bytes(uint64_t max_bytes) const {
   if (mode == Mode::ring) return padded(chunk_of(max_bytes)) * workers;
-  return (messages_of(max_bytes) + (tallied() ? 1 : 0)) * message;
+  return (messages_of(max_bytes) + (committed() ? 1 : 0)) * message;
 }
 
 uint64_t Geometry::receive_bytes(uint64_t max_bytes) const {
   if (mode == Mode::ring) return 2ull * (workers - 1) * ring_stride(max_bytes);
-  return (messages_of(max_bytes) + (tallied() ? 1 : 0)) * message;
+  return (messages_of(max_bytes) + (committed() ? 1 : 0)) * message;
 }
 
 uint64_t Geometry::ring_stride(uint64_t max_bytes) const { return padded(chunk_of(max_bytes)); }
 
 uint64_t Geometry::data_bytes(uint64_t max_bytes) const {
-  return (messages_of(max_bytes) + (tallied() ? 1 : 0)) * message + padded(chunk_of(max_bytes)) * workers;
+  return (messages_of(max_bytes) + (committed() ? 1 : 0)) * message + padded(chunk_of(max_bytes)) * workers;
 }
 
 Outcome RingExchange::exchange(uint64_t src_offset, uint64_t len, uint64_t dst_offset, uint64_t expect) {
@@ -58,14 +58,90 @@ Outcome RingExchange::exchange(uint64_t src_offset, uint64_t len, uint64_t dst_o
   return {};
 }
 
+namespace {
+
+// A small whole number as one element of the job's dtype (exact in each of them up to 64).
+void element_of(util::Dtype dtype, unsigned v, uint8_t* out) {
+  const float f = static_cast<float>(v);
+  const int32_t i = static_cast<int32_t>(v);
+  const uint16_t h = dtype == util::Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
+  if (dtype == util::Dtype::fp32)
+    std::memcpy(out, &f, 4);
+  else if (dtype == util::Dtype::int32)
+    std::memcpy(out, &i, 4);
+  else
+    std::memcpy(out, &h, 2);
+}
+
+// The tally as it leaves every rank (1) and as the appliance's sum makes it (workers).
+struct Tally {
+  uint8_t one[4] = {}, summed[4] = {};
+  explicit Tally(const Geometry& g) {
+    element_of(g.dtype, 1, one);
+    element_of(g.dtype, g.workers, summed);
+  }
+};
+
+// A message: the tally, data_per_message() bytes of data, the tally again. The last element tells
+// whether the appliance summed the message's last packet, so a message that is only partly
+// summed (the appliance restarted within it) is seen; the first element, whether the predecessor's
+// next allreduce, forwarded unsummed, has begun to overwrite it (its packets land in order).
+void lay_out(const Geometry& g, const Tally& t, const uint8_t* data, uint64_t bytes, uint64_t msgs, uint8_t* send) {
+  const uint64_t per = g.data_per_message();
+  const size_t es = g.element();
+  for (uint64_t m = 0; m < msgs; ++m) {
+    uint8_t* msg = send + m * g.message;
+    const uint64_t n = m * per < bytes ? std::min(per, bytes - m * per) : 0;
+    std::memcpy(msg, t.one, es);
+    std::memcpy(msg + es, data + m * per, n);
+    std::memset(msg + es + n, 0, per - n);
+    std::memcpy(msg + es + per, t.one, es);
+  }
+}
+
+Outcome unsummed(const Geometry& g, const Tally& t, uint64_t m, const uint8_t* got, const char* where) {
+  return {"message " + std::to_string(m) + " arrived without the appliance's sum (" + where + " tally " +
+              (std::memcmp(got, t.one, g.element()) == 0 ? std::string("1") : std::string("garbled")) + ", want " +
+              std::to_string(g.workers) +
+              "): the appliance did not sum it (it does not know the job: restarted, the job removed, or a path "
+              "around it)",
+          FallOverCause::tally_wrong};
+}
+
+// ok() when message m arrived with the appliance's sum in both tallies.
+Outcome tally_of(const Geometry& g, const Tally& t, const uint8_t* recv, uint64_t m) {
+  const uint8_t* msg = recv + m * g.message;
+  const uint8_t* tail = msg + g.element() + g.data_per_message();
+  if (std::memcmp(tail, t.summed, g.element()) != 0) return unsummed(g, t, m, tail, "last");
+  if (std::memcmp(msg, t.summed, g.element()) != 0) return unsummed(g, t, m, msg, "first");
+  return {};
+}
+
+// Copies the data of messages that passed tally_of to out. A transport that places data while we
+// copy (a NIC) may meanwhile overwrite a message with the predecessor's next allreduce: its first
+// tally, read again after the copy, tells. On failure out holds part of the sums.
+Outcome copy_out(const Geometry& g, const Tally& t, const uint8_t* recv, uint64_t bytes, uint8_t* out) {
+  const uint64_t per = g.data_per_message();
+  for (uint64_t m = 0; m * per < bytes; ++m) {
+    const uint8_t* msg = recv + m * g.message;
+    std::memcpy(out + m * per, msg + g.element(), std::min(per, bytes - m * per));
+    if (std::memcmp(msg, t.summed, g.element()) != 0) return unsummed(g, t, m, msg, "first");
+  }
+  return {};
+}
+
+}  // namespace
+
+// Measured cost of the tally: docs/protocol.md, "The tally".
 Outcome ina_allreduce(RingExchange& x, const Geometry& g, const uint8_t* in, uint8_t* out, uint64_t bytes) {
-  const uint64_t msgs = g.padded(bytes) / g.message;
-  uint8_t* send = x.transport().send_region().data();
-  std::memcpy(send, in, bytes);
-  std::memset(send + bytes, 0, msgs * g.message - bytes);
-  Outcome r = x.exchange(0, msgs * g.message, 0, msgs);
-  if (r.ok()) std::memcpy(out, x.transport().receive_region().data(), bytes);
-  return r;
+  const Tally t(g);
+  const uint64_t msgs = g.messages_of(bytes);
+  const uint8_t* recv = x.transport().receive_region().data();
+  lay_out(g, t, in, bytes, msgs, x.transport().send_region().data());
+  if (Outcome r = x.exchange(0, msgs * g.message, 0, msgs); !r.ok()) return r;
+  for (uint64_t m = 0; m < msgs; ++m)
+    if (Outcome r = tally_of(g, t, recv, m); !r.ok()) return r;
+  return copy_out(g, t, recv, bytes, out);
 }
 
 Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_t* data, uint64_t bytes,
@@ -94,54 +170,20 @@ Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_
   return {};
 }
 
-namespace {
-
-// A small whole number as one element of the job's dtype (exact in each of them up to 64).
-void element_of(util::Dtype dtype, unsigned v, uint8_t* out) {
-  const float f = static_cast<float>(v);
-  const int32_t i = static_cast<int32_t>(v);
-  const uint16_t h = dtype == util::Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
-  if (dtype == util::Dtype::fp32)
-    std::memcpy(out, &f, 4);
-  else if (dtype == util::Dtype::int32)
-    std::memcpy(out, &i, 4);
-  else
-    std::memcpy(out, &h, 2);
-}
-
-}  // namespace
-
 Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* data, uint64_t bytes, uint8_t* held,
                           bool* have_data) {
-  const size_t es = g.element();
-  const uint64_t msgs = g.messages_of(bytes), per = g.data_per_message(), m_bytes = g.message;
-  uint8_t tally_one[4] = {}, tally_n[4] = {};
-  element_of(g.dtype, 1, tally_one);
-  element_of(g.dtype, g.workers, tally_n);
-  uint8_t* send = x.transport().send_region().data();
+  const Tally t(g);
+  const uint64_t msgs = g.messages_of(bytes), m_bytes = g.message;
   const uint8_t* recv = x.transport().receive_region().data();
-  auto tally_of = [&](uint64_t m) -> Outcome {
-    const uint8_t* t = recv + m * m_bytes + per;
-    if (std::memcmp(t, tally_n, es) == 0) return {};
-    return {"message " + std::to_string(m) + " arrived without the appliance's sum (tally " +
-                (std::memcmp(t, tally_one, es) == 0 ? std::string("1") : std::string("garbled")) + ", want " +
-                std::to_string(g.workers) + "): no appliance aggregates on this path",
-            FallOverCause::tally_wrong};
-  };
   *have_data = false;
-  std::memset(send, 0, (msgs + 1) * m_bytes);
-  for (uint64_t m = 0; m <= msgs; ++m) {
-    if (m < msgs) std::memcpy(send + m * m_bytes, data + m * per, std::min(per, bytes - m * per));
-    std::memcpy(send + m * m_bytes + per, tally_one, es);
-  }
+  lay_out(g, t, data, bytes, msgs + 1, x.transport().send_region().data());  // the commit: zeros and the tally
   if (Outcome r = x.exchange(0, msgs * m_bytes, 0, msgs); !r.ok()) return r;
   for (uint64_t m = 0; m < msgs; ++m)
-    if (Outcome r = tally_of(m); !r.ok()) return r;
-  for (uint64_t m = 0; m * per < bytes; ++m)
-    std::memcpy(held + m * per, recv + m * m_bytes, std::min(per, bytes - m * per));
+    if (Outcome r = tally_of(g, t, recv, m); !r.ok()) return r;
+  if (Outcome r = copy_out(g, t, recv, bytes, held); !r.ok()) return r;
   *have_data = true;
   if (Outcome r = x.exchange(msgs * m_bytes, m_bytes, msgs * m_bytes, 1); !r.ok()) return r;
-  return tally_of(msgs);
+  return tally_of(g, t, recv, msgs);
 }
 
 bool TierAllreduce::run(uint8_t* data, uint64_t bytes, uint64_t deadline_ns, std::string* why) {

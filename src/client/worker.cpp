@@ -219,7 +219,7 @@ bool Worker::open(std::string* error) {
     if (const std::vector<RankConnection>* c = transport_->job_connections()) o_.rack.connections = *c;
     // auto: silence for twice the requester's retry budget means the predecessor fell over.
     const uint64_t ack_ns = static_cast<uint64_t>(o_.ack_timeout_ms * 1e6);
-    const uint64_t stall_ns = geometry_.tallied() ? 2 * (o_.retry + 1) * ack_ns : 0;
+    const uint64_t stall_ns = geometry_.committed() ? 2 * (o_.retry + 1) * ack_ns : 0;
     exchange_ = std::make_unique<RingExchange>(*transport_, o_.message, deadline_ns_, stall_ns);
   }
   if (o_.uses_tier()) {
@@ -229,7 +229,7 @@ bool Worker::open(std::string* error) {
   }
   data_.assign(geometry_.data_bytes(o_.max_bytes), 0);
   result_.assign(geometry_.data_bytes(o_.max_bytes), 0);
-  if (geometry_.tallied()) held_.assign(o_.max_bytes, 0);
+  if (geometry_.committed()) held_.assign(o_.max_bytes, 0);
   return true;
 }
 

@@ -6,8 +6,8 @@ bit with the appliance's contract computed here with numpy: the sum in rank orde
 fp16 and bf16 summed in fp32 and rounded once to nearest even, int32 wrapping (docs/protocol.md).
 Every rank draws every rank's input from the same seeds, so each can compute the reference.
 Rank 0 prints "expected_slots N": the slots the appliance must have released for these
-allreduces (each chunk is padded to whole messages of `message` bytes, one slot per packet of
-`payload` bytes), for the caller to compare with `inagg-ctl stats`.
+allreduces (each chunk is padded to whole messages of `message` bytes, two elements of each the
+tally, one slot per packet of `payload` bytes), for the caller to compare with `inagg-ctl stats`.
 
     test_sums.py --rank R --world-size N --control SOCKET --job-id ID --dtype fp32|fp16|bf16|int32
 """
@@ -82,10 +82,12 @@ def main():
             print(f"FAIL: rank {a.rank}, {a.dtype}, {count} elements: {diff.size} differ from the rank-ordered sum "
                   f"(first at {diff[0]}: got {buf[diff[0]]}, want {want[diff[0]]})")
             bad += 1
-        nbytes = count * es
-        for off in range(0, nbytes, CHUNK):
-            chunk = min(CHUNK, nbytes - off)
-            slots += -(-chunk // MESSAGE) * (MESSAGE // PAYLOAD)
+        # Every message carries the tally in its first and last element (docs/protocol.md, "The
+        # tally"): MESSAGE - 2 elements of data, and a chunk is the data of CHUNK / MESSAGE messages.
+        nbytes, per = count * es, MESSAGE - 2 * es
+        for off in range(0, nbytes, CHUNK // MESSAGE * per):
+            chunk = min(CHUNK // MESSAGE * per, nbytes - off)
+            slots += -(-chunk // per) * (MESSAGE // PAYLOAD)
     comm.close()
     if a.rank == 0:
         print(f"expected_slots {slots}")

@@ -153,7 +153,7 @@ case "$case" in
     run_workers auto run --dtype "$dtype" --xdp-heads 10.77.0.201 --message 16384 "${sizes[@]}"
     wait_workers run
     for r in $(seq 0 $((n - 1))); do
-      grep -q "falling over to the XDP tier at allreduce 0 (message 0 arrived without the appliance's sum (tally 1, want 4).*takes over from allreduce 0" \
+      grep -q "falling over to the XDP tier at allreduce 0 (message 0 arrived without the appliance's sum (last tally 1, want 4).*takes over from allreduce 0" \
         "$tmp/run.w$r.log" || fail "rank $r: $(grep -h falling "$tmp/run.w$r.log")"
     done
     echo "ok: no appliance on the path: every rank saw message 0 unsummed and ran the job on the XDP tier, $dtype exact"

@@ -3,12 +3,16 @@
 // the sum in it.
 //   ina   each rank RDMA-WRITEs its buffer, message by message, to its successor through the
 //         appliance, which sums the n streams: every rank receives the full sum in one pass
-//         (docs/protocol.md section 1). The tail of the last message is padded with zeros.
+//         (docs/protocol.md section 1). The first and the last element of every message are the
+//         tally: 1 from every rank, n once the appliance summed them; a message that arrives
+//         with another tally fails the allreduce (an appliance that restarted and forgot the
+//         job, or a path around it, forwards each rank its predecessor's data unsummed). The
+//         tail of the last message is padded with zeros. docs/protocol.md, "The tally".
 //   ring  the classic ring allreduce over the same transport (reduce-scatter, then all-gather;
 //         the appliance only switches it). Chunk c is reduced in the order c, c+1, ..., c+n-1.
-//   auto  ina with a tally: the last element of every message is 1 from every rank, n once the
-//         appliance summed it; every allreduce ends with one more message, the commit (zeros and
-//         the tally). docs/xdp-tier.md, "Fall-over".
+//   auto  ina, and every allreduce ends with one more message, the commit (zeros and the
+//         tally); a wrong tally falls over to the XDP tier instead of failing.
+//         docs/xdp-tier.md, "Fall-over".
 //   xdp   fixed point in, int32 sums from the tier, back out; int32 travels as it is.
 #pragma once
 
@@ -34,9 +38,12 @@ struct Geometry {
   Mode mode = Mode::ina;
 
   size_t element() const { return util::dtype_size(dtype); }
-  bool tallied() const { return mode == Mode::automatic; }
-  // Gradient bytes per message: auto keeps the last element for the tally.
-  uint64_t data_per_message() const { return tallied() ? message - element() : message; }
+  // Every message through the appliance carries the tally (ina, auto); auto ends each allreduce
+  // with the commit message.
+  bool tallied() const { return mode == Mode::ina || mode == Mode::automatic; }
+  bool committed() const { return mode == Mode::automatic; }
+  // Gradient bytes per message: ina and auto keep the first and the last element for the tally.
+  uint64_t data_per_message() const { return tallied() ? message - 2 * element() : message; }
   uint64_t messages_of(uint64_t bytes) const;  // data messages for `bytes`, at least one
   uint64_t padded(uint64_t bytes) const;       // rounded up to whole messages, at least one
   uint64_t chunk_of(uint64_t bytes) const;     // ring: one rank's chunk, whole elements
@@ -76,7 +83,9 @@ class RingExchange {
   uint64_t expected_ = 0;
 };
 
-// `in` and `out` may be the same buffer (in place); `out` gets the sum.
+// `in` and `out` may be the same buffer (in place); `out` gets the sum. When a message arrived
+// without the appliance's sum (cause tally_wrong) the allreduce fails, and `out` may hold part of
+// the sums.
 Outcome ina_allreduce(RingExchange& x, const Geometry& g, const uint8_t* in, uint8_t* out, uint64_t bytes);
 inline Outcome ina_allreduce(RingExchange& x, const Geometry& g, uint8_t* data, uint64_t bytes) {
   return ina_allreduce(x, g, data, data, bytes);
