@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <cstdio>
+
 #include "inagg/client/clock.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
@@ -26,6 +28,17 @@ std::optional<control::JobListLine> ControlClient::job_state(uint32_t id, std::s
   return std::nullopt;
 }
 
+namespace {
+
+std::string other_spec(uint32_t id, uint32_t theirs, uint32_t ours) {
+  char digests[64];
+  std::snprintf(digests, sizeof digests, "(spec digest %08x, this job's %08x)", theirs, ours);
+  return "job " + std::to_string(id) + " is already active on the appliance with another spec " + digests +
+         ": remove it first (inagg-ctl remove " + std::to_string(id) + ") or give this job another id";
+}
+
+}  // namespace
+
 Registration ControlClient::register_job(bool add_job, const std::string& job_text, uint32_t id, uint64_t deadline_ns,
                                          int poll_ms) const {
   Registration r;
@@ -41,6 +54,11 @@ Registration ControlClient::register_job(bool add_job, const std::string& job_te
   }
   while (true) {
     const std::optional<control::JobListLine> l = job_state(id, &e);
+    // An active job with this id and another spec (an earlier run's, another launch) is not ours:
+    // its connections, sizes or rank count differ, and joining it would send into a job the
+    // appliance sums otherwise, or not at all.
+    if (l && l->state == "active" && l->spec_digest && own_digest && *l->spec_digest != *own_digest)
+      return {Registration::Outcome::refused, control::format_error(other_spec(id, *l->spec_digest, *own_digest))};
     if (l && l->state == "active") return r;
     // The rank that added the job read the refusal in its reply; the others read it here.
     if (l && l->state == "refused" && (!l->spec_digest || !own_digest || *l->spec_digest == *own_digest))

@@ -20,6 +20,7 @@
 #include "inagg/client/clock.hpp"
 #include "inagg/client/control_client.hpp"
 #include "inagg/client/plan.hpp"
+#include "inagg/control/job_file.hpp"
 #include "inagg/control/refused_jobs.hpp"
 #include "inagg/control/socket.hpp"
 
@@ -75,6 +76,7 @@ class FakeAppliance {
           s.id = id;
           s.dtype = spec.dtype;
           s.workers = spec.workers;
+          s.spec_digest = control::job_digest(spec);
           list.push_back(s);
         }
         refused_.add_to(&list);
@@ -166,6 +168,36 @@ TEST_F(ControlClientTest, AnEarlierRefusalOfAnotherJobWithTheSameIdIsNotOurs) {
   // The rerun with a window that fits: its ranks 1..3 poll before rank 0 adds and see the old
   // refusal in `list`, which names another spec; they wait, and the new job becomes active.
   app.refuse = false;
+  for (const Registration& r : register_all(now_ns() + 10'000'000'000ull))
+    EXPECT_EQ(r.outcome, Outcome::active) << r.reason;
+}
+
+// A job with this id is active with another spec (here: another window): rank 0's `add` meets
+// "already exists", and neither it nor the others take that job for theirs; they all stop at
+// once with the same reason, naming both digests.
+TEST_F(ControlClientTest, AnActiveJobWithTheSameIdAndAnotherSpecIsRefusedOnEveryRank) {
+  FakeAppliance app(path_);
+  RackPlan other = plan_;
+  other.window = 4;
+  ASSERT_EQ(ControlClient(path_).register_job(true, other.job_text(), 1, now_ns() + 1'000'000'000ull).outcome,
+            Outcome::active);
+  std::string unparsed;
+  const uint32_t theirs = control::job_digest(*control::parse_job(other.job_text(), &unparsed));
+  const uint32_t ours = control::job_digest(*control::parse_job(plan_.job_text(), &unparsed));
+  ASSERT_NE(theirs, ours);
+  char digests[64];
+  std::snprintf(digests, sizeof digests, "(spec digest %08x, this job's %08x)", theirs, ours);
+  const std::string want = "error: job 1 is already active on the appliance with another spec " + std::string(digests) +
+                           ": remove it first (inagg-ctl remove 1) or give this job another id\n";
+  std::vector<double> took;
+  const std::vector<Registration> regs = register_all(now_ns() + 30'000'000'000ull, &took);
+  for (unsigned r = 0; r < regs.size(); ++r) {
+    EXPECT_EQ(regs[r].outcome, Outcome::refused) << "rank " << r << ": " << regs[r].reason;
+    EXPECT_EQ(regs[r].reason, want) << "rank " << r;
+    EXPECT_LT(took[r], 2.0) << "rank " << r << " took " << took[r] << " s to see the other spec";
+  }
+  // The same spec as the active job's joins it, as before.
+  plan_.window = 4;
   for (const Registration& r : register_all(now_ns() + 10'000'000'000ull))
     EXPECT_EQ(r.outcome, Outcome::active) << r.reason;
 }

@@ -42,7 +42,8 @@ class ControlClient {
 
   // Rank 0 (`add_job`) adds `job_text` (a refusal that the job already exists is no refusal);
   // then every rank polls `list` every `poll_ms` until job `id` is active, was refused, or
-  // deadline_ns passes.
+  // deadline_ns passes. An active job `id` whose spec digest (control::job_digest) is not that of
+  // `job_text` is refused here, on every rank: it is another job with the same id.
   Registration register_job(bool add_job, const std::string& job_text, uint32_t id, uint64_t deadline_ns,
                             int poll_ms = 20) const;
 
