@@ -137,6 +137,9 @@ class Communicator {
   }
 
   ~Communicator() {
+    // Counted as waiting, or the server thread, which takes the mutex back after every poll,
+    // may never let go of it (a communicator dropped without close(), e.g. after an error).
+    ++waiting_;
     {
       std::lock_guard lock(mutex_);
       stop_ = true;

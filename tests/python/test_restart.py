@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+"""One rank of checked allreduces through the appliance from Python, for as long as the appliance
+sums them: inagg.Communicator (the job registered by rank 0), the same 1 MiB fp32 buffer summed
+again and again, every result compared bit for bit with the rank-ordered sum (test_sums.py's
+reference). Its RC retry budget outlasts an appliance restart, so the ranks go on through one.
+Exit status: 0 every iteration summed right, 1 a result that is not the sum came back as one,
+3 an allreduce raised InaggError (printed).
+
+    test_restart.py --rank R --world-size N --control SOCKET --job-id ID --iterations K
+"""
+import argparse
+import sys
+
+import inagg
+from test_sums import inputs, reference
+
+COUNT = 1 << 18  # 1 MiB of fp32
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--control", required=True)
+    p.add_argument("--job-id", type=int, required=True)
+    p.add_argument("--iterations", type=int, required=True)
+    a = p.parse_args()
+    comm = inagg.Communicator(a.rank, a.world_size, control=a.control, job_id=a.job_id, dtype="fp32", message=16384,
+                              payload=1024, ack_timeout_ms=250, retry=40, timeout_s=20)
+    want = reference("fp32", a.world_size, COUNT).tobytes()
+    for i in range(a.iterations):
+        buf = inputs("fp32", a.rank, COUNT)
+        try:
+            comm.allreduce_(buf)
+        except inagg.InaggError as e:
+            print(f"stopped: rank {a.rank}, allreduce {i}: {e}", flush=True)
+            return 3
+        if buf.tobytes() != want:
+            bad = sum(1 for x, y in zip(buf.view("u4"), reference("fp32", a.world_size, COUNT).view("u4")) if x != y)
+            print(f"WRONG: rank {a.rank}, allreduce {i}: {bad} of {COUNT} elements are not the rank-ordered sum",
+                  flush=True)
+            return 1
+        print(f"summed: allreduce {i}", flush=True)
+    comm.close()
+    print(f"finished: rank {a.rank}, {a.iterations} allreduces")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
