@@ -9,6 +9,7 @@ Exit status: 0 every iteration summed right, 1 a result that is not the sum came
     test_restart.py --rank R --world-size N --control SOCKET --job-id ID --iterations K
 """
 import argparse
+import os
 import sys
 
 import inagg
@@ -34,12 +35,12 @@ def main():
             comm.allreduce_(buf)
         except inagg.InaggError as e:
             print(f"stopped: rank {a.rank}, allreduce {i}: {e}", flush=True)
-            return 3
+            os._exit(3)  # without waiting for the communicator's peers (they may be stuck too)
         if buf.tobytes() != want:
             bad = sum(1 for x, y in zip(buf.view("u4"), reference("fp32", a.world_size, COUNT).view("u4")) if x != y)
             print(f"WRONG: rank {a.rank}, allreduce {i}: {bad} of {COUNT} elements are not the rank-ordered sum",
                   flush=True)
-            return 1
+            os._exit(1)
         print(f"summed: allreduce {i}", flush=True)
     comm.close()
     print(f"finished: rank {a.rank}, {a.iterations} allreduces")
