@@ -10,7 +10,7 @@
 #   1. --mode ring, fp32, no job: inagg only forwards.
 #   2. --mode ina, fp32 and int32 (jobs 1, 2), registered by rank 0 (a VM) over inagg's TCP control
 #      listener with the exchanged QPNs; the namespaces wait for the job on the control socket.
-#   Sizes 1024 (one message, padded) and 40960 bytes (10 messages of 4 packets, window 2), 1 timed
+#   Sizes 1024 (one message, padded) and 40960 bytes (11 messages of 4 packets, window 2), 1 timed
 #   and 2 checked (-c 2) allreduces each: each rank compares every element with its scalar reference.
 #   3. 2 again (fp32, job 3) with 1% loss on every host's egress (tc netem in the VMs, nftables in
 #      the namespaces): the RC recovery between rxe and the software endpoint (NAKs, go-back-N,
@@ -93,8 +93,9 @@ run_ranks() {
   lab_pids=()
 }
 # job_done NAME JOB: one slot released per packet the job carried, none held; then removed. 3
-# allreduces per size (1 timed, 2 checked): 1 message (1024 bytes, padded), then 10; M/P packets each.
-job_done() { lab_job_done "$1" "$2" $(((1 + 10) * 3 * msg / payload)); }
+# allreduces per size (1 timed, 2 checked): 1 message (1024 bytes, padded), then 11 (40960 bytes,
+# M less the tally's two elements a message); M/P packets each.
+job_done() { lab_job_done "$1" "$2" $(((1 + 11) * 3 * msg / payload)); }
 # software_icrc NAME: the software ranks' bad-ICRC counts must be 0 (their footer line).
 software_icrc() {
   local r line

@@ -75,9 +75,9 @@ run_ranks() {
   done
 }
 # job_done NAME JOB: the job's slots: one released per packet it carried, none held; then removed.
-# Per size 3 allreduces (1 timed, 2 checked): 1 message (1024 bytes, padded), then 10 (40960
-# bytes); M/P packets each.
-job_done() { lab_job_done "$1" "$2" $(((1 + 10) * 3 * msg / payload)); }
+# Per size 3 allreduces (1 timed, 2 checked): 1 message (1024 bytes, padded), then 11 (40960
+# bytes, M less the tally's two elements a message); M/P packets each.
+job_done() { lab_job_done "$1" "$2" $(((1 + 11) * 3 * msg / payload)); }
 stat_of() { awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.stats"; }
 
 phases=()
