@@ -34,6 +34,7 @@ class LoopTransport final : public Transport {
   bool writes_done() const override { return true; }
   uint64_t messages_received() const override { return received_; }
   uint64_t last_arrival_ns() const override { return 0; }
+  bool barrier(const std::string&, std::string*) override { return true; }  // one rank
   const std::string& error() const override { return error_; }
   void finish(uint64_t) override {}
   TransportCounters counters() const override { return {}; }
