@@ -134,13 +134,13 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
   emit(pkt, tx, nullptr);
 }
 
-bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre) {
+bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   untrusted_ = false;
-  process_frame(pkt, now_ns, tx, pre);
+  process_frame(pkt, now_ns, tx);
   return !untrusted_;
 }
 
-void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre) {
+void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   ++totals_.rx_packets;
   if (now_ns > now_ns_) now_ns_ = now_ns;
   Layout l;
@@ -195,7 +195,7 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, co
   if (e->ack_direction)
     handle_ack(job, e->rank, pkt, l, now_ns, tx);
   else
-    handle_data(job, e->rank, pkt, l, now_ns, tx, pre);
+    handle_data(job, e->rank, pkt, l, now_ns, tx);
 }
 
 }  // namespace inagg::agg

@@ -76,15 +76,13 @@ void Engine::break_contract(Job& job, const PacketRef& pkt, const std::string& w
   abort_job(job, why, kind);
 }
 
-void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx,
-                         const wire::PayloadCrc* pre) {
+void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
   Job::Conn& conn = job.conns[rank];
   // Header and payload CRCs are independent chains (the CPU overlaps them), joined by the job's
   // precomputed shift; the header part, derived from the sender's previous header (a few table
-  // look-ups, not a CRC over ~48 bytes), is kept for the release. The payload part may come from
-  // the lcore that received the packet (`pre`), when it covers exactly this payload.
+  // look-ups, not a CRC over ~48 bytes), is kept for the release.
   const uint32_t header_crc = conn.header_crc.header_crc(pkt.data, l);
-  const uint32_t payload_crc = pre && pre->covers(l) ? pre->crc : wire::icrc_payload_crc(pkt.data, l);
+  const uint32_t payload_crc = wire::icrc_payload_crc(pkt.data, l);
   const bool icrc_ok = l.padded_payload_len() == job.spec.payload_bytes
                            ? wire::icrc_combine(header_crc, payload_crc, job.shift) == wire::icrc_stored(pkt.data, l)
                            : wire::icrc_verify(pkt.data, l);  // a length error follows; verify it plainly

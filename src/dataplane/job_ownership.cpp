@@ -37,14 +37,13 @@ bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const
 
 // With one datapath lcore there is nobody to hand packets to: no owner tables.
 void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
-                             const std::vector<uint16_t>& verifiers, const std::vector<uint16_t>& shard_lcores) {
+                             const std::vector<uint16_t>& shard_lcores) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{kind};
     r.spec = &spec;
     r.owner = owner;
     r.linger_ns = linger_ns;
-    r.verifiers = verifiers;
     r.shard_lcores = shard_lcores;
     call_lcore(*l, r);
   }
@@ -98,12 +97,6 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
-uint16_t JobOwnership::verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores) {
-  if (job_lcores < 2 || nlcores < 2) return owner;
-  const size_t verifiers = std::min<size_t>(job_lcores, nlcores) - 1;
-  return static_cast<uint16_t>((owner + 1 + rank % verifiers) % nlcores);
-}
-
 bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (conflicts(spec, error)) return false;
@@ -119,7 +112,7 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   // owner has it, a packet of the job is dropped wherever it arrives, never forwarded raw.
   const bool existed = owner_.count(spec.id) > 0;
   if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
-  const bool sharded = shards_ && job_lcores_ > 1;
+  const bool sharded = job_lcores_ > 1;
   bool ok = true;
   if (sharded) {
     ok = add_sharded(spec, owner, error);
@@ -143,13 +136,7 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
-  std::vector<uint16_t> verifiers;  // by rank (a job file may list its connections in any order)
-  if (job_lcores_ > 1 && !sharded)
-    for (const agg::ConnectionSpec& c : spec.conns) {
-      if (c.rank >= verifiers.size()) verifiers.resize(c.rank + 1, owner);
-      verifiers[c.rank] = verifier_of(owner, c.rank, job_lcores_, lcores_.size());
-    }
-  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, verifiers,
+  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0,
             sharded ? shard_lcores_[spec.id] : std::vector<uint16_t>{});
   return true;
 }

@@ -74,15 +74,6 @@ uint32_t icrc_compute(const uint8_t* frame, const Layout& l) {
   return crc32({payload, len}, header);
 }
 
-bool precompute_payload_crc(std::span<const uint8_t> frame, PayloadCrc* out) {
-  Layout l;
-  if (parse_frame(frame, l) != ParseStatus::roce) return false;
-  out->crc = icrc_payload_crc(frame.data(), l);
-  out->offset = l.payload;
-  out->len = static_cast<uint16_t>(l.padded_payload_len());
-  return true;
-}
-
 }  // namespace inagg::wire
 
 namespace inagg::wire {

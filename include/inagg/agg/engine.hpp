@@ -286,12 +286,7 @@ class alignas(64) Engine {
   // frame was dropped as untrustworthy (malformed, bad ICRC, wrong source or port, unplaceable, or
   // on a connection held closed): the caller must not learn anything from it (its source MAC above
   // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
-  //
-  // `pre`: the payload part of the packet's ICRC, computed by the lcore that received it (a job
-  // spread over several lcores: protocol.md section 4). The ICRC is still verified here, against
-  // the header CRC this engine derives; `pre` only spares the pass over the payload, and is
-  // ignored unless it covers exactly the payload this engine's parse finds (wire::PayloadCrc).
-  bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre = nullptr);
+  bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
 
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
@@ -331,7 +326,7 @@ class alignas(64) Engine {
 
   // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
   const ConnEntry* lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
-  void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre);
+  void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
   void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
   void log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
@@ -340,8 +335,7 @@ class alignas(64) Engine {
   void rebuild_conn_table();
   // A job's slots: hold, sum, release, ACKs (engine_job.cpp).
   void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
-  void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx,
-                   const wire::PayloadCrc* pre);
+  void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
   void start_generation(Job& job, uint64_t base);
