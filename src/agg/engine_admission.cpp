@@ -154,6 +154,7 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& 
     job->conns[r].filled = shard.index;
   }
   job->shift = wire::Crc32Shift(s.payload_bytes);
+  choose_path(*job);
   job->memory = mem;
   job->mbufs = mbufs;
   job->last_progress_ns = now_ns_;

@@ -190,12 +190,7 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
     log_drop(job, "not from the port its rank was first seen on", e->rank, e->ack_direction, pkt, l, now_ns);
     return drop(&job, pkt, &EngineCounters::drop_wrong_port);
   }
-  follow_spread_failure(job);
-  if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
-  if (e->ack_direction)
-    handle_ack(job, e->rank, pkt, l, now_ns, tx);
-  else
-    handle_data(job, e->rank, pkt, l, now_ns, tx);
+  (this->*(e->ack_direction ? job.on_ack : job.on_data))(job, e->rank, pkt, l, now_ns, tx);
 }
 
 }  // namespace inagg::agg

@@ -2,7 +2,9 @@
 // packets, retained sums and per-connection recovery state), the connection table, and helpers.
 //   engine_admission.cpp   adding, removing and ending jobs, what a job's failure says
 //   engine_conn_table.cpp  the connection table: which packet belongs to which job, who may speak
-//   engine_job.cpp         a job's slots: hold, sum, release in PSN order, ACKs
+//   engine_job.cpp         a job's packets as they arrive: hold, ACKs; the way chosen per job
+//   engine_release.cpp     sums, releases in PSN order, retained copies; frame helpers
+//   engine_shards.cpp      what only a shard of a spread job does: ticket, ordered path, shared ACKs
 //   engine_recovery.cpp    NAKs, resends, timers
 #pragma once
 
@@ -22,7 +24,7 @@ struct ConnKey {
   uint64_t w0 = 0, w1 = 0;
 };
 
-// Helpers the engine's files share (engine_job.cpp defines the non-inline ones).
+// Helpers the engine's files share (engine_release.cpp defines the non-inline ones).
 enum class SlotState : uint8_t { empty, collecting, complete, released };
 
 // Sign-extends a 24-bit PSN difference.
@@ -134,6 +136,8 @@ struct alignas(64) Engine::Job {
   };
 
   JobSpec spec;
+  // How its packets are processed, chosen when it was added (Engine::choose_path).
+  PacketPath on_data = nullptr, on_ack = nullptr;
   JobState state = JobState::active;
   std::string error;
   uint32_t ppm = 0;     // packets per message

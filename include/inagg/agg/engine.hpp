@@ -333,21 +333,34 @@ class alignas(64) Engine {
                 const wire::Layout& l, uint64_t now_ns);
   void emit(const PacketRef& p, TxList& tx, Job* job);
   void rebuild_conn_table();
-  // A job's slots: hold, sum, release, ACKs (engine_job.cpp).
+  // A job's packets (engine_job.cpp). Its way of being processed is chosen once, when it is added
+  // (choose_path sets Job::on_data and Job::on_ack): one engine or a shard, live or a replay.
+  using PacketPath = void (Engine::*)(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l,
+                                      uint64_t now_ns, TxList& tx);
+  static void choose_path(Job& job);
   void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
+  template <bool kSharded, bool kReplay>
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  template <bool kSharded, bool kReplay>
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  template <bool kSharded>
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
-  void start_generation(Job& job, uint64_t base);
-  void replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
+  // Sums and releases (engine_release.cpp).
   void sum_slot(Job& job, uint64_t seq);
   void emit_data(Job& job, const PacketRef& p, TxList& tx);
   void free_acknowledged(Job& job, unsigned rank, uint64_t to);
-  void sync_acks(Job& job, unsigned rank, uint64_t now_ns);
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
-  void release_ready(Job& job, uint64_t now_ns, TxList& tx);
+  void release_plain(Job& job, uint64_t now_ns, TxList& tx);
+  void release_ready(Job& job, uint64_t now_ns, TxList& tx);  // either kind: timers, release_turns
+  void mark_released(Job& job, uint64_t now_ns);              // the cursor's slot went out
+  // A shard's part (engine_shards.cpp): the ticket, the ordered path, shared ACKs, replay generations.
+  void release_sharded(Job& job, uint64_t now_ns, TxList& tx);
+  void emit_ordered(Job& job, const PacketRef& p);
+  void sync_acks(Job& job, unsigned rank, uint64_t now_ns);
+  void start_generation(Job& job, uint64_t base);
+  void replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
   // NAKs, resends, timers (engine_recovery.cpp).
   bool send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why);
   void recover(Job& job, uint64_t now_ns, TxList& tx);
