@@ -6,16 +6,6 @@
 #include "inagg/agg/job_status.hpp"
 
 namespace inagg::dataplane {
-namespace {
-
-// A sharded job's ordered path (agg::OrderedTx): the owner lcore's ordered ring, all n or none.
-bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n) {
-  void* objs[64];
-  for (unsigned i = 0; i < n; ++i) objs[i] = pkts[i].handle;
-  return rte_ring_mp_enqueue_bulk(static_cast<rte_ring*>(ctx), objs, n, nullptr) == n;
-}
-
-}  // namespace
 
 bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const {
   // Each engine checks its own jobs' connections; jobs on other lcores are checked here.

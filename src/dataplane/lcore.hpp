@@ -121,6 +121,9 @@ void run_lcore_loop(const Datapath& dp, LcoreState& l);
 // its TX queue towards DPDK port `port` holds at least `threshold` packets (its TX buffer, plus the
 // NIC's TX ring where the PMD reports descriptor status).
 bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold);
+// lcore_loop.cpp: a sharded job's ordered path (agg::OrderedTx::send), `ctx` the owner lcore's
+// ordered ring: all n packets or none.
+bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n);
 
 // A control request to one lcore, answered in place. The caller owns it and keeps it (and what
 // `spec` points to) alive until the answer came back.

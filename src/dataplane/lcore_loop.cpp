@@ -387,4 +387,11 @@ bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold) {
   return rte_eth_tx_descriptor_status(port, l.queue, static_cast<uint16_t>(ring - in_ring)) == RTE_ETH_TX_DESC_FULL;
 }
 
+// Called by whichever shard's lcore releases (the ticket orders the calls; the ring is MP).
+bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n) {
+  void* objs[64];
+  for (unsigned i = 0; i < n; ++i) objs[i] = pkts[i].handle;
+  return rte_ring_mp_enqueue_bulk(static_cast<rte_ring*>(ctx), objs, n, nullptr) == n;
+}
+
 }  // namespace inagg::dataplane
