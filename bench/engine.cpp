@@ -37,7 +37,7 @@ struct Setup {
   unsigned window;
   uint64_t seqs;                        // one full cycle of the job's 2 W ppm slots
   std::vector<std::span<uint8_t>> pkt;  // [seq * n + rank], in `arena`
-  agg::JobSpec spec;
+  control::JobSpec spec;
   size_t working_set = 0;
   // The frames, each as an mbuf holds one: at a 64-byte aligned offset after 128 bytes of headroom,
   // so that no two share a cache line (two threads writing neighbouring frames would otherwise
@@ -56,10 +56,10 @@ Setup make_setup(unsigned n, uint32_t P) {
   s.spec.window = s.window;
   s.spec.replay = true;
   for (unsigned r = 0; r < n; ++r) {
-    agg::ConnectionSpec c;
+    control::ConnectionSpec c;
     c.rank = r;
-    c.src_ip = wire::IpAddr::v4(0x0a000001 + r);
-    c.dst_ip = wire::IpAddr::v4(0x0a000001 + (r + 1) % n);
+    c.src_ip = util::IpAddr::v4(0x0a000001 + r);
+    c.dst_ip = util::IpAddr::v4(0x0a000001 + (r + 1) % n);
     c.src_qpn = 0x100 + r;
     c.dst_qpn = 0x200 + (r + 1) % n;
     c.start_psn = 1000 * r;

@@ -137,7 +137,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     s.src_ip = conn.spec.dst_ip;
     s.dst_ip = conn.spec.src_ip;
     s.tos = static_cast<uint8_t>(
-        (l.ip == wire::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
+        (l.ip == util::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
     s.src_port = wire::load_be16(pkt.data + l.l4);
     s.opcode = wire::op::kRc | wire::op::kAcknowledge;
     s.migreq = false;

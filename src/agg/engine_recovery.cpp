@@ -43,7 +43,7 @@ bool Engine::send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakR
     return false;
   }
   nak.len = static_cast<uint16_t>(wire::build_roce_frame({nak.data, len}, s, {}));
-  if (s.src_ip.version == wire::IpVersion::v6) {  // IPv6 UDP needs a checksum (kernel stacks drop 0)
+  if (s.src_ip.version == util::IpVersion::v6) {  // IPv6 UDP needs a checksum (kernel stacks drop 0)
     Layout nl;
     if (wire::parse_frame({nak.data, nak.len}, nl) == wire::ParseStatus::roce)
       wire::store_be16(nak.data + nl.l4 + 6, udp6_checksum(nak.data, nl));

@@ -28,12 +28,12 @@ wire::OpPosition expected_position(uint32_t k, uint32_t ppm) {
 
 uint8_t ecn_of(const uint8_t* f, const Layout& l) {
   const uint8_t* ip = f + l.l3;
-  return l.ip == wire::IpVersion::v4 ? (ip[1] & 3) : static_cast<uint8_t>((wire::load_be16(ip) >> 4) & 3);
+  return l.ip == util::IpVersion::v4 ? (ip[1] & 3) : static_cast<uint8_t>((wire::load_be16(ip) >> 4) & 3);
 }
 
 void set_ce(uint8_t* f, const Layout& l) {
   uint8_t* ip = f + l.l3;
-  if (l.ip == wire::IpVersion::v4) {
+  if (l.ip == util::IpVersion::v4) {
     ip[1] |= wire::kEcnCe;
     ip[10] = ip[11] = 0;
     wire::store_be16(ip + 10, wire::ipv4_header_checksum(ip, static_cast<size_t>(ip[0] & 0x0f) * 4));
@@ -58,9 +58,9 @@ uint16_t udp6_checksum(const uint8_t* f, const Layout& l) {
   return c == 0 ? 0xffff : c;
 }
 
-std::string qp_str(const wire::IpAddr& a, uint32_t qpn) {
+std::string qp_str(const util::IpAddr& a, uint32_t qpn) {
   char buf[80], ip[64];
-  inet_ntop(a.version == wire::IpVersion::v4 ? AF_INET : AF_INET6, a.bytes.data(), ip, sizeof ip);
+  inet_ntop(a.version == util::IpVersion::v4 ? AF_INET : AF_INET6, a.bytes.data(), ip, sizeof ip);
   std::snprintf(buf, sizeof buf, "%s qpn 0x%x", ip, qpn);
   return buf;
 }
@@ -87,7 +87,7 @@ bool Engine::finish_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uin
   // The header part of the ICRC masks TOS, checksums and FECN: the input's header CRC still holds.
   wire::icrc_store(f, l, wire::icrc_combine(header_crc, slot.payload_crc, job.shift));
   uint8_t* udp = f + l.l4;
-  if (l.ip == wire::IpVersion::v4) {
+  if (l.ip == util::IpVersion::v4) {
     udp[6] = udp[7] = 0;
   } else if (udp[6] | udp[7]) {
     wire::store_be16(udp + 6, udp6_checksum(f, l));  // covers the new ICRC too

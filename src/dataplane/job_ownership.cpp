@@ -7,12 +7,12 @@
 
 namespace inagg::dataplane {
 
-bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const {
+bool JobOwnership::conflicts(const control::JobSpec& spec, std::string* error) const {
   // Each engine checks its own jobs' connections; jobs on other lcores are checked here.
   for (const auto& [id, other] : specs_) {
     if (id == spec.id) continue;
-    for (const agg::ConnectionSpec& c : spec.conns)
-      for (const agg::ConnectionSpec& o : other.conns)
+    for (const control::ConnectionSpec& c : spec.conns)
+      for (const control::ConnectionSpec& o : other.conns)
         for (const OwnerKey& k : {key_of(c.dst_ip, c.dst_qpn), key_of(c.src_ip, c.src_qpn)})
           if (k == key_of(o.dst_ip, o.dst_qpn) || k == key_of(o.src_ip, o.src_qpn)) {
             char qpn[16];
@@ -26,7 +26,7 @@ bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const
 }
 
 // With one datapath lcore there is nobody to hand packets to: no owner tables.
-void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
+void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
                              const std::vector<uint16_t>& shard_lcores) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
@@ -41,7 +41,7 @@ void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, 
 
 // Slots sharded by index: shard i's engine on the i-th lcore from the owner, all sharing one
 // JobShards whose ordered path is the owner's ordered ring. All shards take the job or none does.
-bool JobOwnership::add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error) {
+bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, std::string* error) {
   const unsigned k = job_lcores_;
   auto shared = std::make_shared<agg::JobShards>(k, agg::OrderedTx{lcores_[owner]->ordered, ordered_send});
   std::vector<uint16_t> ls;
@@ -87,7 +87,7 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
-bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
+bool JobOwnership::add(const control::JobSpec& spec, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (conflicts(spec, error)) return false;
   uint16_t owner = 0;

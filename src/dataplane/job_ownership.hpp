@@ -27,7 +27,7 @@ class JobOwnership {
 
   // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
   // whose engine decides. Refused when one of its connections belongs to another job.
-  bool add(const agg::JobSpec& spec, std::string* error);
+  bool add(const control::JobSpec& spec, std::string* error);
   bool remove(uint32_t id, std::string* error);
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);
@@ -36,8 +36,8 @@ class JobOwnership {
   int owner_of(uint32_t id);
 
  private:
-  bool conflicts(const agg::JobSpec& spec, std::string* error) const;
-  bool add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error);
+  bool conflicts(const control::JobSpec& spec, std::string* error) const;
+  bool add_sharded(const control::JobSpec& spec, uint16_t owner, std::string* error);
   void remove_parts(uint32_t id);  // with mutex_ held
   // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
   bool remove_from(uint16_t lcore, uint32_t id, std::string* error);
@@ -45,7 +45,7 @@ class JobOwnership {
   // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
   static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);
   control::JobStatus description(const agg::JobInfo& info) const;
-  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
+  void broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
                  const std::vector<uint16_t>& shard_lcores = {});
 
   std::vector<LcoreState*> lcores_;
@@ -56,7 +56,7 @@ class JobOwnership {
   // take it.
   std::mutex mutex_;
   std::unordered_map<uint32_t, uint16_t> owner_;  // job id -> lcore index
-  std::unordered_map<uint32_t, agg::JobSpec> specs_;
+  std::unordered_map<uint32_t, control::JobSpec> specs_;
   std::unordered_map<uint32_t, std::vector<uint16_t>> shard_lcores_;  // a sharded job's lcores, shard 0 first
 };
 

@@ -49,9 +49,9 @@ struct OwnerKeyHash {
     return static_cast<size_t>(h ^ (h >> 31));
   }
 };
-inline OwnerKey key_of(const wire::IpAddr& ip, uint32_t qpn) {
+inline OwnerKey key_of(const util::IpAddr& ip, uint32_t qpn) {
   OwnerKey k;
-  std::memcpy(k.addr.data(), ip.bytes.data(), ip.version == wire::IpVersion::v4 ? 4 : 16);
+  std::memcpy(k.addr.data(), ip.bytes.data(), ip.version == util::IpVersion::v4 ? 4 : 16);
   k.qpn = qpn;
   return k;
 }
@@ -141,12 +141,12 @@ struct LcoreRequest {
   };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;
-  const agg::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
-  uint32_t id = 0;                     // remove_job, job_info
-  uint16_t owner = 0;                  // set_owner
-  std::vector<uint16_t> shard_lcores;  // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
-  agg::ShardOf shard;                  // add_job: the part of a sharded job this lcore's engine takes
-  uint64_t linger_ns = 0;              // release_closed, clear_owner: how long the connections stay closed
+  const control::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
+  uint32_t id = 0;                         // remove_job, job_info
+  uint16_t owner = 0;                      // set_owner
+  std::vector<uint16_t> shard_lcores;      // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
+  agg::ShardOf shard;                      // add_job: the part of a sharded job this lcore's engine takes
+  uint64_t linger_ns = 0;                  // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;
   std::string error;

@@ -34,7 +34,7 @@ bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k, int64_t* psn) {
   if (!wire::roce_destination(f, l, &d)) return false;
   *psn = l.bth ? static_cast<int64_t>(wire::bth_of(f, l).psn()) : -1;
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (d.ip == wire::IpVersion::v4)
+  if (d.ip == util::IpVersion::v4)
     std::memcpy(k->addr.data(), d.addr, 4);
   else if (std::memcmp(d.addr, kMapped, 12) == 0)
     std::memcpy(k->addr.data(), d.addr + 12, 4);  // the IPv4 key an IPv4-mapped address names

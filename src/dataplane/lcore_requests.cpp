@@ -34,7 +34,7 @@ void apply(LcoreState& l, LcoreRequest& r) {
       break;
     case LcoreRequest::Kind::set_owner:
     case LcoreRequest::Kind::clear_owner:
-      for (const agg::ConnectionSpec& c : r.spec->conns) {
+      for (const control::ConnectionSpec& c : r.spec->conns) {
         const OwnerKey data = key_of(c.dst_ip, c.dst_qpn), acks = key_of(c.src_ip, c.src_qpn);
         if (r.kind == LcoreRequest::Kind::set_owner) {
           OwnerRoute route{r.owner};

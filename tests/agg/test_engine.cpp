@@ -430,7 +430,7 @@ TEST_F(EngineTest, PsnsWrapAt24Bits) {
 
 TEST_F(EngineTest, InvalidJobsAreRefusedWithAReason) {
   std::string err;
-  auto refused = [&](agg::JobSpec s, const char* needle) {
+  auto refused = [&](control::JobSpec s, const char* needle) {
     err.clear();
     EXPECT_FALSE(engine->add_job(s, &err));
     EXPECT_NE(err.find(needle), std::string::npos) << "error was: " << err;
@@ -457,7 +457,7 @@ TEST_F(EngineTest, InvalidJobsAreRefusedWithAReason) {
   s.conns.pop_back();
   refused(s, "one connection per worker");
   s = base.spec;
-  s.conns[1].dst_ip = *wire::parse_ip("fd00::1");
+  s.conns[1].dst_ip = *util::parse_ip("fd00::1");
   refused(s, "both be IPv4 or both IPv6");
   add(base);
   s = JobFixture(2, 2, Dtype::fp32, 1024, 256, 2).spec;

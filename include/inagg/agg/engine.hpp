@@ -134,9 +134,8 @@ void for_each_counter(const EngineCounters& c, F&& f) {
 #undef X
 }
 
-// The job description is control's (control/job.hpp): job files and the control socket carry it.
-using control::ConnectionSpec;
-using control::JobSpec;
+// The job description is control's (control::JobSpec, control/job.hpp): job files and the control
+// socket carry it.
 
 enum class JobState : uint8_t { active, failed };
 
@@ -264,7 +263,7 @@ class alignas(64) Engine {
   // this engine takes shard `index` of a job spread over shared->count() engines (JobShards): its
   // share of the slots, memory and mbufs is 1/count of the job's. Every shard's engine must be
   // given the same spec and the same JobShards.
-  bool add_job(const JobSpec& spec, std::string* error, const ShardOf& shard = {});
+  bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {});
   // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
   bool job_info(uint32_t id, JobInfo* out) const;
@@ -277,7 +276,7 @@ class alignas(64) Engine {
   // registers; a hold ends with release_closed, the connections staying closed linger_ns longer
   // (0: open at once). Keys of this engine's own jobs are never held. Times are the engine's
   // clock, the last now_ns that process() or poll() saw.
-  void hold_closed(const JobSpec& spec);
+  void hold_closed(const control::JobSpec& spec);
   void release_closed(uint32_t job_id, uint64_t linger_ns);
   size_t closed_connections() const;  // held or lingering, not yet expired
 
@@ -317,7 +316,7 @@ class alignas(64) Engine {
   struct ConnEntry;
   // A connection key held closed on behalf of job_id until until_ns (UINT64_MAX: until released).
   struct ClosedKey {
-    wire::IpAddr addr;
+    util::IpAddr addr;
     uint32_t qpn = 0;
     uint32_t job_id = 0;
     uint64_t until_ns = 0;
@@ -325,7 +324,7 @@ class alignas(64) Engine {
   enum class NakReason : uint8_t { gap, tail, again };
 
   // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
-  const ConnEntry* lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
+  const ConnEntry* lookup(util::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
   void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
   void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
