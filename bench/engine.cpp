@@ -37,7 +37,7 @@ struct Setup {
   unsigned window;
   uint64_t seqs;                        // one full cycle of the job's 2 W ppm slots
   std::vector<std::span<uint8_t>> pkt;  // [seq * n + rank], in `arena`
-  agg::JobSpec spec;
+  control::JobSpec spec;
   size_t working_set = 0;
   // The frames, each as an mbuf holds one: at a 64-byte aligned offset after 128 bytes of headroom,
   // so that no two share a cache line (two threads writing neighbouring frames would otherwise
@@ -56,10 +56,10 @@ Setup make_setup(unsigned n, uint32_t P) {
   s.spec.window = s.window;
   s.spec.replay = true;
   for (unsigned r = 0; r < n; ++r) {
-    agg::ConnectionSpec c;
+    control::ConnectionSpec c;
     c.rank = r;
-    c.src_ip = wire::IpAddr::v4(0x0a000001 + r);
-    c.dst_ip = wire::IpAddr::v4(0x0a000001 + (r + 1) % n);
+    c.src_ip = util::IpAddr::v4(0x0a000001 + r);
+    c.dst_ip = util::IpAddr::v4(0x0a000001 + (r + 1) % n);
     c.src_qpn = 0x100 + r;
     c.dst_qpn = 0x200 + (r + 1) % n;
     c.start_psn = 1000 * r;
@@ -188,60 +188,6 @@ class CpuPair {
   cpu_set_t mine_;
   int main_ = -1, other_ = -1;
 };
-
-// The verify pipeline on the same packets, without ports: a second thread (the verifier,
-// pinned to the CPU the main thread is not on) computes each packet's payload CRC
-// (wire::precompute_payload_crc) up to kLead packets ahead, and the engine on the main thread takes
-// it as Engine::process's `pre`, as the owner lcore does with --job-lcores 2. Compare with
-// BM_engine, the same work on one thread. The lead stays well below a cycle of the replay, so the
-// verifier never reads a packet whose payload the engine is still rewriting with a sum.
-void BM_engine_pipeline(benchmark::State& state) {
-  Setup s = make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)));
-  agg::Engine engine(agg::EngineConfig{}, static_ops());
-  if (!add_job(engine, s, state)) return;
-  const uint64_t total = s.seqs * s.n;
-  constexpr uint64_t kLead = 64;
-  if (total < 4 * kLead) {
-    state.SkipWithError("too few packets per cycle for the verifier's lead");
-    return;
-  }
-  std::vector<wire::PayloadCrc> crcs(kLead);
-  PaddedCounter produced, consumed;
-  std::atomic<bool> stop{false};
-  const CpuPair cpus;  // the engine on this thread's CPU, the verifier on the other
-  std::thread verifier([&] {
-    CpuPair::pin(cpus.other());
-    for (uint64_t g = 0; !stop.load(std::memory_order_relaxed); ++g) {
-      while (g - consumed.v.load(std::memory_order_acquire) >= kLead)
-        if (stop.load(std::memory_order_relaxed)) return;
-      const std::span<uint8_t>& f = s.pkt[g % total];
-      wire::precompute_payload_crc(f, &crcs[g % kLead]);
-      produced.v.store(g + 1, std::memory_order_release);
-    }
-  });
-  agg::TxList tx(4096);
-  uint64_t now = 0, g = 0;
-  for (auto _ : state) {
-    for (uint64_t seq = 0; seq < s.seqs; ++seq) {
-      for (unsigned r = 0; r < s.n; ++r, ++g) {
-        while (produced.v.load(std::memory_order_acquire) <= g) {}
-        const wire::PayloadCrc pre = crcs[g % kLead];
-        consumed.v.store(g + 1, std::memory_order_release);
-        std::span<uint8_t>& f = s.pkt[seq * s.n + r];
-        engine.process({&f, f.data(), static_cast<uint16_t>(f.size())}, now, tx, &pre);
-      }
-      tx.clear();
-    }
-    ++now;
-  }
-  stop.store(true);
-  verifier.join();
-  if (!aggregated(engine, state)) return;
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.seqs * s.n * s.P));
-  state.SetLabel(cpus.other() >= 0 ? "verifier on CPU " + std::to_string(cpus.other()) + ", engine on CPU " +
-                                         std::to_string(cpus.main())
-                                   : std::string("one CPU only: verifier unpinned"));
-}
 
 // Two threads in lock step on two CPUs: body(0) on this thread, body(1) on a second one pinned to
 // a CPU of this thread's set that this thread is not on; each benchmark iteration starts both and
@@ -441,7 +387,6 @@ void BM_memcpy(benchmark::State& state) {
 
 #define CONFIGS ->Args({4, 1024})->Args({4, 4096})->Args({8, 1024})->Args({8, 4096})->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_engine) CONFIGS;
-BENCHMARK(BM_engine_pipeline) CONFIGS->UseRealTime();
 BENCHMARK(BM_engine_sharded) CONFIGS->UseRealTime();
 BENCHMARK(BM_engine_two_jobs) CONFIGS->UseRealTime();
 BENCHMARK(BM_memcpy) CONFIGS;
@@ -482,19 +427,6 @@ int main(int argc, char** argv) {
     std::printf("n/P=%s parts vs memcpy: parse %.2f, +payload CRC %.2f, +header CRC %.2f, +sum into n and ICRCs %.2f\n",
                 cfg, pr[0] / mr, pr[1] / mr, pr[2] / mr, pr[3] / mr);
   }
-  // The verify pipeline (two threads) against the engine on one, per configuration.
-  std::string pipeline;
-  for (const char* cfg : {"4/1024", "4/4096", "8/1024", "8/4096"}) {
-    double er = 0, pr = 0;
-    for (auto& [name, v] : rep.rate) {
-      if (name.rfind(std::string("BM_engine/") + cfg, 0) == 0) er = v;
-      if (name.rfind(std::string("BM_engine_pipeline/") + cfg, 0) == 0) pr = v;
-    }
-    if (er == 0 || pr == 0) continue;
-    std::printf("n/P=%s: verify pipeline on two threads %.1f Gbps, the engine on one %.1f Gbps, ratio %.2f\n", cfg,
-                pr * 8 / 1e9, er * 8 / 1e9, pr / er);
-    if (std::string(cfg) == "4/4096") pipeline = " pipeline_vs_one_4k=" + std::to_string(pr / er).substr(0, 4);
-  }
   // Slots sharded by index (two threads) against the engine on one, and the ceiling: two engines
   // with nothing shared against one.
   std::string sharded;
@@ -515,7 +447,7 @@ int main(int argc, char** argv) {
                 " two_jobs_vs_one_4k=" + std::to_string(tr / er).substr(0, 4);
   }
   if (worst_sharded > 0) sharded += " sharded_vs_one_worst=" + std::to_string(worst_sharded).substr(0, 4);
-  std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s%s%s\n", worst, worst_gbps, worst_cfg.c_str(),
-              pipeline.c_str(), sharded.c_str());
+  std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s%s\n", worst, worst_gbps, worst_cfg.c_str(),
+              sharded.c_str());
   return 0;
 }

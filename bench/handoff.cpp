@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   }
   const double same = seconds_since(t0) / kCount * 1e9;
 
-  // The CRC alone, over payloads already in this core's cache: the work a verify stage moves.
+  // The CRC alone, over payloads already in this core's cache: the work a hand-off would have to save.
   t0 = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < kCount; ++i) sink ^= inagg::wire::crc32({buf + (i % kBuffers) * kPayload, kPayload});
   const double crc_only = seconds_since(t0) / kCount * 1e9;

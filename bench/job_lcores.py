@@ -12,8 +12,6 @@ net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in ev
           spreads connections): half of each lcore's packets are the other shard's and cross once
   handover  the by-rank queues, --job-lcores 1: the lcore that does not own the job hands its
           packets to the owner
-  pipeline  the by-rank queues, --job-lcores 2 --job-spread verify: the other lcore computes every
-          data packet's payload CRC, the owner sums
 
 The two-lcore runs put lcore 2 on CPU 0 with the control thread (which sleeps between 1 s stats
 prints), as bench/run appliance does for forwarding. Figures per configuration: aggregated input
@@ -24,7 +22,7 @@ machine is less than two cores), and each datapath lcore's busy TSC cycles per p
 The captures loop without receivers (open loop): ranks taken in by different lcores run at those
 lcores' rates, and the engine spends part of its time on the faster ranks' repeats (the figure
 "new to their slot"); real RC senders are held to the slowest rank by their windows. Last, bench_handoff:
-what reading a 4 KiB payload another core wrote costs against the CRC a verify stage moves.
+what reading a 4 KiB payload another core wrote costs against a CRC over it on one core.
 
   job_lcores.py [ROUNDS=3] [SECONDS=8]      (run from the source tree; uses build/src/apps/inagg)
 """
@@ -153,8 +151,6 @@ def main():
             ("shards", "(0,2)@0,1@1", psn, ["--job", f"{d}/one/job.job", "--job-lcores", "2"]),
             ("shards_by_rank", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "2"]),
             ("handover", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "1"]),
-            ("pipeline", "(0,2)@0,1@1", two,
-             ["--job", f"{d}/two/job.job", "--job-lcores", "2", "--job-spread", "verify"]),
         ]
         res = {name: [] for name, *_ in configs}
         for r in range(rounds):
@@ -177,7 +173,6 @@ def main():
         print(f"job_2lcores_vs_1={med['shards'][0] / med['one'][0]:.2f} "
               f"shards_by_rank_vs_1={med['shards_by_rank'][0] / med['one'][0]:.2f} "
               f"handover_vs_1={med['handover'][0] / med['one'][0]:.2f} "
-              f"pipeline_vs_1={med['pipeline'][0] / med['one'][0]:.2f} "
               f"shards_per_cpu_vs_1={med['shards'][1] / med['one'][1]:.2f} "
               f"one_gbps={med['one'][0]:.1f} shards_gbps={med['shards'][0]:.1f} "
               f"two_cores_vs_one={two.group(1) if two else '?'}")

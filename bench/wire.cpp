@@ -14,6 +14,7 @@
 #include "rate_reporter.hpp"
 
 using namespace inagg::wire;
+using inagg::util::parse_ip;
 
 namespace {
 

@@ -32,11 +32,11 @@ Engine::Job* Engine::find_job(uint32_t id) {
   return nullptr;
 }
 
-bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& shard) {
-  JobSpec s = spec_in;
-  for (ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
-    c.src_ip = wire::gid_address(c.src_ip);
-    c.dst_ip = wire::gid_address(c.dst_ip);
+bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const ShardOf& shard) {
+  control::JobSpec s = spec_in;
+  for (control::ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
+    c.src_ip = util::gid_address(c.src_ip);
+    c.dst_ip = util::gid_address(c.dst_ip);
   }
   auto fail = [&](const std::string& msg) {
     *error = "job " + std::to_string(s.id) + ": " + msg;
@@ -68,12 +68,12 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& 
         "window x packets per message must stay below 2^22 so 24-bit PSNs extend unambiguously; lower window or "
         "message_bytes");
   uint64_t ranks_seen = 0;
-  for (const ConnectionSpec& c : s.conns) {
+  for (const control::ConnectionSpec& c : s.conns) {
     if (c.rank >= s.workers)
       return fail("conn rank " + std::to_string(c.rank) + " is not below workers (" + std::to_string(s.workers) + ")");
     if (bit(ranks_seen, c.rank)) return fail("rank " + std::to_string(c.rank) + " has two conn lines");
     ranks_seen |= 1ull << c.rank;
-    if (c.src_ip.version == wire::IpVersion::none || c.src_ip.version != c.dst_ip.version)
+    if (c.src_ip.version == util::IpVersion::none || c.src_ip.version != c.dst_ip.version)
       return fail("rank " + std::to_string(c.rank) + ": source and destination must both be IPv4 or both IPv6");
     if (c.src_qpn > 0xffffff || c.dst_qpn > 0xffffff)
       return fail("rank " + std::to_string(c.rank) + ": QPNs are 24-bit");
@@ -83,14 +83,14 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& 
   // The ring: rank r writes to rank r+1, so its destination is where r+1 sends from. A job that is
   // not a ring cannot be summed (some receiver's traffic would never match), so refuse it now.
   for (unsigned r = 0; r < s.workers; ++r) {
-    const ConnectionSpec& c = s.conns[r];
-    const ConnectionSpec& succ = s.conns[(r + 1) % s.workers];
+    const control::ConnectionSpec& c = s.conns[r];
+    const control::ConnectionSpec& succ = s.conns[(r + 1) % s.workers];
     if (!(c.dst_ip == succ.src_ip) && s.workers == 1)
-      return fail("not a ring: its one rank writes to " + wire::ip_text(c.dst_ip) + " but sends from " +
-                  wire::ip_text(c.src_ip) + " (a job of one rank writes to itself: give the same address twice)");
+      return fail("not a ring: its one rank writes to " + util::ip_text(c.dst_ip) + " but sends from " +
+                  util::ip_text(c.src_ip) + " (a job of one rank writes to itself: give the same address twice)");
     if (!(c.dst_ip == succ.src_ip))
-      return fail("not a ring: rank " + std::to_string(r) + " writes to " + wire::ip_text(c.dst_ip) + " but rank " +
-                  std::to_string(succ.rank) + ", its successor, sends from " + wire::ip_text(succ.src_ip) +
+      return fail("not a ring: rank " + std::to_string(r) + " writes to " + util::ip_text(c.dst_ip) + " but rank " +
+                  std::to_string(succ.rank) + ", its successor, sends from " + util::ip_text(succ.src_ip) +
                   " (each rank's destination must be its successor's source; check the conn lines' addresses)");
   }
 
@@ -98,8 +98,8 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& 
   if (old && old->state == JobState::active) return fail("already exists and is active; remove it first");
   // Keys must not collide with another job's (a failed job being replaced does not count) or
   // with each other. Closed connections (holds, tombstones) give way to the job.
-  std::vector<std::pair<wire::IpAddr, uint32_t>> keys;
-  for (const ConnectionSpec& c : s.conns) {
+  std::vector<std::pair<util::IpAddr, uint32_t>> keys;
+  for (const control::ConnectionSpec& c : s.conns) {
     keys.push_back({c.dst_ip, c.dst_qpn});
     keys.push_back({c.src_ip, c.src_qpn});
   }
@@ -154,6 +154,7 @@ bool Engine::add_job(const JobSpec& spec_in, std::string* error, const ShardOf& 
     job->conns[r].filled = shard.index;
   }
   job->shift = wire::Crc32Shift(s.payload_bytes);
+  choose_path(*job);
   job->memory = mem;
   job->mbufs = mbufs;
   job->last_progress_ns = now_ns_;
@@ -176,7 +177,7 @@ bool Engine::remove_job(uint32_t id, std::string* error) {
     return false;
   }
   // Tombstones: its senders may still be retrying; none of that may reach a receiver raw.
-  for (const ConnectionSpec& c : job->spec.conns) {
+  for (const control::ConnectionSpec& c : job->spec.conns) {
     closed_.push_back({c.dst_ip, c.dst_qpn, id, now_ns_ + cfg_.closed_hold_ns});
     closed_.push_back({c.src_ip, c.src_qpn, id, now_ns_ + cfg_.closed_hold_ns});
   }

@@ -15,10 +15,10 @@ namespace inagg::agg {
 using wire::Layout;
 using namespace engine_detail;
 
-void Engine::hold_closed(const JobSpec& spec) {
-  for (const ConnectionSpec& c : spec.conns) {
+void Engine::hold_closed(const control::JobSpec& spec) {
+  for (const control::ConnectionSpec& c : spec.conns) {
     for (const auto& key :
-         {std::pair{wire::gid_address(c.dst_ip), c.dst_qpn}, std::pair{wire::gid_address(c.src_ip), c.src_qpn}}) {
+         {std::pair{util::gid_address(c.dst_ip), c.dst_qpn}, std::pair{util::gid_address(c.src_ip), c.src_qpn}}) {
       const ConnEntry* e = conns_->find(key.first.version, key.first.bytes.data(), key.second);
       if (e && e->job) continue;  // this engine's own job: it handles them
       std::erase_if(closed_, [&](const ClosedKey& k) { return k.addr == key.first && k.qpn == key.second; });
@@ -46,7 +46,7 @@ void Engine::rebuild_conn_table() {
   conns_->resize(n);
   for (auto& j : jobs_) {
     for (unsigned r = 0; r < j->spec.workers; ++r) {
-      const ConnectionSpec& c = j->conns[r].spec;
+      const control::ConnectionSpec& c = j->conns[r].spec;
       conns_->insert({true, false, c.dst_ip, c.dst_qpn, j.get(), r, 0, {}});  // data: to the receiver's QP
       conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r, 0, {}});   // ACKs: to the sender's QP
     }
@@ -84,7 +84,7 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
   }
   char src[64] = "?";
   const uint8_t* ip = pkt.data + l.l3;
-  inet_ntop(l.ip == wire::IpVersion::v4 ? AF_INET : AF_INET6, ip + (l.ip == wire::IpVersion::v4 ? 12 : 8), src,
+  inet_ntop(l.ip == util::IpVersion::v4 ? AF_INET : AF_INET6, ip + (l.ip == util::IpVersion::v4 ? 12 : 8), src,
             sizeof src);
   const Job::Conn& c = job.conns[rank];
   const uint16_t first = ack_direction ? c.ack_port : c.data_port;
@@ -93,7 +93,7 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
       "job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
       "; %llu more dropped since the last line",
       job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
-      wire::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(), first == kUnknownPort ? -1 : first,
+      util::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(), first == kUnknownPort ? -1 : first,
       static_cast<unsigned long long>(job.drops_unlogged));
   job.drop_logged = true;
   job.drop_log_ns = now_ns;
@@ -102,13 +102,13 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
 
 // A registered connection's key, also when the packet writes its IPv4 address IPv4-mapped in an
 // IPv6 header (*mapped: such a packet is never placed, only dropped).
-const Engine::ConnEntry* Engine::lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const {
+const Engine::ConnEntry* Engine::lookup(util::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const {
   *mapped = false;
   if (const ConnEntry* e = conns_->find(v, addr, qpn)) return e;
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (v == wire::IpVersion::v6 && conns_->any_v4 && std::memcmp(addr, kMapped, 12) == 0) {
+  if (v == util::IpVersion::v6 && conns_->any_v4 && std::memcmp(addr, kMapped, 12) == 0) {
     *mapped = true;
-    return conns_->find(wire::IpVersion::v4, addr + 12, qpn);
+    return conns_->find(util::IpVersion::v4, addr + 12, qpn);
   }
   return nullptr;
 }
@@ -134,20 +134,20 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
   emit(pkt, tx, nullptr);
 }
 
-bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre) {
+bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   untrusted_ = false;
-  process_frame(pkt, now_ns, tx, pre);
+  process_frame(pkt, now_ns, tx);
   return !untrusted_;
 }
 
-void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre) {
+void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   ++totals_.rx_packets;
   if (now_ns > now_ns_) now_ns_ = now_ns;
   Layout l;
   const wire::ParseStatus st = wire::parse_frame({pkt.data, pkt.len}, l);
   if (st != wire::ParseStatus::roce) return process_unplaced(pkt, st, l, now_ns, tx);
   const uint8_t* ip = pkt.data + l.l3;
-  const bool v4 = l.ip == wire::IpVersion::v4;
+  const bool v4 = l.ip == util::IpVersion::v4;
   const uint8_t* dst = ip + (v4 ? 16 : 24);
   const uint8_t* src = ip + (v4 ? 12 : 8);
   bool mapped = false;
@@ -180,7 +180,7 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, co
   }
   // Only the registered source, on the port its rank was first seen on, speaks on a connection: a
   // forged WRITE must not reach the receiver, a forged ACK or NAK must not reach the sender.
-  const wire::IpAddr& peer = e->ack_direction ? conn.spec.dst_ip : conn.spec.src_ip;
+  const util::IpAddr& peer = e->ack_direction ? conn.spec.dst_ip : conn.spec.src_ip;
   if (v4 ? std::memcmp(peer.bytes.data(), src, 4) != 0 : std::memcmp(peer.bytes.data(), src, 16) != 0) {
     log_drop(job, "not from the registered source address", e->rank, e->ack_direction, pkt, l, now_ns);
     return drop(&job, pkt, &EngineCounters::drop_wrong_source);
@@ -190,12 +190,7 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, co
     log_drop(job, "not from the port its rank was first seen on", e->rank, e->ack_direction, pkt, l, now_ns);
     return drop(&job, pkt, &EngineCounters::drop_wrong_port);
   }
-  follow_spread_failure(job);
-  if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
-  if (e->ack_direction)
-    handle_ack(job, e->rank, pkt, l, now_ns, tx);
-  else
-    handle_data(job, e->rank, pkt, l, now_ns, tx, pre);
+  (this->*(e->ack_direction ? job.on_ack : job.on_data))(job, e->rank, pkt, l, now_ns, tx);
 }
 
 }  // namespace inagg::agg

@@ -2,7 +2,9 @@
 // packets, retained sums and per-connection recovery state), the connection table, and helpers.
 //   engine_admission.cpp   adding, removing and ending jobs, what a job's failure says
 //   engine_conn_table.cpp  the connection table: which packet belongs to which job, who may speak
-//   engine_job.cpp         a job's slots: hold, sum, release in PSN order, ACKs
+//   engine_job.cpp         a job's packets as they arrive: hold, ACKs; the way chosen per job
+//   engine_release.cpp     sums, releases in PSN order, retained copies; frame helpers
+//   engine_shards.cpp      what only a shard of a spread job does: ticket, ordered path, shared ACKs
 //   engine_recovery.cpp    NAKs, resends, timers
 #pragma once
 
@@ -22,7 +24,7 @@ struct ConnKey {
   uint64_t w0 = 0, w1 = 0;
 };
 
-// Helpers the engine's files share (engine_job.cpp defines the non-inline ones).
+// Helpers the engine's files share (engine_release.cpp defines the non-inline ones).
 enum class SlotState : uint8_t { empty, collecting, complete, released };
 
 // Sign-extends a 24-bit PSN difference.
@@ -42,7 +44,7 @@ uint8_t ecn_of(const uint8_t* f, const wire::Layout& l);
 void set_ce(uint8_t* f, const wire::Layout& l);
 // The UDP checksum over IPv6 (mandatory there unless zero-checksum is in use).
 uint16_t udp6_checksum(const uint8_t* f, const wire::Layout& l);
-std::string qp_str(const wire::IpAddr& a, uint32_t qpn);
+std::string qp_str(const util::IpAddr& a, uint32_t qpn);
 // "job contract, rule 'window': ..." (docs/protocol.md section 2).
 std::string contract(const char* rule, const std::string& what);
 
@@ -50,7 +52,7 @@ std::string contract(const char* rule, const std::string& what);
 
 struct alignas(64) Engine::Job {
   struct alignas(64) Conn {
-    ConnectionSpec spec;
+    control::ConnectionSpec spec;
     // The sender (data direction). The fields every data packet touches come first, so that with
     // the spec they fill two cache lines.
     uint64_t expected = 0;    // one past the highest sequence seen from the sender
@@ -133,7 +135,9 @@ struct alignas(64) Engine::Job {
     uint32_t payload_crc = 0;
   };
 
-  JobSpec spec;
+  control::JobSpec spec;
+  // How its packets are processed, chosen when it was added (Engine::choose_path).
+  PacketPath on_data = nullptr, on_ack = nullptr;
   JobState state = JobState::active;
   std::string error;
   uint32_t ppm = 0;     // packets per message
@@ -196,7 +200,7 @@ struct alignas(64) Engine::Job {
 struct Engine::ConnEntry {
   bool used = false;
   bool ack_direction = false;  // key is the sender's QP: ACKs flow to it
-  wire::IpAddr addr;
+  util::IpAddr addr;
   uint32_t qpn = 0;
   Job* job = nullptr;  // nullptr: a closed connection
   unsigned rank = 0;
@@ -222,8 +226,8 @@ struct Engine::ConnTable {
   // a buffer on the stack: an 8-byte load over a 16-byte zeroing store and a 4-byte copy fails store
   // forwarding, which cost ~10% of the engine's time per packet (bench/README.md).
   using Key = engine_detail::ConnKey;
-  static Key key_of(wire::IpVersion v, const uint8_t* addr) {
-    if (v == wire::IpVersion::v4) {
+  static Key key_of(util::IpVersion v, const uint8_t* addr) {
+    if (v == util::IpVersion::v4) {
       uint32_t a;
       std::memcpy(&a, addr, 4);
       return {a, 0};
@@ -242,7 +246,7 @@ struct Engine::ConnTable {
     return static_cast<size_t>(h);
   }
   void insert(const ConnEntry& e) {
-    if (e.addr.version == wire::IpVersion::v4) any_v4 = true;
+    if (e.addr.version == util::IpVersion::v4) any_v4 = true;
     for (size_t i = hash(key_of(e.addr.version, e.addr.bytes.data()), e.qpn) & mask;; i = (i + 1) & mask) {
       if (!entries[i].used) {
         entries[i] = e;
@@ -251,7 +255,7 @@ struct Engine::ConnTable {
       }
     }
   }
-  const ConnEntry* find(wire::IpVersion v, const uint8_t* addr, uint32_t qpn) const {
+  const ConnEntry* find(util::IpVersion v, const uint8_t* addr, uint32_t qpn) const {
     const Key k = key_of(v, addr);
     for (size_t i = hash(k, qpn) & mask;; i = (i + 1) & mask) {
       const ConnEntry& e = entries[i];

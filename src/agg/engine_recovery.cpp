@@ -17,7 +17,7 @@ using namespace engine_detail;
 bool Engine::send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why) {
   Job::Conn& conn = job.conns[rank];
   if (!conn.nak_template_ok) return false;
-  if (job.shards && job.shard != 0) sync_acks(job, rank, now_ns);  // the receiver's acked PSN and MSN
+  // (A shard other than 0 synced the receiver's acked PSN and MSN first: handle_data, poll.)
   // The NAK is owed from now on, sent or not: poll() sends it again on the backoff schedule.
   if (why == NakReason::again) {
     conn.nak_interval_ns = std::min(2 * conn.nak_interval_ns, cfg_.resend_max_ns);
@@ -43,7 +43,7 @@ bool Engine::send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakR
     return false;
   }
   nak.len = static_cast<uint16_t>(wire::build_roce_frame({nak.data, len}, s, {}));
-  if (s.src_ip.version == wire::IpVersion::v6) {  // IPv6 UDP needs a checksum (kernel stacks drop 0)
+  if (s.src_ip.version == util::IpVersion::v6) {  // IPv6 UDP needs a checksum (kernel stacks drop 0)
     Layout nl;
     if (wire::parse_frame({nak.data, nak.len}, nl) == wire::ParseStatus::roce)
       wire::store_be16(nak.data + nl.l4 + 6, udp6_checksum(nak.data, nl));

@@ -10,7 +10,7 @@ std::vector<control::Counter> counter_list(const EngineCounters& c) {
   return out;
 }
 
-control::JobStatus job_status(const JobInfo& info, const JobSpec* spec) {
+control::JobStatus job_status(const JobInfo& info, const control::JobSpec* spec) {
   control::JobStatus s;
   s.id = info.id;
   s.state = info.state == JobState::active ? control::JobStatus::State::active : control::JobStatus::State::failed;

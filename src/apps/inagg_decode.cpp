@@ -24,7 +24,7 @@ namespace {
 std::string ip_text(const uint8_t* frame, const wire::Layout& l, bool src) {
   char buf[INET6_ADDRSTRLEN];
   const uint8_t* ip = frame + l.l3;
-  if (l.ip == wire::IpVersion::v4) return inet_ntop(AF_INET, ip + (src ? 12 : 16), buf, sizeof buf);
+  if (l.ip == util::IpVersion::v4) return inet_ntop(AF_INET, ip + (src ? 12 : 16), buf, sizeof buf);
   return inet_ntop(AF_INET6, ip + (src ? 8 : 24), buf, sizeof buf);
 }
 

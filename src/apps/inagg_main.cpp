@@ -133,14 +133,14 @@ struct ControlLoop {
   static void tick_cb(void* self) { static_cast<ControlLoop*>(self)->tick(); }
 };
 
-std::string describe_spec(const agg::JobSpec& j) {
+std::string describe_spec(const control::JobSpec& j) {
   return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " +
          std::to_string(j.message_bytes) + "-byte messages of " + std::to_string(j.payload_bytes) +
          "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "");
 }
 
 // --check-config: what can be checked without EAL, with the checks start-up makes.
-int check_config(const Options& opt, const std::vector<agg::JobSpec>& jobs, std::span<char* const> eal_args) {
+int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, std::span<char* const> eal_args) {
   std::string err;
   const std::optional<dataplane::EalLcores> lc = dataplane::read_eal_lcores(eal_args, &err);
   if (!lc) {
@@ -167,12 +167,12 @@ int check_config(const Options& opt, const std::vector<agg::JobSpec>& jobs, std:
               opt.app.mtu, opt.app.mbufs, (uint64_t{opt.app.mbufs} * (room + 192)) >> 20,
               kPools[static_cast<int>(opt.app.pools)], opt.app.burst, datapath, opt.app.engine.mbuf_budget,
               opt.app.engine.memory_budget_bytes >> 20, jobs.size());
-  for (const agg::JobSpec& j : jobs) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
+  for (const control::JobSpec& j : jobs) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
   return 0;
 }
 
 // From EAL up to the final stats. The appliance is gone when this returns, so EAL can be cleaned up.
-int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
+int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs) {
   dataplane::Appliance app;
   std::string err;
   if (!app.init(opt.app, &err)) {
@@ -185,7 +185,7 @@ int run_appliance(const Options& opt, const std::vector<agg::JobSpec>& jobs) {
                                : "datapath on the worker lcores",
             std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
   int status = 0;
-  for (const agg::JobSpec& spec : jobs) {
+  for (const control::JobSpec& spec : jobs) {
     if (!app.add_job(spec, &err)) {
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   if (int rc = parse_app_options(static_cast<int>(app_argv.size()), app_argv.data(), opt); rc != 0)
     return rc == 1 ? 0 : rc;
 
-  std::vector<agg::JobSpec> jobs;
+  std::vector<control::JobSpec> jobs;
   for (const std::string& path : opt.job_files) {
     std::string err;
     auto spec = control::load_job_file(path, &err);

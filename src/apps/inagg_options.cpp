@@ -58,12 +58,10 @@ po::options_description make_options(Options& o) {
       "drain-us", po::value<uint32_t>(&o.app.drain_us)->default_value(o.app.drain_us),
       "flush partial TX bursts at least this often")(
       "job-lcores", po::value<uint16_t>(&o.app.job_lcores)->default_value(o.app.job_lcores),
-      "datapath lcores each job is spread over: 1, the lcore that owns it; N > 1, as --job-spread says. At most the "
-      "datapath lcores")("job-spread", po::value<std::string>(&o.job_spread)->default_value("shards"),
-                         "how a job goes over --job-lcores N > 1 lcores (docs/protocol.md section 4): 'shards', "
-                         "slots sharded by index (lcore i of N takes the sequences s with s mod N == i and does all "
-                         "of their work; N = 2, 4 or 8); 'verify', N - 1 lcores compute its data packets' payload "
-                         "CRCs before the owner sums them (a pipeline, measured slower than one lcore)")(
+      "datapath lcores each job is spread over (docs/protocol.md section 4): 1, the lcore that owns it; N = 2, 4 or 8, "
+      "its slots sharded by index (lcore i of N takes the sequences s with s mod N == i and does all of their work). "
+      "At most the datapath lcores")("job-spread", po::value<std::string>(&o.job_spread)->default_value("shards"),
+                                     "how a job goes over --job-lcores N > 1 lcores: 'shards' (the only way)")(
       "idle-sleep-us", po::value<uint32_t>(&o.app.idle_sleep_us)->default_value(o.app.idle_sleep_us),
       "lab mode: a datapath lcore whose queues stay empty backs off and sleeps, up to this many microseconds at a "
       "time, so an appliance sharing cores with its workers does not starve them (at most half of --resend-us); 0: "
@@ -209,12 +207,12 @@ int parse_app_options(int argc, char** argv, Options& o) {
     std::cerr << "inagg: --mempools must be shared, per-socket or per-port (got '" << m << "')\n";
     return 2;
   }
-  if (const std::string m = o.job_spread; m == "shards") {
-    o.app.job_spread = dataplane::ApplianceConfig::JobSpread::shards;
-  } else if (m == "verify") {
-    o.app.job_spread = dataplane::ApplianceConfig::JobSpread::verify;
-  } else {
-    std::cerr << "inagg: --job-spread must be shards or verify (got '" << m << "')\n";
+  if (const std::string m = o.job_spread; m == "verify") {
+    std::cerr << "inagg: --job-spread verify was removed: it computed payload CRCs on other lcores and was measured "
+                 "slower than one lcore; use --job-spread shards (the default) or leave --job-spread out\n";
+    return 2;
+  } else if (m != "shards") {
+    std::cerr << "inagg: --job-spread must be shards (got '" << m << "')\n";
     return 2;
   }
   o.selftest = vm.count("selftest") > 0;

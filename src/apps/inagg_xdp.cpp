@@ -71,10 +71,10 @@ int run(const RunOptions& o) {
   if (o.port == 0 || o.port > 65535) return usage_error("--port must be 1..65535");
   const std::optional<Interface> iface = query_interface(o.iface, &err);
   if (!iface) return usage_error(err);
-  std::optional<wire::IpAddr> ip = iface->ipv4;
+  std::optional<util::IpAddr> ip = iface->ipv4;
   if (!o.address.empty()) {
-    ip = wire::parse_ip(o.address);
-    if (!ip || ip->version != wire::IpVersion::v4) return usage_error("--address must be an IPv4 address");
+    ip = util::parse_ip(o.address);
+    if (!ip || ip->version != util::IpVersion::v4) return usage_error("--address must be an IPv4 address");
   }
   if (!ip) return usage_error(o.iface + " has no IPv4 address; give the head's address with --address");
   std::vector<HeadJob> jobs;
@@ -108,7 +108,7 @@ int run(const RunOptions& o) {
     std::cerr << "inagg-xdp: " << err << "\n";
     return 1;
   }
-  std::cout << "inagg-xdp: xagg_head attached to " << o.iface << " (" << o.mode << "), head " << wire::ip_text(*ip)
+  std::cout << "inagg-xdp: xagg_head attached to " << o.iface << " (" << o.mode << "), head " << util::ip_text(*ip)
             << " " << mac_text(iface->mac) << ", UDP port " << o.port << ", " << jobs.size() << " job(s)"
             << (o.socket.empty() ? std::string() : ", control socket " + o.socket) << std::endl;
   auto last_stats = std::chrono::steady_clock::now();

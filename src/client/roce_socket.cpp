@@ -23,10 +23,10 @@ RoceSocket::~RoceSocket() {
   if (raw_fd_ >= 0) ::close(raw_fd_);
 }
 
-bool RoceSocket::open(const wire::IpAddr& local, uint8_t tos, std::string* error) {
+bool RoceSocket::open(const util::IpAddr& local, uint8_t tos, std::string* error) {
   local_ = local;
   tos_ = tos;
-  const bool v6 = local.version == wire::IpVersion::v6;
+  const bool v6 = local.version == util::IpVersion::v6;
   fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
     *error = std::string("socket: ") + std::strerror(errno);
@@ -90,7 +90,7 @@ bool RoceSocket::open(const wire::IpAddr& local, uint8_t tos, std::string* error
 }
 
 bool RoceSocket::receive_ip_headers(std::string* error) {
-  if (local_.version != wire::IpVersion::v4 || raw_fd_ >= 0) return true;
+  if (local_.version != util::IpVersion::v4 || raw_fd_ >= 0) return true;
   const int fd = ::socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
   if (fd < 0) {
     *error = std::string("cannot open a raw IPv4 socket to receive RoCEv2 with its IP headers: ") +
@@ -157,7 +157,7 @@ size_t RoceSocket::queued_bytes() const {
   return static_cast<size_t>(n) + tx_bytes_;
 }
 
-void RoceSocket::fill_spec(wire::RoceFrameSpec& s, const wire::IpAddr& dst) const {
+void RoceSocket::fill_spec(wire::RoceFrameSpec& s, const util::IpAddr& dst) const {
   s.src_ip = local_;
   s.dst_ip = dst;
   s.src_port = wire::kRoceV2Port;
@@ -190,7 +190,7 @@ bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
   sockaddr_storage ss{};
   socklen_t len;
   const uint8_t* ip = frame.data() + l.l3;
-  if (l.ip == wire::IpVersion::v6) {
+  if (l.ip == util::IpVersion::v6) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
     a->sin6_family = AF_INET6;
     a->sin6_port = htons(wire::kRoceV2Port);
@@ -272,7 +272,7 @@ void RoceSocket::decode_raw(unsigned slot, size_t n, Datagram* d) {
   if (ihl < wire::kIpv4HeaderLen || (ip[0] >> 4) != 4 || n < ihl + wire::kUdpHeaderLen) return;
   const size_t len = std::min<size_t>(n, wire::load_be16(ip + 2));
   if (len < ihl + wire::kUdpHeaderLen) return;
-  d->src.version = d->dst.version = wire::IpVersion::v4;
+  d->src.version = d->dst.version = util::IpVersion::v4;
   d->src.bytes = {};
   d->dst.bytes = {};
   std::memcpy(d->src.bytes.data(), ip + 12, 4);
@@ -289,7 +289,7 @@ void RoceSocket::decode_raw(unsigned slot, size_t n, Datagram* d) {
 void RoceSocket::decode(unsigned slot, size_t n, Datagram* d) {
   msghdr& msg = rx_msgs_[slot].msg_hdr;
   const sockaddr_storage& from = rx_from_[slot];
-  const bool v6 = local_.version == wire::IpVersion::v6;
+  const bool v6 = local_.version == util::IpVersion::v6;
   d->src.version = d->dst.version = local_.version;
   d->dst = local_;
   d->tos = 0;

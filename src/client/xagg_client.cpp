@@ -61,7 +61,7 @@ bool XaggClient::open(const XaggConfig& cfg, std::string* error) {
   std::memcpy(&m.imr_interface, cfg.local.bytes.data(), 4);
   if (::setsockopt(fd_, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
     *error =
-        "cannot join " + wire::ip_text(cfg.group) + " on " + wire::ip_text(cfg.local) + ": " + std::strerror(errno);
+        "cannot join " + util::ip_text(cfg.group) + " on " + util::ip_text(cfg.local) + ": " + std::strerror(errno);
     return false;
   }
   buf_.resize(sizeof(xagg_hdr) + 4 * XAGG_MAX_VALUES + 64);
@@ -100,7 +100,7 @@ bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::stri
     uint64_t t = now_ns();
     if (t > deadline_ns) {
       *error = "XDP tier: no result for chunk " + std::to_string(base + lo) + " of job " + std::to_string(cfg_.job) +
-               " from head " + wire::ip_text(cfg_.head) + " in time (" + std::to_string(c_.repeats) +
+               " from head " + util::ip_text(cfg_.head) + " in time (" + std::to_string(c_.repeats) +
                " repeats so far; `inagg-xdp stats " + std::to_string(cfg_.job) +
                "` on the head shows what it got: `stale` rising means it holds chunks of an earlier run of this job, so"
                " add the job again on every head (its slots start empty) or use a new job id; `ahead` means the"

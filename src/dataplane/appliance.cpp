@@ -84,9 +84,8 @@ bool check_job_lcores(const ApplianceConfig& cfg, unsigned datapath_lcores, std:
              "give EAL more lcores or lower --job-lcores";
     return false;
   }
-  if (cfg.job_spread == ApplianceConfig::JobSpread::shards && ((n & (n - 1)) != 0 || n > agg::JobShards::kMaxShards)) {
-    *error = "--job-lcores " + std::to_string(n) +
-             " with --job-spread shards must be 1, 2, 4 or 8 (a job's slots are " +
+  if ((n & (n - 1)) != 0 || n > agg::JobShards::kMaxShards) {
+    *error = "--job-lcores " + std::to_string(n) + " must be 1, 2, 4 or 8 (a job's slots are " +
              "sharded by the low bits of their PSNs)";
     return false;
   }
@@ -110,7 +109,7 @@ Appliance::~Appliance() {
     l->engine.reset();  // frees the mbufs its jobs hold
     l->capture.close();
     free_request_rings(*l);
-    for (rte_ring* ring : {l->handover, l->to_verify, l->ordered}) {
+    for (rte_ring* ring : {l->handover, l->ordered}) {
       if (!ring) continue;
       rte_mbuf* m;
       while (rte_ring_dequeue(ring, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
@@ -156,15 +155,6 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   if (I.single) lcore_ids.push_back(rte_get_main_lcore());
   const uint16_t nq = static_cast<uint16_t>(lcore_ids.size());
   if (!check_job_lcores(cfg, nq, error)) return false;
-  // The tag a packet carries between the lcores of a spread job (lcore.hpp, HandoverTag).
-  static const rte_mbuf_dynfield tag_field = {"inagg_handover_tag", sizeof(HandoverTag), alignof(HandoverTag), 0};
-  if (cfg.job_lcores > 1) {
-    I.dp.handover_tag_offset = rte_mbuf_dynfield_register(&tag_field);
-    if (I.dp.handover_tag_offset < 0) {
-      *error = std::string("cannot register the handover tag in the mbufs' dynamic fields: ") + rte_strerror(rte_errno);
-      return false;
-    }
-  }
   if (!I.ports.open(cfg, nq, error)) return false;
 
   for (uint16_t i = 0; i < nq; ++i) {
@@ -177,14 +167,10 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
-    const bool shards = cfg.job_lcores > 1 && cfg.job_spread == ApplianceConfig::JobSpread::shards;
-    if (cfg.job_lcores > 1 && !shards)
-      l->to_verify = rte_ring_create(("inagg_vf_" + std::to_string(i)).c_str(), kHandoverRingSize,
-                                     static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
-    if (shards)  // the sharded jobs this lcore owns release onto it, in PSN order; it sends from it
+    if (cfg.job_lcores > 1)  // the sharded jobs this lcore owns release onto it, in PSN order; it sends from it
       l->ordered = rte_ring_create(("inagg_or_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                    static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
-    if (!l->handover || (cfg.job_lcores > 1 && !l->to_verify && !l->ordered)) {
+    if (!l->handover || (cfg.job_lcores > 1 && !l->ordered)) {
       *error = std::string("cannot create lcore rings: ") + rte_strerror(rte_errno);
       return false;
     }
@@ -202,7 +188,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.dp.drain_us = cfg.drain_us;
   I.dp.idle_sleep_us = cfg.idle_sleep_us;
   I.dp.job_lcores = cfg.job_lcores;
-  I.dp.shards = cfg.job_lcores > 1 && cfg.job_spread == ApplianceConfig::JobSpread::shards;
+  I.dp.shards = cfg.job_lcores > 1;
   I.dp.port_ids = I.ports.ids();
   I.dp.index_of_port = I.ports.index_of_port();
   for (auto& l : I.lcores) {
@@ -212,7 +198,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   }
   I.jobs.set_lcores(I.dp.lcores);
   I.jobs.set_closed_hold(cfg.engine.closed_hold_ns);
-  I.jobs.set_job_lcores(cfg.job_lcores, I.dp.shards);
+  I.jobs.set_job_lcores(cfg.job_lcores);
   return true;
 }
 
@@ -257,21 +243,26 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
 }
 
 // The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
-// owner, or with --job-lcores above 1 the rank's verifier or, sharded, one of the job's lcores by
-// rank), its ACKs to the owner, as the lcores' owner tables route them (lcore_requests.cpp), so each
+<<<<<<< Updated upstream
+// owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
+// owner tables route them (lcore_requests.cpp), so each packet crosses cores at most once (sharded: a data packet whose
+// PSN is another shard's crosses once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until
+// they are in place, and where a PMD refuses them, the lcores hand the job's packets on.
+bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
+=======
+// owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
+// owner tables route them (lcore_requests.cpp), so each
 // packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
 // once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
 // place, and where a PMD refuses them, the lcores hand the job's packets on.
-bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
+bool Appliance::add_job(const control::JobSpec& spec, std::string* error) {
+>>>>>>> Stashed changes
   if (!impl_->jobs.add(spec, error)) return false;
   if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
     std::vector<uint16_t> data_queue(spec.workers);
     for (unsigned rank = 0; rank < spec.workers; ++rank)
-      data_queue[rank] = impl_->dp.shards
-                             ? JobOwnership::shard_lcore(static_cast<uint16_t>(owner), rank % impl_->cfg.job_lcores,
-                                                         impl_->lcores.size())
-                             : JobOwnership::verifier_of(static_cast<uint16_t>(owner), rank, impl_->cfg.job_lcores,
-                                                         impl_->lcores.size());
+      data_queue[rank] =
+          JobOwnership::shard_lcore(static_cast<uint16_t>(owner), rank % impl_->cfg.job_lcores, impl_->lcores.size());
     impl_->ports.steering().steer_job(spec.id, job_pairs(spec.conns, data_queue, static_cast<uint16_t>(owner)));
   }
   return true;

@@ -6,23 +6,13 @@
 #include "inagg/agg/job_status.hpp"
 
 namespace inagg::dataplane {
-namespace {
 
-// A sharded job's ordered path (agg::OrderedTx): the owner lcore's ordered ring, all n or none.
-bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n) {
-  void* objs[64];
-  for (unsigned i = 0; i < n; ++i) objs[i] = pkts[i].handle;
-  return rte_ring_mp_enqueue_bulk(static_cast<rte_ring*>(ctx), objs, n, nullptr) == n;
-}
-
-}  // namespace
-
-bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const {
+bool JobOwnership::conflicts(const control::JobSpec& spec, std::string* error) const {
   // Each engine checks its own jobs' connections; jobs on other lcores are checked here.
   for (const auto& [id, other] : specs_) {
     if (id == spec.id) continue;
-    for (const agg::ConnectionSpec& c : spec.conns)
-      for (const agg::ConnectionSpec& o : other.conns)
+    for (const control::ConnectionSpec& c : spec.conns)
+      for (const control::ConnectionSpec& o : other.conns)
         for (const OwnerKey& k : {key_of(c.dst_ip, c.dst_qpn), key_of(c.src_ip, c.src_qpn)})
           if (k == key_of(o.dst_ip, o.dst_qpn) || k == key_of(o.src_ip, o.src_qpn)) {
             char qpn[16];
@@ -36,15 +26,14 @@ bool JobOwnership::conflicts(const agg::JobSpec& spec, std::string* error) const
 }
 
 // With one datapath lcore there is nobody to hand packets to: no owner tables.
-void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
-                             const std::vector<uint16_t>& verifiers, const std::vector<uint16_t>& shard_lcores) {
+void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
+                             const std::vector<uint16_t>& shard_lcores) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{kind};
     r.spec = &spec;
     r.owner = owner;
     r.linger_ns = linger_ns;
-    r.verifiers = verifiers;
     r.shard_lcores = shard_lcores;
     call_lcore(*l, r);
   }
@@ -52,7 +41,7 @@ void JobOwnership::broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, 
 
 // Slots sharded by index: shard i's engine on the i-th lcore from the owner, all sharing one
 // JobShards whose ordered path is the owner's ordered ring. All shards take the job or none does.
-bool JobOwnership::add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error) {
+bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, std::string* error) {
   const unsigned k = job_lcores_;
   auto shared = std::make_shared<agg::JobShards>(k, agg::OrderedTx{lcores_[owner]->ordered, ordered_send});
   std::vector<uint16_t> ls;
@@ -98,13 +87,7 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
-uint16_t JobOwnership::verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores) {
-  if (job_lcores < 2 || nlcores < 2) return owner;
-  const size_t verifiers = std::min<size_t>(job_lcores, nlcores) - 1;
-  return static_cast<uint16_t>((owner + 1 + rank % verifiers) % nlcores);
-}
-
-bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
+bool JobOwnership::add(const control::JobSpec& spec, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (conflicts(spec, error)) return false;
   uint16_t owner = 0;
@@ -119,7 +102,7 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   // owner has it, a packet of the job is dropped wherever it arrives, never forwarded raw.
   const bool existed = owner_.count(spec.id) > 0;
   if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
-  const bool sharded = shards_ && job_lcores_ > 1;
+  const bool sharded = job_lcores_ > 1;
   bool ok = true;
   if (sharded) {
     ok = add_sharded(spec, owner, error);
@@ -143,13 +126,7 @@ bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
-  std::vector<uint16_t> verifiers;  // by rank (a job file may list its connections in any order)
-  if (job_lcores_ > 1 && !sharded)
-    for (const agg::ConnectionSpec& c : spec.conns) {
-      if (c.rank >= verifiers.size()) verifiers.resize(c.rank + 1, owner);
-      verifiers[c.rank] = verifier_of(owner, c.rank, job_lcores_, lcores_.size());
-    }
-  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, verifiers,
+  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0,
             sharded ? shard_lcores_[spec.id] : std::vector<uint16_t>{});
   return true;
 }

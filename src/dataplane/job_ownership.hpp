@@ -18,22 +18,16 @@ class JobOwnership {
   // How long a removed job's connections stay closed on the lcores that did not own it.
   void set_closed_hold(uint64_t ns) { closed_hold_ns_ = ns; }
   // Lcores each job is spread over (ApplianceConfig::job_lcores), the owner and the lcores that
-  // follow its index: its shards (shards: shard i on the i-th), or job_lcores - 1 verifiers.
-  void set_job_lcores(uint16_t n, bool shards) {
-    job_lcores_ = n;
-    shards_ = shards;
-  }
+  // follow its index: its shards, shard i on the i-th.
+  void set_job_lcores(uint16_t n) { job_lcores_ = n; }
   // The lcore of shard `i` of a sharded job owned by `owner` (shard 0).
   static uint16_t shard_lcore(uint16_t owner, unsigned i, size_t nlcores) {
     return static_cast<uint16_t>((owner + i) % nlcores);
   }
-  // The lcore that verifies rank `rank`'s data for a job owned by `owner`: one verifier per rank, so
-  // each connection's packets take one path and stay in order.
-  static uint16_t verifier_of(uint16_t owner, unsigned rank, uint16_t job_lcores, size_t nlcores);
 
   // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
   // whose engine decides. Refused when one of its connections belongs to another job.
-  bool add(const agg::JobSpec& spec, std::string* error);
+  bool add(const control::JobSpec& spec, std::string* error);
   bool remove(uint32_t id, std::string* error);
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);
@@ -42,8 +36,8 @@ class JobOwnership {
   int owner_of(uint32_t id);
 
  private:
-  bool conflicts(const agg::JobSpec& spec, std::string* error) const;
-  bool add_sharded(const agg::JobSpec& spec, uint16_t owner, std::string* error);
+  bool conflicts(const control::JobSpec& spec, std::string* error) const;
+  bool add_sharded(const control::JobSpec& spec, uint16_t owner, std::string* error);
   void remove_parts(uint32_t id);  // with mutex_ held
   // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
   bool remove_from(uint16_t lcore, uint32_t id, std::string* error);
@@ -51,19 +45,18 @@ class JobOwnership {
   // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
   static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);
   control::JobStatus description(const agg::JobInfo& info) const;
-  void broadcast(LcoreRequest::Kind kind, const agg::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
-                 const std::vector<uint16_t>& verifiers = {}, const std::vector<uint16_t>& shard_lcores = {});
+  void broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
+                 const std::vector<uint16_t>& shard_lcores = {});
 
   std::vector<LcoreState*> lcores_;
   uint64_t closed_hold_ns_ = 0;
   uint16_t job_lcores_ = 1;
-  bool shards_ = false;
   // Taken by control-side threads only (the control thread, DPDK's telemetry thread): it keeps the
   // maps below consistent and lets one request at a time use an lcore's rings. The lcores never
   // take it.
   std::mutex mutex_;
   std::unordered_map<uint32_t, uint16_t> owner_;  // job id -> lcore index
-  std::unordered_map<uint32_t, agg::JobSpec> specs_;
+  std::unordered_map<uint32_t, control::JobSpec> specs_;
   std::unordered_map<uint32_t, std::vector<uint16_t>> shard_lcores_;  // a sharded job's lcores, shard 0 first
 };
 

@@ -49,37 +49,21 @@ struct OwnerKeyHash {
     return static_cast<size_t>(h ^ (h >> 31));
   }
 };
-inline OwnerKey key_of(const wire::IpAddr& ip, uint32_t qpn) {
+inline OwnerKey key_of(const util::IpAddr& ip, uint32_t qpn) {
   OwnerKey k;
-  std::memcpy(k.addr.data(), ip.bytes.data(), ip.version == wire::IpVersion::v4 ? 4 : 16);
+  std::memcpy(k.addr.data(), ip.bytes.data(), ip.version == util::IpVersion::v4 ? 4 : 16);
   k.qpn = qpn;
   return k;
 }
 
-// Where an lcore sends a RoCEv2 packet of a registered connection: to the lcore that owns its job,
-// through `verifier` first when that is another lcore (a job spread over several lcores, --job-lcores
-// with --job-spread verify: its data direction only; protocol.md section 4). A sharded job's data
-// (--job-spread shards) goes to the lcore of its PSN's shard, (PSN - start PSN) mod nshards.
+// Where an lcore sends a RoCEv2 packet of a registered connection: to the lcore that owns its job.
+// A sharded job's data (--job-lcores above 1; protocol.md section 4) goes to the lcore of its PSN's
+// shard, (PSN - start PSN) mod nshards.
 struct OwnerRoute {
   uint16_t owner = 0;
-  uint16_t verifier = 0;  // == owner: no verify stage
-  uint8_t nshards = 0;    // > 1: the data direction of a sharded job
+  uint8_t nshards = 0;  // > 1: the data direction of a sharded job
   uint32_t start_psn = 0;
   std::array<uint16_t, agg::JobShards::kMaxShards> shard_lcore{};
-};
-
-// What a packet on a handover ring carries beside its bytes, in an mbuf dynamic field (registered by
-// Appliance::init) written by the lcore that hands it over: an mbuf's dynamic fields are not reset
-// between uses, so every handover writes the stage.
-enum class HandoverStage : uint8_t {
-  plain,      // for the receiving lcore's engine, as it is
-  to_verify,  // on a verify ring: for the receiving lcore to compute its payload CRC and pass on to `owner`
-  verified,   // for the receiving lcore's engine, with `crc` computed by the lcore that verified it
-};
-struct HandoverTag {
-  wire::PayloadCrc crc;
-  uint16_t owner = 0;
-  HandoverStage stage = HandoverStage::plain;
 };
 
 struct TxBuffer {
@@ -102,12 +86,11 @@ struct alignas(64) LcoreState {
   uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
   // Each lcore's own copy of which lcore owns which connection, kept by requests: nothing shared.
   std::unordered_map<OwnerKey, OwnerRoute, OwnerKeyHash> owners;
-  rte_ring* requests = nullptr;   // SP/SC: the control side (one caller at a time) -> this lcore
-  rte_ring* replies = nullptr;    // SP/SC: this lcore -> the control side
-  rte_ring* handover = nullptr;   // MP/SC: other lcores -> this lcore's engine
-  rte_ring* to_verify = nullptr;  // MP/SC: other lcores -> this lcore, to verify for an owner (--job-spread verify)
-  rte_ring* ordered = nullptr;    // MP/SC: the shards of jobs this lcore owns -> its TX, in PSN order (shards)
-  std::vector<TxBuffer> tx;       // per port index
+  rte_ring* requests = nullptr;  // SP/SC: the control side (one caller at a time) -> this lcore
+  rte_ring* replies = nullptr;   // SP/SC: this lcore -> the control side
+  rte_ring* handover = nullptr;  // MP/SC: other lcores -> this lcore's engine
+  rte_ring* ordered = nullptr;   // MP/SC: the shards of jobs this lcore owns -> its TX, in PSN order
+  std::vector<TxBuffer> tx;      // per port index
   agg::TxList engine_tx{4096};
   util::PcapWriter capture;
   LcoreCounters c;
@@ -128,12 +111,9 @@ struct Datapath {
   std::vector<uint16_t> port_ids;   // port index -> DPDK port id
   std::vector<int> index_of_port;   // DPDK port id -> port index (-1)
   std::vector<LcoreState*> lcores;  // by index, for handovers
-  int handover_tag_offset = -1;     // the HandoverTag mbuf dynamic field
-  uint16_t job_lcores = 1;          // > 1: tags on handovers, verify rings, RX waits for ring room
-  bool shards = false;              // job_lcores > 1 with --job-spread shards: ordered rings, release turns
+  uint16_t job_lcores = 1;          // > 1: RX waits for ring room
+  bool shards = false;              // job_lcores > 1: ordered rings, release turns
 };
-
-inline HandoverTag& handover_tag(rte_mbuf* m, int offset) { return *RTE_MBUF_DYNFIELD(m, offset, HandoverTag*); }
 
 // lcore_loop.cpp: the run-to-completion loop, until Appliance::stop_requested().
 void run_lcore_loop(const Datapath& dp, LcoreState& l);
@@ -141,6 +121,9 @@ void run_lcore_loop(const Datapath& dp, LcoreState& l);
 // its TX queue towards DPDK port `port` holds at least `threshold` packets (its TX buffer, plus the
 // NIC's TX ring where the PMD reports descriptor status).
 bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold);
+// lcore_loop.cpp: a sharded job's ordered path (agg::OrderedTx::send), `ctx` the owner lcore's
+// ordered ring: all n packets or none.
+bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n);
 
 // A control request to one lcore, answered in place. The caller owns it and keeps it (and what
 // `spec` points to) alive until the answer came back.
@@ -158,13 +141,12 @@ struct LcoreRequest {
   };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;
-  const agg::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
-  uint32_t id = 0;                     // remove_job, job_info
-  uint16_t owner = 0;                  // set_owner
-  std::vector<uint16_t> verifiers;     // set_owner: per rank, the lcore that verifies its data (empty: the owner)
-  std::vector<uint16_t> shard_lcores;  // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
-  agg::ShardOf shard;                  // add_job: the part of a sharded job this lcore's engine takes
-  uint64_t linger_ns = 0;              // release_closed, clear_owner: how long the connections stay closed
+  const control::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
+  uint32_t id = 0;                         // remove_job, job_info
+  uint16_t owner = 0;                      // set_owner
+  std::vector<uint16_t> shard_lcores;      // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
+  agg::ShardOf shard;                      // add_job: the part of a sharded job this lcore's engine takes
+  uint64_t linger_ns = 0;                  // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;
   std::string error;

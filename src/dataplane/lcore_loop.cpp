@@ -34,7 +34,7 @@ bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k, int64_t* psn) {
   if (!wire::roce_destination(f, l, &d)) return false;
   *psn = l.bth ? static_cast<int64_t>(wire::bth_of(f, l).psn()) : -1;
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (d.ip == wire::IpVersion::v4)
+  if (d.ip == util::IpVersion::v4)
     std::memcpy(k->addr.data(), d.addr, 4);
   else if (std::memcmp(d.addr, kMapped, 12) == 0)
     std::memcpy(k->addr.data(), d.addr + 12, 4);  // the IPv4 key an IPv4-mapped address names
@@ -88,8 +88,7 @@ class LcoreLoop {
 
  private:
   void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
-  void hand_over(rte_mbuf* m, uint16_t to, HandoverStage stage, uint16_t owner);
-  void verify_for(rte_mbuf* m, uint16_t owner);
+  void hand_over(rte_mbuf* m, uint16_t to);
   unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
   void learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
@@ -129,23 +128,12 @@ void LcoreLoop::run() {
     unsigned room = dp_.job_lcores > 1 ? handover_room() : ~0u;
 
     // Packets other lcores handed over (their job is ours): always taken, they go to our engine only,
-    // so a handover ring always drains and the verify rings below can never wait on each other.
+    // so a handover ring always drains.
     unsigned n = rte_ring_dequeue_burst(l.handover, reinterpret_cast<void**>(pkts), dp_.burst, nullptr);
     if (n) {
       work = true;
       l.c.handover_in += n;
       for (unsigned i = 0; i < n; ++i) handle_packet(pkts[i], now_ns, true);
-    }
-    // Packets to verify for the lcore that owns their job, as far as the owners' rings have room.
-    if (l.to_verify) {
-      n = rte_ring_dequeue_burst(l.to_verify, reinterpret_cast<void**>(pkts), std::min<unsigned>(dp_.burst, room),
-                                 nullptr);
-      if (n) {
-        work = true;
-        l.c.handover_in += n;
-        room -= n;
-        for (unsigned i = 0; i < n; ++i) verify_for(pkts[i], handover_tag(pkts[i], dp_.handover_tag_offset).owner);
-      }
     }
 
     // Every port or none, so that no port's senders fall behind the others'. A sharded replay job
@@ -219,15 +207,7 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     send(m, now_ns);
     return;
   }
-  const wire::PayloadCrc* pre = nullptr;
-  if (from_handover) {
-    // Tags are written (and so read) only with --job-lcores above 1: the default handover touches
-    // no more of the mbuf than before.
-    if (dp_.job_lcores > 1) {
-      HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
-      if (t.stage == HandoverStage::verified) pre = &t.crc;
-    }
-  } else if (dp_.lcores.size() > 1) {
+  if (!from_handover && dp_.lcores.size() > 1) {
     OwnerKey k;
     int64_t psn;
     if (owner_key_of(data, len, &k, &psn)) {
@@ -237,13 +217,10 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
         if (r.nshards > 1) {  // a sharded job's data: to the lcore of its PSN's shard
           const uint16_t to =
               psn >= 0 ? r.shard_lcore[(static_cast<uint32_t>(psn) - r.start_psn) & (r.nshards - 1)] : r.owner;
-          if (to != l.index) return hand_over(m, to, HandoverStage::plain, to);
-        } else {
-          // The owner learns from it once its engine has vouched for it (below). Every packet of one
-          // connection takes the same path (through its verifier or not), so it stays in order.
-          if (r.verifier == l.index && r.owner != l.index) return verify_for(m, r.owner);
-          if (r.verifier != r.owner) return hand_over(m, r.verifier, HandoverStage::to_verify, r.owner);
-          if (r.owner != l.index) return hand_over(m, r.owner, HandoverStage::plain, r.owner);
+          if (to != l.index) return hand_over(m, to);
+        } else if (r.owner != l.index) {
+          // The owner learns from it once its engine has vouched for it (below).
+          return hand_over(m, r.owner);
         }
       }
     }
@@ -256,38 +233,19 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   uint8_t src_mac[6];
   std::memcpy(src_mac, data + 6, sizeof src_mac);
   const uint16_t in_port = m->port;
-  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx, pre))
+  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx))
     learn_source(src_mac, in_port, now_ns);
   route_engine_output(now_ns);
 }
 
-// Onto another lcore's handover ring (or, to_verify, its verify ring), tagged with what that lcore
-// is to do with it.
-void LcoreLoop::hand_over(rte_mbuf* m, uint16_t to, HandoverStage stage, uint16_t owner) {
-  if (dp_.job_lcores > 1) {
-    HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
-    t.stage = stage;
-    t.owner = owner;
-  }
-  LcoreState& dst = *dp_.lcores[to];
-  if (rte_ring_enqueue(stage == HandoverStage::to_verify ? dst.to_verify : dst.handover, m) == 0) {
+// Onto another lcore's handover ring, for its engine.
+void LcoreLoop::hand_over(rte_mbuf* m, uint16_t to) {
+  if (rte_ring_enqueue(dp_.lcores[to]->handover, m) == 0) {
     ++l_.c.handover_out;
   } else {
     ++l_.c.handover_full;
     rte_pktmbuf_free(m);
   }
-}
-
-// The verify stage of a job spread over lcores: the pass over the payload for its ICRC, here, so the
-// owner's engine only derives the header part and compares (engine.hpp, Engine::process). A frame
-// that is not well-formed RoCEv2 goes on untagged: the owner's engine parses, drops and counts it.
-// Its cost: a parse and one CRC pass over the payload (~90 ns per 4 KiB in cache). Measured, it costs
-// the owner more than that in cache traffic, so the pipeline loses to one lcore (bench/README.md).
-void LcoreLoop::verify_for(rte_mbuf* m, uint16_t owner) {
-  HandoverTag& t = handover_tag(m, dp_.handover_tag_offset);
-  const bool ok = wire::precompute_payload_crc({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len}, &t.crc);
-  if (ok) ++l_.c.verified;
-  hand_over(m, owner, ok ? HandoverStage::verified : HandoverStage::plain, owner);
 }
 
 // Sends what the shards of the sharded jobs this lcore owns released onto its ordered ring: a burst,
@@ -304,15 +262,10 @@ unsigned LcoreLoop::send_ordered(uint64_t now_ns) {
 }
 
 // The fewest free slots of the handover rings (this lcore's too: what it takes in while its own
-// engine is behind only adds to that backlog) and of the other lcores' verify rings (a read of each
-// ring's head and tail).
+// engine is behind only adds to that backlog; a read of each ring's head and tail).
 unsigned LcoreLoop::handover_room() const {
   unsigned room = ~0u;
-  for (const LcoreState* o : dp_.lcores) {
-    room = std::min(room, rte_ring_free_count(o->handover));
-    if (o == &l_) continue;
-    if (o->to_verify) room = std::min(room, rte_ring_free_count(o->to_verify));
-  }
+  for (const LcoreState* o : dp_.lcores) room = std::min(room, rte_ring_free_count(o->handover));
   return room;
 }
 
@@ -432,6 +385,13 @@ bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold) {
   const uint16_t ring = l.tx_ring_size[pi];
   if (in_ring >= ring) return false;
   return rte_eth_tx_descriptor_status(port, l.queue, static_cast<uint16_t>(ring - in_ring)) == RTE_ETH_TX_DESC_FULL;
+}
+
+// Called by whichever shard's lcore releases (the ticket orders the calls; the ring is MP).
+bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n) {
+  void* objs[64];
+  for (unsigned i = 0; i < n; ++i) objs[i] = pkts[i].handle;
+  return rte_ring_mp_enqueue_bulk(static_cast<rte_ring*>(ctx), objs, n, nullptr) == n;
 }
 
 }  // namespace inagg::dataplane

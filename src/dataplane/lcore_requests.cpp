@@ -34,19 +34,17 @@ void apply(LcoreState& l, LcoreRequest& r) {
       break;
     case LcoreRequest::Kind::set_owner:
     case LcoreRequest::Kind::clear_owner:
-      for (const agg::ConnectionSpec& c : r.spec->conns) {
+      for (const control::ConnectionSpec& c : r.spec->conns) {
         const OwnerKey data = key_of(c.dst_ip, c.dst_qpn), acks = key_of(c.src_ip, c.src_qpn);
         if (r.kind == LcoreRequest::Kind::set_owner) {
-          // Only the data direction has payloads to verify; ACKs go to the owner straight.
-          const uint16_t verifier = c.rank < r.verifiers.size() ? r.verifiers[c.rank] : r.owner;
-          OwnerRoute route{r.owner, verifier};
+          OwnerRoute route{r.owner};
           if (r.shard_lcores.size() > 1) {  // sharded: each data packet to its PSN's shard
             route.nshards = static_cast<uint8_t>(r.shard_lcores.size());
             route.start_psn = c.start_psn;
             std::copy(r.shard_lcores.begin(), r.shard_lcores.end(), route.shard_lcore.begin());
           }
           l.owners[data] = route;
-          l.owners[acks] = {r.owner, r.owner};
+          l.owners[acks] = {r.owner};  // ACKs go to the owner (shard 0)
         } else {
           l.owners.erase(data);
           l.owners.erase(acks);

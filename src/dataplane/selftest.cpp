@@ -33,8 +33,8 @@ size_t build_selftest_probe(std::span<uint8_t> out, uint16_t port_index, uint64_
   wire::RoceFrameSpec s;
   s.src_mac = {0x02, 0x69, 0x6e, 0x61, 0x67, static_cast<uint8_t>(port_index)};
   s.dst_mac = s.src_mac;
-  s.src_ip = *wire::parse_ip("192.0.2.1");
-  s.dst_ip = *wire::parse_ip("192.0.2.2");
+  s.src_ip = *util::parse_ip("192.0.2.1");
+  s.dst_ip = *util::parse_ip("192.0.2.2");
   s.src_port = static_cast<uint16_t>(0xc000 + (port_index & 0x3fff));
   s.opcode = wire::op::kRc | wire::op::kSendOnly;
   s.dest_qp = kProbeQp;

@@ -16,7 +16,7 @@ size_t header_size(const RoceFrameSpec& s, const OpcodeInfo& info) {
          (s.l2_tags_len ? s.l2_tags_len
           : s.vlan_tci  ? kVlanTagLen
                         : 0) +
-         (s.src_ip.version == IpVersion::v6 ? kIpv6HeaderLen : kIpv4HeaderLen) + kUdpHeaderLen + kBthLen +
+         (s.src_ip.version == util::IpVersion::v6 ? kIpv6HeaderLen : kIpv4HeaderLen) + kUdpHeaderLen + kBthLen +
          info.ext_bytes;
 }
 
@@ -31,7 +31,7 @@ size_t roce_frame_size(const RoceFrameSpec& spec, size_t payload_len) {
 
 size_t build_roce_frame(std::span<uint8_t> out, const RoceFrameSpec& s, std::span<const uint8_t> payload) {
   const OpcodeInfo* info = opcode_info(s.opcode);
-  if (info == nullptr || s.src_ip.version != s.dst_ip.version || s.src_ip.version == IpVersion::none) return 0;
+  if (info == nullptr || s.src_ip.version != s.dst_ip.version || s.src_ip.version == util::IpVersion::none) return 0;
   if (s.l2_tags_len % kVlanTagLen != 0 || s.l2_tags_len > s.l2_tags.size()) return 0;
   if (!info->carries_payload && !payload.empty()) return 0;
   const size_t pad = (4 - payload.size() % 4) % 4;
@@ -52,7 +52,7 @@ size_t build_roce_frame(std::span<uint8_t> out, const RoceFrameSpec& s, std::spa
     store_be16(f + off + 2, *s.vlan_tci);
     off += 4;
   }
-  const bool v6 = s.src_ip.version == IpVersion::v6;
+  const bool v6 = s.src_ip.version == util::IpVersion::v6;
   store_be16(f + off, v6 ? kEtherTypeIpv6 : kEtherTypeIpv4);
   off += 2;
 

@@ -51,7 +51,7 @@ uint32_t icrc_header_crc(const uint8_t* frame, const Layout& l) {
   std::memset(buf, 0xff, 8);
   std::memcpy(buf + 8, frame + l.l3, len);
   uint8_t* ip = buf + 8;
-  if (l.ip == IpVersion::v4) {
+  if (l.ip == util::IpVersion::v4) {
     ip[1] = 0xff;            // TOS (DSCP + ECN)
     ip[8] = 0xff;            // TTL
     ip[10] = ip[11] = 0xff;  // header checksum
@@ -74,15 +74,6 @@ uint32_t icrc_compute(const uint8_t* frame, const Layout& l) {
   return crc32({payload, len}, header);
 }
 
-bool precompute_payload_crc(std::span<const uint8_t> frame, PayloadCrc* out) {
-  Layout l;
-  if (parse_frame(frame, l) != ParseStatus::roce) return false;
-  out->crc = icrc_payload_crc(frame.data(), l);
-  out->offset = l.payload;
-  out->len = static_cast<uint16_t>(l.padded_payload_len());
-  return true;
-}
-
 }  // namespace inagg::wire
 
 namespace inagg::wire {
@@ -98,7 +89,7 @@ uint32_t IcrcHeaderCache::header_crc(const uint8_t* frame, const Layout& l) {
   const size_t words = (len - 4) / 8;
   const uint64_t first = (load64(h) | load64(mask_)) ^ load64(bytes_);
   // Over plain IPv4 the ID may change per packet: its contribution is added below.
-  const uint64_t id_bits = len == kV4PlainLen && l.ip == IpVersion::v4 ? 0xffffull << 32 : 0;
+  const uint64_t id_bits = len == kV4PlainLen && l.ip == util::IpVersion::v4 ? 0xffffull << 32 : 0;
   diff |= first & ~id_bits;
   for (size_t i = 1; i < words; ++i) diff |= (load64(h + 8 * i) | load64(mask_ + 8 * i)) ^ load64(bytes_ + 8 * i);
   if ((len - 4) % 8) diff |= (load_le32(h + len - 8) | load_le32(mask_ + len - 8)) ^ load_le32(bytes_ + len - 8);
@@ -120,7 +111,7 @@ uint32_t IcrcHeaderCache::refill(const uint8_t* frame, const Layout& l) {
   if (len > sizeof(bytes_) || len % 4 != 0 || l.payload != l.bth + kBthLen) return crc;
   std::memset(mask_, 0, sizeof mask_);
   uint8_t* ip = mask_;
-  if (l.ip == IpVersion::v4) {
+  if (l.ip == util::IpVersion::v4) {
     ip[1] = ip[8] = ip[10] = ip[11] = 0xff;  // TOS, TTL, header checksum
   } else {
     ip[0] = 0x0f;                          // traffic class, high nibble

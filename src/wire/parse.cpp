@@ -115,7 +115,7 @@ ParseStatus parse_frame(std::span<const uint8_t> frame, Layout& out) {
   // L3: find the IP payload [l4, ip_end).
   size_t ip_end = 0;
   if (type == kEtherTypeIpv4) {
-    out.ip = IpVersion::v4;
+    out.ip = util::IpVersion::v4;
     if (n < off + kIpv4HeaderLen) return ParseStatus::truncated_ip;
     const uint8_t* ip = f + off;
     if ((ip[0] >> 4) != 4) return ParseStatus::bad_ip_version;
@@ -137,7 +137,7 @@ ParseStatus parse_frame(std::span<const uint8_t> frame, Layout& out) {
       return load_be16(f + off + 2) == kRoceV2Port ? ParseStatus::ip_fragment : ParseStatus::not_roce;
     }
   } else if (type == kEtherTypeIpv6) {
-    out.ip = IpVersion::v6;
+    out.ip = util::IpVersion::v6;
     if (n < off + kIpv6HeaderLen) return ParseStatus::truncated_ip;
     const uint8_t* ip = f + off;
     if ((ip[0] >> 4) != 6) return ParseStatus::bad_ip_version;

@@ -45,7 +45,7 @@ bool HeadAgent::add_job(HeadJob job, std::string* error) {
     std::memcpy(&m.imr_multiaddr, job.parent_group->bytes.data(), 4);
     m.imr_ifindex = iface_.ifindex;
     if (fd < 0 || ::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) != 0) {
-      *error = "cannot join parent_group " + wire::ip_text(*job.parent_group) + " on " + iface_.name + ": " +
+      *error = "cannot join parent_group " + util::ip_text(*job.parent_group) + " on " + iface_.name + ": " +
                std::strerror(errno);
       if (fd >= 0) ::close(fd);
       return false;
@@ -77,9 +77,9 @@ std::string HeadAgent::format_jobs() const {
     const Counters c = prog_.counters(id);
     out += "id=" + std::to_string(id) + " members=" + std::to_string(j.members) +
            " values=" + std::to_string(j.values) + " window=" + std::to_string(j.window) +
-           " total_weight=" + std::to_string(j.total_weight) + " group=" + wire::ip_text(j.group);
+           " total_weight=" + std::to_string(j.total_weight) + " group=" + util::ip_text(j.group);
     if (j.parent)
-      out += " parent=" + wire::ip_text(*j.parent) + " parent_group=" + wire::ip_text(*j.parent_group) +
+      out += " parent=" + util::ip_text(*j.parent) + " parent_group=" + util::ip_text(*j.parent_group) +
              " parent_rank=" + std::to_string(j.parent_rank);
     out += j.unicast ? " fanout=unicast" : " fanout=multicast";
     out += " completed=" + std::to_string(c[XAGG_C_completed]) +

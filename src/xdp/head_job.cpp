@@ -22,9 +22,9 @@ bool number(std::string_view v, unsigned min, unsigned max, unsigned* out, std::
   return true;
 }
 
-bool ipv4(std::string_view v, std::optional<wire::IpAddr>* out, std::string* why) {
-  const std::optional<wire::IpAddr> a = wire::parse_ip(v);
-  if (!a || a->version != wire::IpVersion::v4) {
+bool ipv4(std::string_view v, std::optional<util::IpAddr>* out, std::string* why) {
+  const std::optional<util::IpAddr> a = util::parse_ip(v);
+  if (!a || a->version != util::IpVersion::v4) {
     *why = quote_for_error(v) + " is not an IPv4 address (the tier runs over IPv4)";
     return false;
   }
@@ -32,7 +32,7 @@ bool ipv4(std::string_view v, std::optional<wire::IpAddr>* out, std::string* why
   return true;
 }
 
-bool multicast(std::string_view v, std::optional<wire::IpAddr>* out, std::string* why) {
+bool multicast(std::string_view v, std::optional<util::IpAddr>* out, std::string* why) {
   if (!ipv4(v, out, why)) return false;
   if (((*out)->bytes[0] & 0xf0) == 0xe0) return true;
   *why = quote_for_error(v) + " is not a multicast address (224.0.0.0/4; e.g. 239.77.0.1)";
@@ -63,7 +63,7 @@ const std::array<Key, 12>& keys() {
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 1, 1u << 20, &j.total_weight, w); }},
       {{"group", true, false, "group = 239.77.0.1"},
        [](HeadJob& j, std::string_view v, std::string* w) {
-         std::optional<wire::IpAddr> a;
+         std::optional<util::IpAddr> a;
          if (!multicast(v, &a, w)) return false;
          j.group = *a;
          return true;
@@ -92,7 +92,7 @@ const std::array<Key, 12>& keys() {
        [](HeadJob& j, std::string_view v, std::string* w) {
          const std::vector<std::string_view> f = util::split_fields(v);
          unsigned rank = 0;
-         std::optional<wire::IpAddr> ip;
+         std::optional<util::IpAddr> ip;
          if (f.size() < 2 || f.size() > 3) {
            *w = "expected RANK, IP[, MAC], got " + quote_for_error(v);
            return false;
@@ -135,7 +135,7 @@ std::string mac_text(const wire::MacAddr& m) {
   return buf;
 }
 
-wire::MacAddr multicast_mac(const wire::IpAddr& g) {
+wire::MacAddr multicast_mac(const util::IpAddr& g) {
   return {0x01, 0x00, 0x5e, static_cast<uint8_t>(g.bytes[1] & 0x7f), g.bytes[2], g.bytes[3]};
 }
 
@@ -204,16 +204,16 @@ std::string format_head_job(const HeadJob& j) {
   std::string out = "# inagg-xdp head job " + std::to_string(j.id) + "\n";
   out += "id = " + std::to_string(j.id) + "\nmembers = " + std::to_string(j.members) +
          "\nvalues = " + std::to_string(j.values) + "\nwindow = " + std::to_string(j.window) +
-         "\ntotal_weight = " + std::to_string(j.total_weight) + "\ngroup = " + wire::ip_text(j.group) + "\n";
+         "\ntotal_weight = " + std::to_string(j.total_weight) + "\ngroup = " + util::ip_text(j.group) + "\n";
   if (j.parent) {
-    out += "parent = " + wire::ip_text(*j.parent) + "\nparent_group = " + wire::ip_text(*j.parent_group) +
+    out += "parent = " + util::ip_text(*j.parent) + "\nparent_group = " + util::ip_text(*j.parent_group) +
            "\nparent_rank = " + std::to_string(j.parent_rank) + "\n";
     if (j.parent_mac) out += "parent_mac = " + mac_text(*j.parent_mac) + "\n";
   }
   if (j.unicast) out += "fanout = unicast\n";
   for (size_t r = 0; r < j.member.size(); ++r) {
     if (!j.member[r]) continue;
-    out += "member = " + std::to_string(r) + ", " + wire::ip_text(j.member[r]->ip);
+    out += "member = " + std::to_string(r) + ", " + util::ip_text(j.member[r]->ip);
     if (j.member[r]->mac) out += ", " + mac_text(*j.member[r]->mac);
     out += "\n";
   }

@@ -133,8 +133,8 @@ HeadProgram::~HeadProgram() {
   if (obj_) bpf_object__close(obj_);
 }
 
-bool HeadProgram::set_identity(uint16_t port, const wire::IpAddr& ip, const wire::MacAddr& mac, std::string* error) {
-  if (ip.version != wire::IpVersion::v4 || port == 0) {
+bool HeadProgram::set_identity(uint16_t port, const util::IpAddr& ip, const wire::MacAddr& mac, std::string* error) {
+  if (ip.version != util::IpVersion::v4 || port == 0) {
     *error = "the head needs an IPv4 address and a non-zero UDP port";
     return false;
   }

@@ -58,7 +58,7 @@ std::optional<Interface> query_interface(const std::string& name, std::string* e
   if (::getifaddrs(&all) == 0) {
     for (ifaddrs* a = all; a; a = a->ifa_next) {
       if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || name != a->ifa_name) continue;
-      wire::IpAddr ip;
+      util::IpAddr ip;
       std::memcpy(ip.bytes.data(), &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, 4);
       i.ipv4 = ip;
       break;
@@ -68,9 +68,9 @@ std::optional<Interface> query_interface(const std::string& name, std::string* e
   return i;
 }
 
-std::optional<wire::MacAddr> resolve_neighbor(const Interface& iface, const wire::IpAddr& ip, int timeout_ms,
+std::optional<wire::MacAddr> resolve_neighbor(const Interface& iface, const util::IpAddr& ip, int timeout_ms,
                                               std::string* error) {
-  const std::string text = wire::ip_text(ip);
+  const std::string text = util::ip_text(ip);
   if (auto mac = arp_entry(iface.name, text)) return mac;
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd >= 0)

@@ -30,7 +30,7 @@ struct Pool : testlib::BufferPool {
 
 // A job whose rank r writes from 10.0.<job>.<r+1> to rank r+1's receive QP.
 struct JobFixture {
-  agg::JobSpec spec;
+  control::JobSpec spec;
   uint32_t ppm = 0;
   uint32_t seed = 1;
   bool v6 = false;
@@ -46,7 +46,7 @@ struct JobFixture {
     spec.window = window;
     ppm = message_bytes / payload_bytes;
     for (unsigned r = 0; r < n; ++r) {
-      agg::ConnectionSpec c;
+      control::ConnectionSpec c;
       c.rank = r;
       c.src_ip = ip_of(id, r);
       c.dst_ip = ip_of(id, (r + 1) % n);
@@ -57,15 +57,15 @@ struct JobFixture {
     }
   }
 
-  wire::IpAddr ip_of(uint32_t id, unsigned r) const {
+  util::IpAddr ip_of(uint32_t id, unsigned r) const {
     if (v6) {
       std::array<uint8_t, 16> a{};
       a[0] = 0xfd;
       a[13] = static_cast<uint8_t>(id);
       a[15] = static_cast<uint8_t>(r + 1);
-      return wire::IpAddr::v6(a);
+      return util::IpAddr::v6(a);
     }
-    return wire::IpAddr::v4(0x0a000000u | id << 8 | (r + 1));
+    return util::IpAddr::v4(0x0a000000u | id << 8 | (r + 1));
   }
 
   // Gradient bytes of (rank, seq): deterministic, with fp specials now and then.
@@ -134,7 +134,7 @@ struct JobFixture {
   }
 
   wire::RoceFrameSpec frame_spec(unsigned rank, uint64_t seq) const {
-    const agg::ConnectionSpec& c = spec.conns[rank];
+    const control::ConnectionSpec& c = spec.conns[rank];
     wire::RoceFrameSpec s;
     s.src_mac = {2, 0, 0, 0, 0, static_cast<uint8_t>(rank + 1)};
     s.dst_mac = {2, 0, 0, 0, 0, static_cast<uint8_t>((rank + 1) % spec.workers + 1)};
@@ -161,7 +161,7 @@ struct JobFixture {
   // The ACK (or NAK) that rank r's receiver sends back to rank r for `seq`.
   std::vector<uint8_t> ack_frame(unsigned rank, uint64_t seq, uint8_t syndrome = wire::aeth::kAckUnlimitedCredits,
                                  uint32_t msn = 0) const {
-    const agg::ConnectionSpec& c = spec.conns[rank];
+    const control::ConnectionSpec& c = spec.conns[rank];
     wire::RoceFrameSpec s;
     s.src_ip = c.dst_ip;
     s.dst_ip = c.src_ip;

@@ -337,50 +337,6 @@ TEST_F(EngineTest, BadIcrcIsDroppedAndCounted) {
   expect_released(j, 0, send(j.data_frame(1, 0)));
 }
 
-// The verify stage (a payload CRC computed by another lcore, Engine::process's `pre`): the
-// engine still compares the whole ICRC, so a payload CRC that is wrong for the bytes drops the
-// packet as a bad ICRC; one that covers other bytes than this parse's payload is ignored; a right
-// one gives the same sums as none.
-TEST_F(EngineTest, APrecomputedPayloadCrcIsCheckedAndUsedOnlyWhenItCoversThePayload) {
-  JobFixture j(1, 2, Dtype::fp32, 2 * 256, 256, 1);
-  add(j);
-  auto with_pre = [&](const std::vector<uint8_t>& f, const wire::PayloadCrc& pre) {
-    PacketRef p = pool.wrap(f);
-    last_trusted = engine->process(p, now, tx, &pre);
-    return drain(pool, tx);
-  };
-  wire::PayloadCrc pre;
-  ASSERT_TRUE(wire::precompute_payload_crc(j.data_frame(0, 0), &pre));
-  wire::Layout l;
-  ASSERT_EQ(wire::parse_frame(j.data_frame(0, 0), l), wire::ParseStatus::roce);
-  EXPECT_EQ(pre.crc, wire::icrc_payload_crc(j.data_frame(0, 0).data(), l)) << "the plain payload CRC";
-  EXPECT_EQ(pre.offset, l.payload);
-  EXPECT_EQ(pre.len, l.padded_payload_len());
-
-  wire::PayloadCrc wrong = pre;
-  wrong.crc ^= 0x10;  // covers the payload, wrong for its bytes: the ICRC does not match
-  EXPECT_TRUE(with_pre(j.data_frame(0, 0), wrong).empty());
-  EXPECT_FALSE(last_trusted);
-  EXPECT_EQ(info(1).counters.bad_icrc, 1u);
-
-  wire::PayloadCrc elsewhere = wrong;
-  elsewhere.offset = static_cast<uint16_t>(elsewhere.offset + 4);  // other bytes: ignored, verified here
-  EXPECT_TRUE(with_pre(j.data_frame(0, 0), elsewhere).empty());
-  EXPECT_TRUE(last_trusted);
-  EXPECT_EQ(info(1).counters.bad_icrc, 1u);
-  EXPECT_EQ(info(1).held_packets, 1u);
-
-  ASSERT_TRUE(wire::precompute_payload_crc(j.data_frame(1, 0), &pre));
-  expect_released(j, 0, with_pre(j.data_frame(1, 0), pre));
-
-  auto corrupt = j.data_frame(0, 1);
-  corrupt[corrupt.size() - 10] ^= 1;  // a payload bit: the stage's CRC is of the corrupt bytes
-  ASSERT_TRUE(wire::precompute_payload_crc(corrupt, &pre));
-  EXPECT_TRUE(with_pre(corrupt, pre).empty());
-  EXPECT_EQ(info(1).counters.bad_icrc, 2u);
-  EXPECT_FALSE(wire::precompute_payload_crc(std::vector<uint8_t>(60, 0), &pre)) << "not RoCEv2";
-}
-
 TEST_F(EngineTest, EverythingElsePassesByteIdentical) {
   JobFixture j(1, 2, Dtype::fp32, 64, 64, 1);
   add(j);
@@ -474,7 +430,7 @@ TEST_F(EngineTest, PsnsWrapAt24Bits) {
 
 TEST_F(EngineTest, InvalidJobsAreRefusedWithAReason) {
   std::string err;
-  auto refused = [&](agg::JobSpec s, const char* needle) {
+  auto refused = [&](control::JobSpec s, const char* needle) {
     err.clear();
     EXPECT_FALSE(engine->add_job(s, &err));
     EXPECT_NE(err.find(needle), std::string::npos) << "error was: " << err;
@@ -501,7 +457,7 @@ TEST_F(EngineTest, InvalidJobsAreRefusedWithAReason) {
   s.conns.pop_back();
   refused(s, "one connection per worker");
   s = base.spec;
-  s.conns[1].dst_ip = *wire::parse_ip("fd00::1");
+  s.conns[1].dst_ip = *util::parse_ip("fd00::1");
   refused(s, "both be IPv4 or both IPv6");
   add(base);
   s = JobFixture(2, 2, Dtype::fp32, 1024, 256, 2).spec;

@@ -32,7 +32,7 @@ class FailClosed : public EngineTest {
   }
   std::vector<uint8_t> forged(unsigned rank, uint64_t seq, const char* from) {
     auto s = j.frame_spec(rank, seq);
-    s.src_ip = *wire::parse_ip(from);
+    s.src_ip = *util::parse_ip(from);
     return JobFixture::build(s,
                              std::vector<uint8_t>(j.spec.payload_bytes, 0x66));  // a valid ICRC: forgers compute it too
   }
@@ -40,7 +40,7 @@ class FailClosed : public EngineTest {
     auto f = j.ack_frame(rank, seq, syndrome);
     wire::Layout l;
     EXPECT_EQ(wire::parse_frame(f, l), wire::ParseStatus::roce);
-    auto ip = wire::parse_ip(from);
+    auto ip = util::parse_ip(from);
     std::memcpy(&f[l.l3 + 12], ip->bytes.data(), 4);
     f[l.l3 + 10] = f[l.l3 + 11] = 0;
     wire::store_be16(&f[l.l3 + 10], wire::ipv4_header_checksum(&f[l.l3], 20));
@@ -125,7 +125,7 @@ TEST_F(FailClosed, CnpsKeepFlowingFromAnywhere) {
   s.src_ip = j.spec.conns[0].dst_ip;
   s.dst_ip = j.spec.conns[0].src_ip;
   const auto cnp = JobFixture::build(s, {});
-  s.src_ip = *wire::parse_ip("10.0.1.77");  // even from elsewhere: a CNP only slows a sender down
+  s.src_ip = *util::parse_ip("10.0.1.77");  // even from elsewhere: a CNP only slows a sender down
   const auto stray = JobFixture::build(s, {});
   for (const auto& f : {cnp, stray}) {
     for (uint16_t port : {uint16_t{1}, uint16_t{5}}) {
@@ -158,7 +158,7 @@ TEST_F(FailClosed, DropsAreLoggedAtMostOncePerSecondPerJob) {
 
 TEST_F(FailClosed, ARegistrationThatIsNotARingIsRefused) {
   JobFixture k(2, 4, Dtype::fp32, 64, 64, 1);
-  k.spec.conns[2].dst_ip = *wire::parse_ip("10.0.2.9");  // rank 2 writes to a host rank 3 is not on
+  k.spec.conns[2].dst_ip = *util::parse_ip("10.0.2.9");  // rank 2 writes to a host rank 3 is not on
   std::string err;
   EXPECT_FALSE(engine->add_job(k.spec, &err));
   EXPECT_EQ(err,
@@ -216,8 +216,8 @@ TEST_F(FailClosed, AnIpv4ConnectionAddressedInIpv4MappedIpv6IsDropped) {
   src[10] = src[11] = dst[10] = dst[11] = 0xff;
   std::memcpy(&src[12], j.spec.conns[0].src_ip.bytes.data(), 4);
   std::memcpy(&dst[12], j.spec.conns[0].dst_ip.bytes.data(), 4);
-  s.src_ip = wire::IpAddr::v6(src);
-  s.dst_ip = wire::IpAddr::v6(dst);
+  s.src_ip = util::IpAddr::v6(src);
+  s.dst_ip = util::IpAddr::v6(dst);
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(0, 0))).empty());
   EXPECT_EQ(info(1).counters.drop_unplaceable, 1u);
 }
@@ -300,13 +300,13 @@ TEST_F(FailClosed, ConnectionsHeldClosedWhileAJobIsAddedElsewhere) {
 
 TEST_F(FailClosed, AJobRegisteredWithIpv4MappedGidsMatchesIpv4Packets) {
   JobFixture k(2, 2, Dtype::int32, 64, 64, 1);
-  agg::JobSpec s = k.spec;
+  control::JobSpec s = k.spec;
   for (auto& c : s.conns) {
-    for (wire::IpAddr* a : {&c.src_ip, &c.dst_ip}) {
+    for (util::IpAddr* a : {&c.src_ip, &c.dst_ip}) {
       std::array<uint8_t, 16> m{};
       m[10] = m[11] = 0xff;
       std::memcpy(&m[12], a->bytes.data(), 4);
-      *a = wire::IpAddr::v6(m);
+      *a = util::IpAddr::v6(m);
     }
   }
   std::string err;

@@ -28,9 +28,6 @@ struct RunParams {
   Dtype dtype;
   uint32_t seed;
   bool fast_recovery = true;
-  // Every packet's payload CRC computed before the engine sees it, as the verify stage of a job
-  // spread over two lcores does (--job-lcores 2; wire::precompute_payload_crc).
-  bool verify_stage = false;
   // One job spread over this many engines (shards; protocol.md section 4): data packets go to the
   // shard of their PSN, ACKs to shard 0, releases through the job's ordered path.
   unsigned shards = 1;
@@ -44,7 +41,6 @@ struct RunResult {
   uint64_t sender_timeouts = 0;
   uint64_t delivered = 0;
   uint64_t last_timeout_step = 0;
-  uint64_t verified = 0;  // packets given to the engine with a precomputed payload CRC
   uint64_t released_slots = 0;
   agg::EngineCounters counters;
 };
@@ -102,7 +98,6 @@ class Sim {
     for (auto& s : senders_) res.sender_timeouts += s.timeouts;
     res.last_timeout_step = last_timeout_step_;
     res.delivered = delivered_;
-    res.verified = verified_;
     for (auto& e : engines_) {
       agg::JobInfo info{};
       EXPECT_TRUE(e->job_info(1, &info));
@@ -177,10 +172,7 @@ class Sim {
         std::vector<uint8_t> f = std::move(q.front());
         q.pop_front();
         if (k == 0 || k == 2) {
-          wire::PayloadCrc pre;
-          const bool verified = p_.verify_stage && wire::precompute_payload_crc(f, &pre);
-          if (verified) ++verified_;
-          engine_for(r, k, f).process(pool_.wrap(f), now_, tx_, verified ? &pre : nullptr);
+          engine_for(r, k, f).process(pool_.wrap(f), now_, tx_);
           route();
         } else if (k == 1) {
           receive_data(r, f);
@@ -308,7 +300,7 @@ class Sim {
   std::vector<std::deque<std::vector<uint8_t>>> links_;
   std::map<unsigned, uint64_t> released_;
   std::vector<std::vector<uint8_t>> sums_;
-  uint64_t total_ = 0, now_ = 1'000'000, delivered_ = 0, last_timeout_step_ = 0, verified_ = 0;
+  uint64_t total_ = 0, now_ = 1'000'000, delivered_ = 0, last_timeout_step_ = 0;
 };
 
 RunParams random_params(uint32_t seed, double loss) {
@@ -364,34 +356,6 @@ TEST_P(EngineSim, RandomArrivalsLossesAndRetransmissionsKeepEverySumExact) {
 
 INSTANTIATE_TEST_SUITE_P(Loss, EngineSim, ::testing::Values(0.0, 0.01, 0.05),
                          [](const auto& info) { return "loss" + std::to_string(static_cast<int>(info.param * 100)); });
-
-// One job on two lcores: the verify stage computes every packet's payload CRC on the
-// lcore that received it, the owner's engine combines it with its own header CRC. The same seeded
-// lossy runs must stay exact (every receiver checks every payload against the plain-loop sum), in
-// PSN order, and end with the same counters as without the stage: it spares work, it decides nothing.
-TEST(EngineSimVerifyStage, PrecomputedPayloadCrcsKeepEverySumExactUnderLoss) {
-  uint64_t verified = 0;
-  for (int i = 0; i < 200; ++i) {
-    RunParams p = random_params(static_cast<uint32_t>(300000 + i), 0.05);
-    p.verify_stage = true;
-    const RunResult with = Sim(p).run();
-    ASSERT_FALSE(::testing::Test::HasFailure()) << "seed " << p.seed;
-    ASSERT_TRUE(with.finished) << "seed " << p.seed;
-    p.verify_stage = false;
-    const RunResult without = Sim(p).run();
-    ASSERT_TRUE(without.finished) << "seed " << p.seed;
-    EXPECT_GT(with.verified, 0u);
-    EXPECT_EQ(without.verified, 0u);
-    // Same seed, same decisions: the runs are identical packet for packet.
-    EXPECT_EQ(with.steps, without.steps) << "seed " << p.seed;
-    EXPECT_EQ(with.counters.aggregated_packets, without.counters.aggregated_packets) << "seed " << p.seed;
-    EXPECT_EQ(with.counters.released_packets, without.counters.released_packets) << "seed " << p.seed;
-    EXPECT_EQ(with.counters.bad_icrc, 0u);
-    verified += with.verified;
-  }
-  std::printf("verify stage, 5%% loss, 200 runs: %llu packets given to the engine with their payload CRC\n",
-              (unsigned long long)verified);
-}
 
 // One job over K lcores with slots sharded by index (protocol.md section 4): K engines,
 // each holding every K-th sequence, releasing through one ordered path in ticket order; data to

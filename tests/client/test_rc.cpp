@@ -37,8 +37,8 @@ struct Pair {
 
   explicit Pair(size_t mr_len, uint32_t mtu = 1024, unsigned window = 2) : mr(mr_len, 0) {
     std::string err;
-    EXPECT_TRUE(a.open(*wire::parse_ip("127.0.0.1"), 2, &err)) << err;
-    EXPECT_TRUE(b.open(*wire::parse_ip("127.0.0.2"), 2, &err)) << err;
+    EXPECT_TRUE(a.open(*util::parse_ip("127.0.0.1"), 2, &err)) << err;
+    EXPECT_TRUE(b.open(*util::parse_ip("127.0.0.2"), 2, &err)) << err;
     ca.local_qpn = 0x11;
     ca.remote_qpn = 0x22;
     ca.remote_ip = b.local();
@@ -199,10 +199,10 @@ TEST(RoceSocketRaw, ANicsNonZeroIpIdVerifiesOnlyWithTheIpHeadersReceived) {
   ASSERT_GE(tx, 0) << std::strerror(errno);
   RoceSocket b;
   std::string err;
-  ASSERT_TRUE(b.open(*wire::parse_ip("127.0.0.3"), 2, &err)) << err;
+  ASSERT_TRUE(b.open(*util::parse_ip("127.0.0.3"), 2, &err)) << err;
   const std::vector<uint8_t> payload(64, 0x5a);
   wire::RoceFrameSpec s;
-  s.src_ip = *wire::parse_ip("127.0.0.4");
+  s.src_ip = *util::parse_ip("127.0.0.4");
   s.dst_ip = b.local();
   s.src_port = 49152 + 0x1d3;
   s.ip_id = 0x4a1b;

@@ -67,9 +67,9 @@ TEST(JobFile, ParsesEveryKey) {
   EXPECT_TRUE(s->replay);
   ASSERT_EQ(s->conns.size(), 2u);
   EXPECT_EQ(s->conns[0].rank, 0u);
-  EXPECT_EQ(s->conns[0].src_ip, *wire::parse_ip("10.0.0.1"));
+  EXPECT_EQ(s->conns[0].src_ip, *util::parse_ip("10.0.0.1"));
   EXPECT_EQ(s->conns[0].src_qpn, 0x11u);
-  EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("10.0.0.2"));
+  EXPECT_EQ(s->conns[0].dst_ip, *util::parse_ip("10.0.0.2"));
   EXPECT_EQ(s->conns[0].dst_qpn, 0x12u);
   EXPECT_EQ(s->conns[0].start_psn, 0xfffffeu);
   EXPECT_EQ(s->conns[1].src_qpn, 19u);
@@ -98,8 +98,8 @@ TEST(JobFile, WhitespaceCrlfBomAndNoFinalNewline) {
   ASSERT_TRUE(s) << err;
   EXPECT_EQ(s->workers, 1u);
   ASSERT_EQ(s->conns.size(), 1u);
-  EXPECT_EQ(s->conns[0].src_ip.version, wire::IpVersion::v6);
-  EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("fd00::2"));
+  EXPECT_EQ(s->conns[0].src_ip.version, util::IpVersion::v6);
+  EXPECT_EQ(s->conns[0].dst_ip, *util::parse_ip("fd00::2"));
   EXPECT_EQ(s->conns[0].start_psn, 3u);
 }
 
@@ -118,7 +118,7 @@ TEST(JobFile, Ipv6AndMaxima) {
   EXPECT_EQ(s->conns[0].src_qpn, 0xffffffu);
   EXPECT_EQ(s->conns[0].dst_qpn, 0xffffffu);
   EXPECT_EQ(s->conns[0].start_psn, 0xffffffu);
-  EXPECT_EQ(s->conns[0].dst_ip.version, wire::IpVersion::v6);
+  EXPECT_EQ(s->conns[0].dst_ip.version, util::IpVersion::v6);
 }
 
 TEST(JobFile, Ipv4MappedGidsMeanTheIpv4Address) {
@@ -129,14 +129,14 @@ TEST(JobFile, Ipv4MappedGidsMeanTheIpv4Address) {
                           "conn = 0, ::ffff:10.0.0.1, 0x000011, ::ffff:0a00:0002, 0x12, 0xfffffe"),
                      &err);
   ASSERT_TRUE(s) << err;
-  EXPECT_EQ(s->conns[0].src_ip, *wire::parse_ip("10.0.0.1"));
-  EXPECT_EQ(s->conns[0].dst_ip, *wire::parse_ip("10.0.0.2"));
-  EXPECT_EQ(s->conns[0].src_ip.version, wire::IpVersion::v4);
+  EXPECT_EQ(s->conns[0].src_ip, *util::parse_ip("10.0.0.1"));
+  EXPECT_EQ(s->conns[0].dst_ip, *util::parse_ip("10.0.0.2"));
+  EXPECT_EQ(s->conns[0].src_ip.version, util::IpVersion::v4);
   // Mixed with a plain IPv4 address on the same line: both IPv4.
   s = parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,::ffff:10.0.0.1,0xABCDEF,0"),
                 &err);
   ASSERT_TRUE(s) << err;
-  EXPECT_EQ(s->conns[1].dst_ip, *wire::parse_ip("10.0.0.1"));
+  EXPECT_EQ(s->conns[1].dst_ip, *util::parse_ip("10.0.0.1"));
   // And the engine takes the job: both ranks' addresses form a ring of IPv4 hosts.
   agg::Engine engine(agg::EngineConfig{}, agg::BufferOps{});
   EXPECT_TRUE(engine.add_job(*s, &err)) << err;
@@ -165,8 +165,8 @@ TEST(JobFile, FormatRoundTrips) {
   for (unsigned r = 0; r < 3; ++r) {
     ConnectionSpec c;
     c.rank = 2 - r;  // order is kept, ranks need not be sorted
-    c.src_ip = *wire::parse_ip("fd00::" + std::to_string(r + 1));
-    c.dst_ip = *wire::parse_ip("fd00:1234:5678:9abc:def0:1:2:" + std::to_string(r + 1));
+    c.src_ip = *util::parse_ip("fd00::" + std::to_string(r + 1));
+    c.dst_ip = *util::parse_ip("fd00:1234:5678:9abc:def0:1:2:" + std::to_string(r + 1));
     c.src_qpn = 0x100 + r;
     c.dst_qpn = 0xfff000 + r;
     c.start_psn = 0x123456 * r & 0xffffff;

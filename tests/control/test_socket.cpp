@@ -35,7 +35,7 @@ const char* kJob =
 // A stand-in for the appliance's control thread: requests go straight to an engine.
 struct FakeAppliance {
   agg::Engine engine{agg::EngineConfig{}, agg::BufferOps{}};
-  std::map<uint32_t, agg::JobSpec> specs;
+  std::map<uint32_t, control::JobSpec> specs;
   int calls = 0;
 
   std::string handle(const Request& r) {

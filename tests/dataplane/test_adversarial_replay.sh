@@ -5,14 +5,13 @@
 # at the job's connections. Checks: the job's sums exact and in PSN order, nothing raw out
 # (check_output.py), every bad packet accounted for by exactly the engine counter its kind names,
 # every frame read accounted for, no crash, no sanitizer report, the job still active at the end.
-#   test_adversarial_replay.sh INAGG SRCDIR [BAD] [--job-lcores 2 [--job-spread verify]]
-#     (BAD: default 200000; docs/reliability.md records 1000000)
+#   test_adversarial_replay.sh INAGG SRCDIR [BAD] [--job-lcores 2]
+#     (BAD: default 200000; the README records 1000000)
 # With --job-lcores 2 inagg runs two datapath lcores and the job is spread over both: every
 # frame is received by the lcore that owns the job (the second queue of each port replays nothing).
 # Sharded (the default): each data packet of the job, good or bad, whose PSN is the other shard's is
 # handed to the other lcore, which holds, sums or drops and counts it; all releases leave through
-# the owner's ordered ring. --job-spread verify: each data packet goes through the other lcore's
-# verify stage and back. The same checks: spreading must not change what is dropped, counted or sent.
+# the owner's ordered ring. The same checks: spreading must not change what is dropped, counted or sent.
 set -uo pipefail
 inagg=$1 src=$2 bad=${3:-200000}
 shift $(($# < 3 ? $# : 3))
@@ -46,12 +45,8 @@ rc=$?
 if [ ${#extra[@]} -gt 0 ]; then
   # shellcheck source=../lib/lcore_stats.sh
   . "$src/tests/lib/lcore_stats.sh"
-  if [[ " ${extra[*]} " == *" verify "* ]]; then
-    [ "$(lcore_sum verified "$tmp/log")" -gt 0 ] || fail "no packet went through the verify stage: the test does not test it"
-  else
-    [ "$(lcore_sum handover_out "$tmp/log")" -gt 0 ] || fail "no packet was handed to the other shard: the test does not test it"
-    [ "$(lcore_sum ordered "$tmp/log")" -gt 0 ] || fail "nothing left through the ordered ring: the job was not sharded"
-  fi
+  [ "$(lcore_sum handover_out "$tmp/log")" -gt 0 ] || fail "no packet was handed to the other shard: the test does not test it"
+  [ "$(lcore_sum ordered "$tmp/log")" -gt 0 ] || fail "nothing left through the ordered ring: the job was not sharded"
   grep -Eq "^lcore [0-9]+: .* handover_full [1-9]" "$tmp/log" && fail "handovers dropped between the lcores"
   # One connection's packets all leave from the owner's queue, in order: queue 0's output first.
   /usr/bin/python3 - "$tmp" <<'PY' || fail "merging the per-queue output"

@@ -47,10 +47,11 @@ expect 2 "cannot read the lcores in '0-x'" -- -l 0-x -- --check-config
 expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 2 --check-config
 expect 2 "--job-lcores 2 needs that many datapath lcores, and there is 1" -- -l 0 -- --job-lcores 2 --check-config
 expect 2 "--job-lcores 0 needs that many datapath lcores" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 0 --check-config
-# Sharded (the default --job-spread), a job's lcores are a power of two; the verify pipeline takes any number.
-expect 2 "--job-lcores 3 with --job-spread shards must be 1, 2, 4 or 8" -- -l 0-3 -- --mbufs 16384 --mbuf-budget 2048 --job-lcores 3 --check-config
-expect 0 "3 datapath lcore(s)" -- -l 0-3 -- --mbufs 16384 --mbuf-budget 2048 --job-lcores 3 --job-spread verify --check-config
-expect 2 "--job-spread must be shards or verify (got 'pipeline')" -- -- --job-spread pipeline --check-config
+# A job's lcores share its slots by the PSN's low bits: a power of two. Sharding is the only spread.
+expect 2 "--job-lcores 3 must be 1, 2, 4 or 8" -- -l 0-3 -- --mbufs 16384 --mbuf-budget 2048 --job-lcores 3 --check-config
+expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 2 --job-spread shards --check-config
+expect 2 "--job-spread verify was removed" -- -l 0-3 -- --mbufs 16384 --mbuf-budget 2048 --job-lcores 3 --job-spread verify --check-config
+expect 2 "--job-spread must be shards (got 'pipeline')" -- -- --job-spread pipeline --check-config
 expect 0 "mempools per-port" -- -- --mempools per-port --check-config
 expect 0 "mempools shared" -- -- --check-config
 expect 2 "--mempools must be shared, per-socket or per-port (got 'numa')" -- -- --mempools numa

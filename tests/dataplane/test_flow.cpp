@@ -326,7 +326,7 @@ TEST_F(FlowSteeringTest, AJobWhoseOwnerMovedGetsItsRulesMovedNewBeforeOld) {
 }
 
 TEST(FlowJobPairs, DataGoesToItsRanksFirstLcoreAndAcksToTheOwner) {
-  // A 3-ring owned by lcore 0 whose ranks' data is verified on lcores 1, 2, 1 (--job-lcores 3).
+  // A 3-ring owned by lcore 0 whose ranks' data goes first to lcores 1, 2, 1 (any per-rank queues).
   const std::vector<SteeredPair> pairs = job_pairs(ring3(), {1, 2, 1}, 0);
   ASSERT_EQ(pairs.size(), 6u);
   for (const ConnectionSpec& c : ring3()) {

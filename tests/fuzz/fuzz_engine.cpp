@@ -298,7 +298,7 @@ class Run {
   bool still_honest(const std::vector<uint8_t>& f, unsigned r, uint64_t seq) const {
     wire::Layout l;
     if (wire::parse_frame(f, l) != wire::ParseStatus::roce || !wire::icrc_verify(f.data(), l)) return false;
-    if (l.ip != wire::IpVersion::v4) return false;
+    if (l.ip != util::IpVersion::v4) return false;
     const control::ConnectionSpec& c = spec_.conns[r];
     return std::memcmp(f.data() + l.l3 + 12, c.src_ip.bytes.data(), 4) == 0 &&
            std::memcmp(f.data() + l.l3 + 16, c.dst_ip.bytes.data(), 4) == 0 &&
@@ -330,13 +330,13 @@ class Run {
     wire::RoceDestination d;
     if (!wire::roce_destination(f.data(), l, &d)) return;  // not RoCEv2 at all: bridged as it is
     static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    const bool mapped = d.ip == wire::IpVersion::v6 && std::memcmp(d.addr, kMapped, 12) == 0;
+    const bool mapped = d.ip == util::IpVersion::v6 && std::memcmp(d.addr, kMapped, 12) == 0;
     for (unsigned r = 0; r < n_; ++r) {
       const control::ConnectionSpec& c = spec_.conns[r];
       auto is = [&](const util::IpAddr& ip, uint32_t qpn) {
         if (d.qpn != qpn) return false;
         if (mapped) return std::memcmp(d.addr + 12, ip.bytes.data(), 4) == 0;
-        return d.ip == wire::IpVersion::v4 && std::memcmp(d.addr, ip.bytes.data(), 4) == 0;
+        return d.ip == util::IpVersion::v4 && std::memcmp(d.addr, ip.bytes.data(), 4) == 0;
       };
       const bool data_conn = is(c.dst_ip, c.dst_qpn), ack_conn = is(c.src_ip, c.src_qpn);
       if (!data_conn && !ack_conn) continue;

@@ -11,6 +11,7 @@
 #include "inagg/wire/parse.hpp"
 
 using namespace inagg::wire;
+using inagg::util::IpVersion;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<uint8_t[]> buf(new uint8_t[size ? size : 1]);

@@ -7,6 +7,10 @@
 
 using namespace inagg;
 using namespace inagg::wire;
+using inagg::util::IpAddr;
+using inagg::util::IpVersion;
+using inagg::util::parse_gid;
+using inagg::util::parse_ip;
 
 TEST(Build, RebuildsEveryScapyFixtureByteForByte) {
   const auto packets = fixtures::load_fixtures();

@@ -13,6 +13,8 @@
 
 using namespace inagg;
 using namespace inagg::wire;
+using inagg::util::IpAddr;
+using inagg::util::IpVersion;
 
 TEST(IcrcGolden, ConnectX4LxCnpCapture) {
   std::vector<util::PcapRecord> recs;

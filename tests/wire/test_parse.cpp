@@ -11,6 +11,8 @@
 
 using namespace inagg;
 using namespace inagg::wire;
+using inagg::util::IpVersion;
+using inagg::util::parse_ip;
 
 namespace {
 

@@ -21,7 +21,7 @@ TEST(HeadJob, ParsesAndFormatsBack) {
   EXPECT_EQ(j->values, 256u);
   EXPECT_EQ(j->window, 8u);
   EXPECT_EQ(j->total_weight, 4u);
-  EXPECT_EQ(wire::ip_text(j->group), "239.77.0.9");
+  EXPECT_EQ(util::ip_text(j->group), "239.77.0.9");
   EXPECT_FALSE(j->parent);
   const std::optional<HeadJob> again = parse_head_job(format_head_job(*j), &err);
   ASSERT_TRUE(again) << err;
@@ -33,9 +33,9 @@ TEST(HeadJob, ParentWithAndWithoutMac) {
   std::optional<HeadJob> j =
       parse_head_job(std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_rank = 1\n", &err);
   ASSERT_TRUE(j) << err;
-  EXPECT_EQ(wire::ip_text(*j->parent), "10.0.0.9");
+  EXPECT_EQ(util::ip_text(*j->parent), "10.0.0.9");
   EXPECT_EQ(j->parent_rank, 1u);
-  EXPECT_EQ(wire::ip_text(*j->parent_group), "239.77.0.100");
+  EXPECT_EQ(util::ip_text(*j->parent_group), "239.77.0.100");
   EXPECT_FALSE(j->parent_mac);
   j = parse_head_job(
       std::string(kTop) + "parent = 10.0.0.9\nparent_group = 239.77.0.100\nparent_mac = 02:AA:00:00:00:0f\n", &err);
@@ -53,7 +53,7 @@ TEST(HeadJob, UnicastFanoutNeedsEveryMember) {
   ASSERT_TRUE(j) << err;
   EXPECT_TRUE(j->unicast);
   ASSERT_EQ(j->member.size(), 2u);
-  EXPECT_EQ(wire::ip_text(j->member[0]->ip), "10.0.0.1");
+  EXPECT_EQ(util::ip_text(j->member[0]->ip), "10.0.0.1");
   EXPECT_FALSE(j->member[0]->mac);
   EXPECT_EQ(mac_text(*j->member[1]->mac), "02:00:00:00:00:02");
   EXPECT_EQ(format_head_job(*parse_head_job(format_head_job(*j), &err)), format_head_job(*j));
@@ -69,7 +69,7 @@ TEST(HeadJob, UnicastFanoutNeedsEveryMember) {
   EXPECT_NE(err.find("is not multicast or unicast"), std::string::npos) << err;
 }
 
-TEST(HeadJob, MulticastMac) { EXPECT_EQ(mac_text(multicast_mac(*wire::parse_ip("239.205.1.2"))), "01:00:5e:4d:01:02"); }
+TEST(HeadJob, MulticastMac) { EXPECT_EQ(mac_text(multicast_mac(*util::parse_ip("239.205.1.2"))), "01:00:5e:4d:01:02"); }
 
 struct Bad {
   std::string text, message;

@@ -83,7 +83,7 @@ Fixtures& fixtures() {
     for (std::string line; std::getline(in, line);) {
       const std::vector<std::string> r = split(line, '|');
       if (r[0] == "identity") {
-        if (!f.prog->set_identity(static_cast<uint16_t>(std::stoi(r[3])), *wire::parse_ip(r[1]), *parse_mac(r[2]),
+        if (!f.prog->set_identity(static_cast<uint16_t>(std::stoi(r[3])), *util::parse_ip(r[1]), *parse_mac(r[2]),
                                   &f.error))
           return f;
       } else if (r[0] == "job") {
@@ -186,7 +186,7 @@ TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
   std::string err;
   std::unique_ptr<HeadProgram> prog = HeadProgram::load(1, &err);
   ASSERT_TRUE(prog) << err;
-  ASSERT_TRUE(prog->set_identity(XAGG_UDP_PORT, *wire::parse_ip("10.77.0.201"), *parse_mac("02:77:00:00:01:01"), &err))
+  ASSERT_TRUE(prog->set_identity(XAGG_UDP_PORT, *util::parse_ip("10.77.0.201"), *parse_mac("02:77:00:00:01:01"), &err))
       << err;
   HeadJob job;
   job.id = 3;
@@ -194,7 +194,7 @@ TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
   job.values = 16;
   job.window = 32;
   job.total_weight = 64;
-  job.group = *wire::parse_ip("239.77.0.3");
+  job.group = *util::parse_ip("239.77.0.3");
   ASSERT_TRUE(prog->add_job(job, &err)) << err;
   // 64 chunks (every slot once), 64 ranks; ranks 0..31 from one thread, 32..63 from the other,
   // interleaved chunk by chunk so both threads keep hitting the same slots. Rank r adds r + 1 + i

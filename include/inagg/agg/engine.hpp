@@ -134,9 +134,8 @@ void for_each_counter(const EngineCounters& c, F&& f) {
 #undef X
 }
 
-// The job description is control's (control/job.hpp): job files and the control socket carry it.
-using control::ConnectionSpec;
-using control::JobSpec;
+// The job description is control's (control::JobSpec, control/job.hpp): job files and the control
+// socket carry it.
 
 enum class JobState : uint8_t { active, failed };
 
@@ -264,7 +263,7 @@ class alignas(64) Engine {
   // this engine takes shard `index` of a job spread over shared->count() engines (JobShards): its
   // share of the slots, memory and mbufs is 1/count of the job's. Every shard's engine must be
   // given the same spec and the same JobShards.
-  bool add_job(const JobSpec& spec, std::string* error, const ShardOf& shard = {});
+  bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {});
   // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
   bool job_info(uint32_t id, JobInfo* out) const;
@@ -277,7 +276,7 @@ class alignas(64) Engine {
   // registers; a hold ends with release_closed, the connections staying closed linger_ns longer
   // (0: open at once). Keys of this engine's own jobs are never held. Times are the engine's
   // clock, the last now_ns that process() or poll() saw.
-  void hold_closed(const JobSpec& spec);
+  void hold_closed(const control::JobSpec& spec);
   void release_closed(uint32_t job_id, uint64_t linger_ns);
   size_t closed_connections() const;  // held or lingering, not yet expired
 
@@ -286,12 +285,7 @@ class alignas(64) Engine {
   // frame was dropped as untrustworthy (malformed, bad ICRC, wrong source or port, unplaceable, or
   // on a connection held closed): the caller must not learn anything from it (its source MAC above
   // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
-  //
-  // `pre`: the payload part of the packet's ICRC, computed by the lcore that received it (a job
-  // spread over several lcores: protocol.md section 4). The ICRC is still verified here, against
-  // the header CRC this engine derives; `pre` only spares the pass over the payload, and is
-  // ignored unless it covers exactly the payload this engine's parse finds (wire::PayloadCrc).
-  bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre = nullptr);
+  bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
 
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
@@ -322,7 +316,7 @@ class alignas(64) Engine {
   struct ConnEntry;
   // A connection key held closed on behalf of job_id until until_ns (UINT64_MAX: until released).
   struct ClosedKey {
-    wire::IpAddr addr;
+    util::IpAddr addr;
     uint32_t qpn = 0;
     uint32_t job_id = 0;
     uint64_t until_ns = 0;
@@ -330,30 +324,42 @@ class alignas(64) Engine {
   enum class NakReason : uint8_t { gap, tail, again };
 
   // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
-  const ConnEntry* lookup(wire::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
-  void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx, const wire::PayloadCrc* pre);
+  const ConnEntry* lookup(util::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
+  void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
   void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
   void log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
                 const wire::Layout& l, uint64_t now_ns);
   void emit(const PacketRef& p, TxList& tx, Job* job);
   void rebuild_conn_table();
-  // A job's slots: hold, sum, release, ACKs (engine_job.cpp).
+  // A job's packets (engine_job.cpp). Its way of being processed is chosen once, when it is added
+  // (choose_path sets Job::on_data and Job::on_ack): one engine or a shard, live or a replay.
+  using PacketPath = void (Engine::*)(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l,
+                                      uint64_t now_ns, TxList& tx);
+  static void choose_path(Job& job);
   void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
-  void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx,
-                   const wire::PayloadCrc* pre);
+  template <bool kSharded, bool kReplay>
+  void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  template <bool kSharded, bool kReplay>
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  template <bool kSharded>
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
-  void start_generation(Job& job, uint64_t base);
-  void replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
+  // Sums and releases (engine_release.cpp).
   void sum_slot(Job& job, uint64_t seq);
   void emit_data(Job& job, const PacketRef& p, TxList& tx);
   void free_acknowledged(Job& job, unsigned rank, uint64_t to);
-  void sync_acks(Job& job, unsigned rank, uint64_t now_ns);
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
-  void release_ready(Job& job, uint64_t now_ns, TxList& tx);
+  void release_plain(Job& job, uint64_t now_ns, TxList& tx);
+  void release_ready(Job& job, uint64_t now_ns, TxList& tx);  // either kind: timers, release_turns
+  void mark_released(Job& job, uint64_t now_ns);              // the cursor's slot went out
+  // A shard's part (engine_shards.cpp): the ticket, the ordered path, shared ACKs, replay generations.
+  void release_sharded(Job& job, uint64_t now_ns, TxList& tx);
+  void emit_ordered(Job& job, const PacketRef& p);
+  void sync_acks(Job& job, unsigned rank, uint64_t now_ns);
+  void start_generation(Job& job, uint64_t base);
+  void replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
   // NAKs, resends, timers (engine_recovery.cpp).
   bool send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why);
   void recover(Job& job, uint64_t now_ns, TxList& tx);

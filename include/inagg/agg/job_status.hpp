@@ -14,6 +14,6 @@ namespace inagg::agg {
 std::vector<control::Counter> counter_list(const EngineCounters& c);
 
 // `spec`: the spec the job was added with, for its dtype and worker count (nullptr: unknown).
-control::JobStatus job_status(const JobInfo& info, const JobSpec* spec = nullptr);
+control::JobStatus job_status(const JobInfo& info, const control::JobSpec* spec = nullptr);
 
 }  // namespace inagg::agg

@@ -31,7 +31,7 @@ namespace inagg::client {
 
 struct RcConfig {
   uint32_t local_qpn = 0, remote_qpn = 0;
-  wire::IpAddr remote_ip;
+  util::IpAddr remote_ip;
   uint32_t send_start_psn = 0;          // our first packet's PSN
   uint32_t recv_start_psn = 0;          // the peer's first packet's PSN
   uint32_t mtu_payload = 1024;          // path MTU payload

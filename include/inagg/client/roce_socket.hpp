@@ -30,7 +30,7 @@
 namespace inagg::client {
 
 struct Datagram {
-  wire::IpAddr src, dst;
+  util::IpAddr src, dst;
   uint16_t src_port = 0;
   uint8_t tos = 0;
   std::vector<uint8_t> frame;  // rebuilt Ethernet + IP + UDP + the datagram, for parse_frame()
@@ -46,14 +46,14 @@ class RoceSocket {
   RoceSocket& operator=(const RoceSocket&) = delete;
 
   // Binds (local, 4791). `tos` is sent on every packet (DSCP << 2 | ECN; 2 = ECT(0)).
-  bool open(const wire::IpAddr& local, uint8_t tos, std::string* error);
+  bool open(const util::IpAddr& local, uint8_t tos, std::string* error);
   // The socket receive() reads: wait on it for datagrams.
   int fd() const { return raw_fd_ >= 0 ? raw_fd_ : fd_; }
   // IPv4: from now on, datagrams come with the IP header their sender's stack wrote (a raw socket,
   // which needs CAP_NET_RAW), so a peer's ICRC over a non-zero IP ID verifies. IPv6 has no ID (the
   // flow label the ICRC masks): nothing to do. False with *error when the raw socket is refused.
   bool receive_ip_headers(std::string* error);
-  const wire::IpAddr& local() const { return local_; }
+  const util::IpAddr& local() const { return local_; }
 
   // Sends a frame built by wire::build_roce_frame for this socket (src = local, src port 4791,
   // IP ID 0, DF): only its UDP payload goes to the kernel, at once or, with batching on, at the
@@ -69,7 +69,7 @@ class RoceSocket {
   void flush();
 
   // The frame spec fields this socket's packets must carry for their ICRC to verify at the peer.
-  void fill_spec(wire::RoceFrameSpec& s, const wire::IpAddr& dst) const;
+  void fill_spec(wire::RoceFrameSpec& s, const util::IpAddr& dst) const;
 
   // Non-blocking receive of one datagram (from a recvmmsg() batch); false when none is waiting.
   bool receive(Datagram* d);
@@ -95,7 +95,7 @@ class RoceSocket {
   void decode_raw(unsigned slot, size_t n, Datagram* d);  // a raw socket's IPv4 datagram
 
   int fd_ = -1, raw_fd_ = -1;
-  wire::IpAddr local_;
+  util::IpAddr local_;
   uint8_t tos_ = 0;
   uint64_t sent_ = 0, send_errors_ = 0, dropped_ = 0, send_calls_ = 0, receive_calls_ = 0;
   uint32_t loss_threshold_ = 0;  // of 2^32

@@ -22,9 +22,9 @@
 namespace inagg::client {
 
 struct XaggConfig {
-  wire::IpAddr local;  // this worker's IPv4 address (the interface that joins the group)
-  wire::IpAddr head;   // its head
-  wire::IpAddr group;  // multicast group the head sends results to
+  util::IpAddr local;  // this worker's IPv4 address (the interface that joins the group)
+  util::IpAddr head;   // its head
+  util::IpAddr group;  // multicast group the head sends results to
   uint16_t port = 4792;
   unsigned job = 0;           // 0..255, as in the heads' job files
   unsigned rank = 0;          // this worker's rank in its head's group

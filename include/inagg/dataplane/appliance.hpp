@@ -39,40 +39,33 @@ struct ApplianceConfig {
   agg::EngineConfig engine;   // per lcore; budgets are per lcore too
   std::string capture_path;   // pcap of every RoCEv2 packet the engines emit; "" = off
   uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up
-  // Datapath lcores each job is spread over (protocol.md section 4): 1, its owner alone; N > 1, as
-  // job_spread says. At most the datapath lcores.
+  // Datapath lcores each job is spread over (protocol.md section 4): 1, its owner alone; N > 1, its
+  // slots sharded by index: lcore i of N (the owner is 0) takes every sequence s with s mod N == i
+  // and does all the work of its slots; releases leave in PSN order through the owner's ordered
+  // ring. N a power of two, at most 8, and at most the datapath lcores.
   uint16_t job_lcores = 1;
-  // How a job goes over job_lcores > 1 lcores:
-  //   shards  slots sharded by index: lcore i of N (the owner is 0) takes every sequence s with
-  //           s mod N == i and does all the work of its slots; releases leave in PSN order through
-  //           the owner's ordered ring. N a power of two, at most 8.
-  //   verify  the owner keeps all of the job's state and sends everything; N - 1 lcores compute its
-  //           data packets' payload CRCs first (a pipeline, measured slower than one lcore).
-  enum class JobSpread : uint8_t { shards, verify };
-  JobSpread job_spread = JobSpread::shards;
 };
 
 // Per-lcore counters, written only by their lcore. The control thread reads them without a lock
 // for display: each is a naturally aligned 64-bit word, so a read sees an old or a new value,
 // never a torn one.
-#define INAGG_LCORE_COUNTERS(X)                                                                              \
-  X(rx, "packets received")                                                                                  \
-  X(tx, "packets handed to the PMDs")                                                                        \
-  X(tx_dropped, "packets a PMD did not take, freed")                                                         \
-  X(bridged, "frames forwarded by the L2 table")                                                             \
-  X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")                                       \
-  X(same_port_drops, "frames whose destination is behind their ingress port")                                \
-  X(roce, "RoCEv2 packets given to an engine")                                                               \
-  X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")                                  \
-  X(handover_in, "packets received from other lcores")                                                       \
-  X(handover_full, "handovers dropped: the owner's ring was full")                                           \
-  X(verified, "data packets whose payload CRC this lcore computed for their job's owner (--job-lcores)")     \
-  X(ordered, "released packets of sharded jobs this lcore sent from its ordered ring (--job-spread shards)") \
-  X(rx_deferred, "RX polls skipped: a handover or verify ring had no room for a burst (--job-lcores)")       \
-  X(multiseg_linearize_failed,                                                                               \
-    "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)")                 \
-  X(idle_sleeps, "times the loop slept with its queues empty (lab mode, --idle-sleep-us)")                   \
-  X(busy_cycles, "TSC cycles of loop iterations that moved packets")                                         \
+#define INAGG_LCORE_COUNTERS(X)                                                                       \
+  X(rx, "packets received")                                                                           \
+  X(tx, "packets handed to the PMDs")                                                                 \
+  X(tx_dropped, "packets a PMD did not take, freed")                                                  \
+  X(bridged, "frames forwarded by the L2 table")                                                      \
+  X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")                                \
+  X(same_port_drops, "frames whose destination is behind their ingress port")                         \
+  X(roce, "RoCEv2 packets given to an engine")                                                        \
+  X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")                           \
+  X(handover_in, "packets received from other lcores")                                                \
+  X(handover_full, "handovers dropped: the owner's ring was full")                                    \
+  X(ordered, "released packets of sharded jobs this lcore sent from its ordered ring (--job-lcores)") \
+  X(rx_deferred, "RX polls skipped: a handover ring had no room for a burst (--job-lcores)")          \
+  X(multiseg_linearize_failed,                                                                        \
+    "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)")          \
+  X(idle_sleeps, "times the loop slept with its queues empty (lab mode, --idle-sleep-us)")            \
+  X(busy_cycles, "TSC cycles of loop iterations that moved packets")                                  \
   X(idle_cycles, "TSC cycles of loop iterations that found nothing")
 
 struct LcoreCounters {
@@ -120,7 +113,7 @@ class Appliance {
 
   // Control side; any thread, serialised among themselves, applied by the owning lcores between
   // bursts (or here while no loop runs).
-  bool add_job(const agg::JobSpec& spec, std::string* error);
+  bool add_job(const control::JobSpec& spec, std::string* error);
   bool remove_job(uint32_t id, std::string* error);
   // Jobs as the control protocol describes them (control::JobStatus: the engine's figures and
   // counters, the spec's dtype and workers), by id.

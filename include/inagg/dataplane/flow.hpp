@@ -12,7 +12,7 @@
 // On a port in rss mode whose port-wide rule sits at priority 1, a job's connections get rules of
 // their own (priority 0): per direction of each connection, ETH / IP src, dst / UDP dst 4791 -> the
 // queue of the lcore that takes those packets first (the job's owner; for data with --job-lcores,
-// the rank's verifier; job_pairs below), so it receives them directly instead of through another
+// one of the job's shards by rank; job_pairs below), so it receives them directly instead of through another
 // lcore's handover ring. A per-job rule the PMD refuses costs only that handover: it is counted and
 // logged once per job.
 #pragma once
@@ -90,8 +90,8 @@ struct SteeredPair {
 };
 
 // The directions of a job's connections and their queues: connection r's data (src -> dst) to
-// data_queue[r] (the lcore that takes its data first: the owner, or its verifier with
-// --job-lcores), its ACKs and NAKs (dst -> src) to ack_queue (the owner). In a ring of two ranks a
+// data_queue[r] (the lcore that takes its data first: the owner, or one of its shards
+// with --job-lcores), its ACKs and NAKs (dst -> src) to ack_queue (the owner). In a ring of two ranks a
 // pair carries one connection's data and the other's ACKs: the data's queue wins. A connection
 // whose rank has no entry in data_queue goes to ack_queue both ways.
 std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns,

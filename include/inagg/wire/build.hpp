@@ -15,13 +15,7 @@ namespace inagg::wire {
 
 using MacAddr = std::array<uint8_t, 6>;
 
-// IpAddr lives in util (util/ip_addr.hpp), below control, whose job descriptions name addresses
-// too; the wire layer keeps its names for it.
-using util::gid_address;
-using util::ip_text;
-using util::IpAddr;
-using util::parse_gid;
-using util::parse_ip;
+// Addresses are util::IpAddr (util/ip_addr.hpp), below control, whose job descriptions name them too.
 
 struct RoceFrameSpec {
   MacAddr dst_mac{}, src_mac{};
@@ -29,10 +23,10 @@ struct RoceFrameSpec {
   // Raw VLAN tags (TPID, TCI pairs, 4 bytes each) written after the MACs instead of vlan_tci: how a
   // reply keeps the 802.1Q / 802.1ad / QinQ tags of the frame it answers (the appliance's NAKs).
   std::array<uint8_t, 16> l2_tags{};
-  uint8_t l2_tags_len = 0;  // a multiple of 4, at most 16
-  IpAddr src_ip, dst_ip;    // same version for both
-  uint8_t tos = 0;          // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
-  uint8_t ttl = 64;         // IPv4 TTL / IPv6 hop limit
+  uint8_t l2_tags_len = 0;      // a multiple of 4, at most 16
+  util::IpAddr src_ip, dst_ip;  // same version for both
+  uint8_t tos = 0;              // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
+  uint8_t ttl = 64;             // IPv4 TTL / IPv6 hop limit
   uint16_t ip_id = 0;
   bool dont_fragment = true;
   uint32_t flow_label = 0;    // IPv6

@@ -40,20 +40,6 @@ inline uint32_t icrc_payload_crc(const uint8_t* frame, const Layout& l) {
   return crc32({frame + l.payload, l.padded_payload_len()});
 }
 
-// The payload part of a frame's ICRC, computed ahead of the lcore that uses it (the verify stage of
-// a job spread over several lcores, protocol.md section 4), with the bytes it covers: a user takes
-// it only when its own parse places the payload at the same offset and length, so a frame that
-// changed in between (nothing writes it there) is verified from its bytes again.
-struct PayloadCrc {
-  uint32_t crc = 0;
-  uint16_t offset = 0;  // Layout::payload
-  uint16_t len = 0;     // Layout::padded_payload_len()
-  bool covers(const Layout& l) const { return offset == l.payload && len == l.padded_payload_len(); }
-};
-// Parses `frame`; for a well-formed RoCEv2 packet fills *out and returns true. Stateless: any lcore
-// may call it on any frame.
-bool precompute_payload_crc(std::span<const uint8_t> frame, PayloadCrc* out);
-
 // The ICRC the packet should carry.
 uint32_t icrc_compute(const uint8_t* frame, const Layout& l);
 

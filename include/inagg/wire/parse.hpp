@@ -53,8 +53,6 @@ std::string_view parse_status_text(ParseStatus s);  // a sentence for logs
 
 inline constexpr bool is_malformed(ParseStatus s) { return s > ParseStatus::ipv6_ext_headers; }
 
-using util::IpVersion;  // util/ip_addr.hpp: control names addresses too
-
 // Offsets are from the start of the frame; 0 means "absent" (no header starts at byte 0 but
 // Ethernet). Frames up to 64 KiB.
 struct Layout {
@@ -63,7 +61,7 @@ struct Layout {
   uint16_t vlan_tpid = 0;  // the outermost tag's TPID (0x8100, 0x88a8 or 0x9100)
   bool has_vlan = false;
   uint8_t vlan_tags = 0;  // how many tags: bytes [12, l3 - 2) hold them, TPID and TCI each
-  IpVersion ip = IpVersion::none;
+  util::IpVersion ip = util::IpVersion::none;
   uint8_t opcode = 0;
   uint8_t pad = 0;   // BTH pad count
   uint16_t l3 = 0;   // IP header
@@ -91,7 +89,7 @@ ParseStatus parse_frame(std::span<const uint8_t> frame, Layout& out);
 // roce, ipv6_ext_headers and the malformed statuses past the BTH. The engine uses it to hold every
 // packet addressed to a registered connection, placeable or not, away from the receiver.
 struct RoceDestination {
-  IpVersion ip = IpVersion::none;
+  util::IpVersion ip = util::IpVersion::none;
   const uint8_t* addr = nullptr;  // 4 or 16 bytes inside the frame
   uint32_t qpn = 0;
 };
@@ -114,7 +112,7 @@ inline uint32_t immdt_of(const uint8_t* frame, const Layout& l) { return load_be
 inline bool roce_destination(const uint8_t* frame, const Layout& l, RoceDestination* out) {
   if (l.bth == 0 || l.l3 == 0) return false;
   out->ip = l.ip;
-  out->addr = frame + l.l3 + (l.ip == IpVersion::v4 ? 16 : 24);
+  out->addr = frame + l.l3 + (l.ip == util::IpVersion::v4 ? 16 : 24);
   out->qpn = load_be24(frame + l.bth + 5);
   return true;
 }

@@ -37,14 +37,14 @@ struct HeadJob {
   unsigned values = 0;
   unsigned window = 0;
   unsigned total_weight = 0;
-  wire::IpAddr group;                        // IPv4 multicast
-  std::optional<wire::IpAddr> parent;        // IPv4 unicast
-  std::optional<wire::IpAddr> parent_group;  // IPv4 multicast, required with parent
+  util::IpAddr group;                        // IPv4 multicast
+  std::optional<util::IpAddr> parent;        // IPv4 unicast
+  std::optional<util::IpAddr> parent_group;  // IPv4 multicast, required with parent
   unsigned parent_rank = 0;
   std::optional<wire::MacAddr> parent_mac;  // nullopt: resolve
   bool unicast = false;                     // fanout = unicast
   struct Member {
-    wire::IpAddr ip;
+    util::IpAddr ip;
     std::optional<wire::MacAddr> mac;  // nullopt: resolve
   };
   std::vector<std::optional<Member>> member;  // by rank; required for every rank with unicast
@@ -61,7 +61,7 @@ std::optional<HeadJob> load_head_job(const std::string& path, std::string* error
 std::string format_head_job(const HeadJob& job);
 
 // "01:00:5e:..": the Ethernet address of an IPv4 multicast group (RFC 1112).
-wire::MacAddr multicast_mac(const wire::IpAddr& group);
+wire::MacAddr multicast_mac(const util::IpAddr& group);
 
 std::optional<wire::MacAddr> parse_mac(std::string_view text);
 std::string mac_text(const wire::MacAddr& mac);

@@ -54,7 +54,7 @@ class HeadProgram {
   HeadProgram& operator=(const HeadProgram&) = delete;
 
   // The head's own address and UDP port (xagg_config): DATA to other addresses passes untouched.
-  bool set_identity(uint16_t port, const wire::IpAddr& ip, const wire::MacAddr& mac, std::string* error);
+  bool set_identity(uint16_t port, const util::IpAddr& ip, const wire::MacAddr& mac, std::string* error);
 
   bool attach(int ifindex, AttachMode mode, std::string* error);
   void detach();
