@@ -143,15 +143,22 @@ Rendezvous::~Rendezvous() {
 
 void Rendezvous::drop_peers(const std::string& why) {
   // Rank 0: tell the ranks still connected why, so that each of them fails at once with the reason
-  // instead of at its deadline; then close every connection (a later barrier fails too).
+  // instead of at its deadline, then end our side (FIN after that line). The sockets stay open
+  // until the Rendezvous goes, their input drained: closing one with unread input (another rank's
+  // barrier line) would send a reset, which can discard the reason before the rank has read it.
   for (int& fd : peers_) {
     if (fd < 0) continue;
     if (cfg_.rank == 0) {
       const std::string line = "error " + why + "\n";
       (void)!::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_WR);
+      char sink[512];
+      while (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+      }
+    } else {
+      ::close(fd);
+      fd = -1;
     }
-    ::close(fd);
-    fd = -1;
   }
   broken_ = why;
 }

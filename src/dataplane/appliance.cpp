@@ -243,20 +243,12 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
 }
 
 // The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
-<<<<<<< Updated upstream
-// owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
-// owner tables route them (lcore_requests.cpp), so each packet crosses cores at most once (sharded: a data packet whose
-// PSN is another shard's crosses once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until
-// they are in place, and where a PMD refuses them, the lcores hand the job's packets on.
-bool Appliance::add_job(const agg::JobSpec& spec, std::string* error) {
-=======
 // owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
 // owner tables route them (lcore_requests.cpp), so each
 // packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
 // once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
 // place, and where a PMD refuses them, the lcores hand the job's packets on.
 bool Appliance::add_job(const control::JobSpec& spec, std::string* error) {
->>>>>>> Stashed changes
   if (!impl_->jobs.add(spec, error)) return false;
   if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
     std::vector<uint16_t> data_queue(spec.workers);

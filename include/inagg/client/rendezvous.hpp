@@ -88,7 +88,8 @@ class Rendezvous {
   bool read_until(int fd, const std::string& stop, std::string* out) const;
   bool write_all(int fd, const std::string& s) const;
 
-  // Rank 0: closes every kept connection, first telling each rank `why`; others: closes theirs.
+  // Rank 0: tells every kept connection `why` and ends its side of each; others: close theirs.
+  // Every later barrier then fails with `why`.
   void drop_peers(const std::string& why);
 
   RendezvousConfig cfg_;
