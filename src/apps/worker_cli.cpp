@@ -146,6 +146,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "udp: join the ranks' TCP exchange, as verbs ranks do, instead of the rack plan's fixed QPNs: a ring in which "
       "some ranks are RDMA NICs (--transport verbs). Needs CAP_NET_RAW: a NIC's ICRC covers its IP ID, which only a "
       "raw socket shows")(
+      "exchange-secret-file", po::value<std::string>(&o.exchange_secret_file)->value_name("FILE"),
+      "verbs, --exchange: the job's shared secret for the ranks' exchange, the same on every rank (the file's first "
+      "line, at least 16 characters, mode 0600); $INAGG_EXCHANGE_SECRET takes precedence")(
       "register", po::value<std::string>(&o.register_socket),
       "ina mode: rank 0 adds the job through this inagg control socket (a path, or tcp://HOST:PORT: the appliance's "
       "--control-tcp), and every rank waits until the job is active before sending")(

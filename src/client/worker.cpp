@@ -10,6 +10,7 @@
 #include "inagg/client/nccl_table.hpp"
 #include "inagg/client/udp_transport.hpp"
 #include "inagg/control/socket.hpp"
+#include "inagg/util/hmac.hpp"
 
 namespace inagg::client {
 
@@ -126,6 +127,12 @@ std::string check_run_options(WorkerOptions& o) {
   } else if (o.transport_name != "udp") {
     return "--transport must be udp (the software RoCE endpoint) or verbs (rdma-core: an RDMA NIC or Soft-RoCE)";
   }
+  if (o.use_verbs || o.exchange) {
+    std::string why;
+    if (!util::load_secret(kExchangeSecretEnv, o.exchange_secret_file, &o.exchange_secret, &why))
+      return std::string("the ranks' exchange needs the job's secret, the same on every rank: set $") +
+             kExchangeSecretEnv + " or --exchange-secret-file (" + why + ")";
+  }
   o.rack.rank = o.rank;
   return "";
 }
@@ -139,6 +146,7 @@ RendezvousConfig rendezvous_config(const TransportRequest& r) {
   rc.host = r.rack.ip_of(0);
   rc.port = r.exchange_port;
   rc.deadline_ns = r.deadline_ns;
+  rc.secret = r.exchange_secret;
   return rc;
 }
 
@@ -209,7 +217,8 @@ bool Worker::open(std::string* error) {
                              o_.verbs,
                              static_cast<uint16_t>(o_.exchange_port),
                              deadline_ns_,
-                             o_.exchange && !o_.use_verbs};
+                             o_.exchange && !o_.use_verbs,
+                             o_.exchange_secret};
     transport_ = open_transport_(r, error);
     if (!transport_) return false;
     // A transport whose QPs are the device's registers them instead of the plan's.

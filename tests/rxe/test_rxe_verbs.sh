@@ -63,7 +63,7 @@ run_ranks() {
   [ "$job" -gt 0 ] && reg="--job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret"
   local -a ids
   for i in $(seq $((n - 1)) -1 0); do
-    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200 $reg $*")
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200 $reg $*")
   done
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||
