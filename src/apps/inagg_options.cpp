@@ -38,9 +38,12 @@ po::options_description make_options(Options& o) {
       "control socket (root only, 0600); \"\" disables it")(
       "control-tcp", po::value<std::string>(&o.control_tcp)->value_name("ADDR:PORT"),
       "also serve the control protocol over TCP at IPv4 ADDR:PORT, for workers on other hosts (off by default); "
-      "every request must carry the shared secret of --control-secret-file, anything else is refused and counted")(
+      "every request must carry a tenant's HMAC over the connection's nonce, anything else is refused and counted; "
+      "0.0.0.0 (every address) is warned about")(
       "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
-      "the shared secret of --control-tcp: the file's first line, at least 16 characters, the file mode 0600")(
+      "the tenants of --control-tcp, one line each: TENANT JOBS SECRET (JOBS: *, N or N-M, the job ids it may "
+      "manage), or one line with only a SECRET (tenant admin, every job); secrets of at least 16 characters, the "
+      "file ours or root's, mode 0600")(
       "metrics", po::value<std::string>(&o.metrics_listen),
       "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, e.g. 127.0.0.1:9100 (off by default; port 0 picks a "
       "free port)")("stats-interval", po::value<double>(&o.stats_interval)->default_value(0),

@@ -153,7 +153,8 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "ina mode: rank 0 adds the job through this inagg control socket (a path, or tcp://HOST:PORT: the appliance's "
       "--control-tcp), and every rank waits until the job is active before sending")(
       "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
-      "--register tcp://: the file holding the appliance's shared secret (mode 0600)")(
+      "--register tcp://: the file with this tenant's credential, one line: SECRET (tenant admin) or TENANT SECRET "
+      "(mode 0600); $INAGG_CONTROL_SECRET takes precedence")(
       "print-job", "print the appliance job file for these parameters and exit")(
       "xdp-heads", po::value<std::string>(&o.xdp_heads)->value_name("IP[,IP..]"),
       "xdp/auto: the head of each group (group g = rank / group size)")(

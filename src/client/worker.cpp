@@ -105,8 +105,9 @@ std::string check_run_options(WorkerOptions& o) {
   x.port = static_cast<uint16_t>(o.xdp_port);
   x.timeout_ms = o.xdp_timeout_ms;
   if (o.register_socket.rfind(control::kTcpScheme, 0) == 0) {
-    if (o.control_secret_file.empty())
-      return "--register tcp://HOST:PORT needs --control-secret-file (the appliance's shared secret)";
+    if (o.control_secret_file.empty() && !std::getenv(control::kControlSecretEnv))
+      return "--register tcp://HOST:PORT needs --control-secret-file or $INAGG_CONTROL_SECRET (a tenant's credential "
+             "from the appliance's --control-secret-file)";
     std::string why;
     if (!control::load_secret_file(o.control_secret_file, &o.control_secret, &why))
       return "--control-secret-file: " + why;

@@ -105,6 +105,12 @@ uint16_t JobOwnership::verifier_of(uint16_t owner, unsigned rank, uint16_t job_l
 }
 
 bool JobOwnership::add(const agg::JobSpec& spec, std::string* error) {
+  // Bounded before any lcore hears of it: the holds below cost every lcore time per connection.
+  if (spec.workers < 1 || spec.workers > 64 || spec.conns.size() != spec.workers) {
+    *error = "job " + std::to_string(spec.id) + ": needs 1..64 workers and one conn line each (" +
+             std::to_string(spec.workers) + " workers, " + std::to_string(spec.conns.size()) + " conn lines)";
+    return false;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (conflicts(spec, error)) return false;
   uint16_t owner = 0;
