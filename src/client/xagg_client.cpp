@@ -64,16 +64,6 @@ bool XaggClient::open(const XaggConfig& cfg, std::string* error) {
         "cannot join " + wire::ip_text(cfg.group) + " on " + wire::ip_text(cfg.local) + ": " + std::strerror(errno);
     return false;
   }
-  // Connected to the head: the kernel hands us only datagrams from the head's address and the
-  // tier's port (its multicast results too), so no other host can feed us a result.
-  sockaddr_in head{};
-  head.sin_family = AF_INET;
-  head.sin_port = htons(cfg.port);
-  std::memcpy(&head.sin_addr, cfg.head.bytes.data(), 4);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&head), sizeof head) != 0) {
-    *error = "cannot connect the XDP tier's socket to head " + wire::ip_text(cfg.head) + ": " + std::strerror(errno);
-    return false;
-  }
   buf_.resize(sizeof(xagg_hdr) + 4 * XAGG_MAX_VALUES + 64);
   return true;
 }
@@ -90,8 +80,12 @@ bool XaggClient::send_chunk(const int32_t* v, size_t n, uint32_t seq) {
   std::memcpy(buf_.data(), &h, sizeof h);
   std::memcpy(buf_.data() + sizeof h, v, 4 * n);
   std::memset(buf_.data() + sizeof h + 4 * n, 0, 4 * (count - n));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(cfg_.port);
+  std::memcpy(&to.sin_addr, cfg_.head.bytes.data(), 4);
   ++c_.sent;
-  return ::send(fd_, buf_.data(), sizeof h + 4 * count, 0) >= 0;  // to the head: the socket is connected
+  return ::sendto(fd_, buf_.data(), sizeof h + 4 * count, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) >= 0;
 }
 
 bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::string* error) {
@@ -132,8 +126,17 @@ bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::stri
     const timespec ts{0, static_cast<long>(std::min<uint64_t>(wake - std::min(wake, t), 999'999'999))};
     ::ppoll(&p, 1, &ts, nullptr);
     while (true) {
-      const ssize_t got = ::recv(fd_, rx.data(), rx.size(), MSG_DONTWAIT);
+      sockaddr_in from{};
+      socklen_t from_len = sizeof from;
+      const ssize_t got =
+          ::recvfrom(fd_, rx.data(), rx.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
       if (got < 0) break;
+      // Only the head's address and the tier's port: no other host can feed us a result. (Not a
+      // connect(): a connected socket takes no multicast, its local address being the unicast one.)
+      if (from.sin_port != htons(cfg_.port) || std::memcmp(&from.sin_addr, cfg_.head.bytes.data(), 4) != 0) {
+        ++c_.wrong_source;
+        continue;
+      }
       xagg_hdr h;
       if (static_cast<size_t>(got) < sizeof h) {
         ++c_.malformed;
