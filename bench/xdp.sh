@@ -75,14 +75,15 @@ napi_thread() {
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime, clock ticks
 hz=$(getconf CLK_TCK)
 
-# head_jobs FANOUT: the head's job files (unicast: all 4 members are the generator's address, so
-# each result leaves the head 4 times, as it would for 4 hosts)
+# head_jobs FANOUT: the head's job files (all 4 members are the generator's address; unicast: each
+# result leaves the head 4 times, as it would for 4 hosts)
 head_jobs() {
   job_args=()
   for j in $(seq 1 "$jobs"); do
     {
       printf 'id = %s\nmembers = 4\nvalues = %s\nwindow = %s\ntotal_weight = 4\ngroup = 239.78.0.1\n' "$j" "$values" "$window"
-      [ "$1" = unicast ] && { echo 'fanout = unicast'; printf 'member = %s, 10.78.0.1\n' 0 1 2 3; }
+      printf 'member = %s, 10.78.0.1\n' 0 1 2 3   # every rank is the generator (the head checks the source)
+      [ "$1" = unicast ] && echo 'fanout = unicast'
     } >"$tmp/head$j.job"
     job_args+=(--job "$tmp/head$j.job")
   done

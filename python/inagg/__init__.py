@@ -41,7 +41,11 @@ class Communicator:
     rank, world_size   this rank and the number of ranks (2..64)
     control            the appliance's control socket; rank 0 adds the job there and every rank
                        waits until it is active. None: the job is registered by someone else
-                       (inagg-ctl add), and the ranks do not wait.
+                       (inagg-ctl add), and the ranks do not wait. "tcp://HOST:PORT": the
+                       appliance's TCP listener, with a tenant's credential (below)
+    control_secret_file  tcp:// control: a file (mode 0600) with the tenant's credential, one line
+                       SECRET or TENANT SECRET; the environment variable INAGG_CONTROL_SECRET,
+                       when set, is taken instead. Never pass a secret itself as an argument.
     job_id             the job's id on the appliance
     dtype              "fp32", "fp16", "bf16" or "int32": the one dtype the appliance sums
     message, payload   RDMA WRITE message size M and path-MTU payload P (M a multiple of P). payload
@@ -67,11 +71,12 @@ class Communicator:
 
     def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=None,
                  window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0,
-                 exchange_port=18516):
+                 exchange_port=18516, control_secret_file=None):
         self._c = _Communicator(rank=rank, world_size=world_size, control=control or "", job_id=job_id,
                                 dtype=dtype, message=message, payload=payload or 0, window=window,
                                 ack_timeout_ms=ack_timeout_ms, retry=retry, ip_base=ip_base,
-                                chunk_bytes=chunk_bytes, timeout_s=timeout_s, exchange_port=exchange_port)
+                                chunk_bytes=chunk_bytes, timeout_s=timeout_s, exchange_port=exchange_port,
+                                control_secret_file=control_secret_file or "")
 
     rank = property(lambda self: self._c.rank)
     world_size = property(lambda self: self._c.world_size)

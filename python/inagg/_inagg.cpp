@@ -25,7 +25,9 @@
 #include "inagg/client/control_client.hpp"
 #include "inagg/client/udp_transport.hpp"
 #include "inagg/client/worker.hpp"
+#include "inagg/control/socket.hpp"
 #include "inagg/util/dtype.hpp"
+#include "inagg/util/hmac.hpp"
 
 namespace py = pybind11;
 
@@ -49,7 +51,8 @@ struct CommunicatorOptions {
   std::string ip_base = "10.77.0.0";
   uint64_t chunk_bytes = 8u << 20;
   double timeout_s = 60;
-  unsigned exchange_port = 18516;  // with a control socket: rank 0 listens here for the others (meet)
+  unsigned exchange_port = 18516;   // with a control socket: rank 0 listens here for the others (meet)
+  std::string control_secret_file;  // tcp://: the tenant's credential ($INAGG_CONTROL_SECRET first)
 };
 
 // inagg-worker's option checks speak of its flags; say the keyword arguments' names instead.
@@ -96,8 +99,13 @@ class Communicator {
     if (!transport_.open(c, &error))
       throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
     const uint64_t timeout_ns = static_cast<uint64_t>(o.timeout_s * 1e9);
+    if (o.control.rfind(control::kTcpScheme, 0) == 0 &&
+        !control::load_secret_file(o.control_secret_file, &credential_, &error))
+      throw std::invalid_argument(
+          "inagg.Communicator: control " + o.control +
+          " needs a tenant's credential (control_secret_file or $INAGG_CONTROL_SECRET): " + error);
     if (!o.control.empty()) {
-      const client::ControlClient control(o.control);
+      const client::ControlClient control(o.control, 5000, credential_);
       const client::Registration r =
           control.register_job(o.rank == 0, plan_.job_text(), o.job_id, client::now_ns() + timeout_ns);
       switch (r.outcome) {
@@ -125,6 +133,13 @@ class Communicator {
       rc.host = plan_.ip_of(0);
       rc.port = static_cast<uint16_t>(o.exchange_port);
       rc.deadline_ns = client::now_ns() + timeout_ns;
+      // The meeting on the rack plan: a secret from $INAGG_EXCHANGE_SECRET when there is one.
+      rc.secret_required = false;
+      if (std::getenv(client::kExchangeSecretEnv)) {
+        std::string why;
+        if (!util::load_secret(client::kExchangeSecretEnv, "", &rc.secret, &why))
+          throw std::invalid_argument("inagg.Communicator: $" + std::string(client::kExchangeSecretEnv) + ": " + why);
+      }
       if (!transport_.meet(rc, &error) || !transport_.barrier("the first allreduce", &error))
         throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
       met_ = true;
@@ -224,7 +239,8 @@ class Communicator {
   std::string control_request(const std::string& text) const {
     if (o_.control.empty()) throw InaggError("inagg.Communicator: no control socket was given");
     std::string reply, error;
-    if (!client::ControlClient(o_.control).request(text, &reply, &error)) throw InaggError("inagg: " + error);
+    if (!client::ControlClient(o_.control, 5000, credential_).request(text, &reply, &error))
+      throw InaggError("inagg: " + error);
     if (control::is_error_reply(reply))
       throw InaggError("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));
     return reply;
@@ -259,6 +275,7 @@ class Communicator {
   uint64_t chunk_ = 0;
   client::UdpRcTransport transport_;
   std::unique_ptr<client::RingExchange> exchange_;
+  std::string credential_;    // tcp:// control: the tenant's credential
   mutable std::mutex mutex_;  // the transport, the counters, closed_, error_, stop_
   mutable std::condition_variable cv_;
   mutable std::atomic<int> waiting_{0};  // callers waiting for the mutex
@@ -323,16 +340,30 @@ PYBIND11_MODULE(_inagg, m) {
   py::class_<Communicator>(m, "_Communicator")
       .def(py::init([](unsigned rank, unsigned world_size, std::string control, uint32_t job_id, std::string dtype,
                        uint32_t message, uint32_t payload, unsigned window, double ack_timeout_ms, unsigned retry,
-                       std::string ip_base, uint64_t chunk_bytes, double timeout_s, unsigned exchange_port) {
-             CommunicatorOptions o{rank,      world_size,   std::move(control), job_id, std::move(dtype),   message,
-                                   payload,   window,       ack_timeout_ms,     retry,  std::move(ip_base), chunk_bytes,
-                                   timeout_s, exchange_port};
+                       std::string ip_base, uint64_t chunk_bytes, double timeout_s, unsigned exchange_port,
+                       std::string control_secret_file) {
+             CommunicatorOptions o{rank,
+                                   world_size,
+                                   std::move(control),
+                                   job_id,
+                                   std::move(dtype),
+                                   message,
+                                   payload,
+                                   window,
+                                   ack_timeout_ms,
+                                   retry,
+                                   std::move(ip_base),
+                                   chunk_bytes,
+                                   timeout_s,
+                                   exchange_port,
+                                   std::move(control_secret_file)};
              py::gil_scoped_release nogil;
              return std::make_unique<Communicator>(o);
            }),
            py::kw_only(), py::arg("rank"), py::arg("world_size"), py::arg("control"), py::arg("job_id"),
            py::arg("dtype"), py::arg("message"), py::arg("payload"), py::arg("window"), py::arg("ack_timeout_ms"),
-           py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"), py::arg("exchange_port"))
+           py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"),
+           py::arg("exchange_port") = 18516, py::arg("control_secret_file") = "")
       .def_property_readonly("rank", [](const Communicator& c) { return c.options().rank; })
       .def_property_readonly("world_size", [](const Communicator& c) { return c.options().world_size; })
       .def_property_readonly("job_id", [](const Communicator& c) { return c.options().job_id; })

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "engine_internal.hpp"
 #include "inagg/util/log.hpp"
@@ -16,15 +17,24 @@ using wire::Layout;
 using namespace engine_detail;
 
 void Engine::hold_closed(const control::JobSpec& spec) {
-  for (const control::ConnectionSpec& c : spec.conns) {
-    for (const auto& key :
-         {std::pair{util::gid_address(c.dst_ip), c.dst_qpn}, std::pair{util::gid_address(c.src_ip), c.src_qpn}}) {
+  // One pass over the closed list for all the job's keys (sorted, looked up by bisection), not one
+  // per key: a hold runs on every lcore, between bursts.
+  using Key = std::pair<util::IpAddr, uint32_t>;
+  const auto before = [](const Key& a, const Key& b) {
+    return std::tie(a.second, a.first.version, a.first.bytes) < std::tie(b.second, b.first.version, b.first.bytes);
+  };
+  std::vector<Key> keys;
+  for (const control::ConnectionSpec& c : spec.conns)
+    for (const Key& key : {Key{util::gid_address(c.dst_ip), c.dst_qpn}, Key{util::gid_address(c.src_ip), c.src_qpn}}) {
       const ConnEntry* e = conns_->find(key.first.version, key.first.bytes.data(), key.second);
-      if (e && e->job) continue;  // this engine's own job: it handles them
-      std::erase_if(closed_, [&](const ClosedKey& k) { return k.addr == key.first && k.qpn == key.second; });
-      closed_.push_back({key.first, key.second, spec.id, UINT64_MAX});
+      if (!e || !e->job) keys.push_back(key);  // not this engine's own job's (it handles those)
     }
-  }
+  std::sort(keys.begin(), keys.end(), before);
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::erase_if(closed_, [&](const ClosedKey& k) {
+    return std::binary_search(keys.begin(), keys.end(), Key{k.addr, k.qpn}, before);
+  });
+  for (const Key& key : keys) closed_.push_back({key.first, key.second, spec.id, UINT64_MAX});
   rebuild_conn_table();
 }
 

@@ -49,8 +49,11 @@ int main(int argc, char** argv) {
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "socket,s", po::value<std::string>()->default_value(control::kDefaultSocketPath)->value_name("PATH"),
-      "the appliance's control socket")("timeout", po::value<int>()->default_value(5000)->value_name("MS"),
-                                        "milliseconds to wait for the reply")(
+      "the appliance's control socket, or tcp://HOST:PORT (its --control-tcp)")(
+      "control-secret-file", po::value<std::string>()->value_name("FILE"),
+      "tcp://: the file with this tenant's credential, one line: SECRET (tenant admin) or TENANT SECRET (mode "
+      "0600); $INAGG_CONTROL_SECRET takes precedence")(
+      "timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")(
       "interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")(
       "count", po::value<unsigned>()->default_value(0)->value_name("N"),
       "top: show N frames and exit (0: until Ctrl-C)");
@@ -116,9 +119,16 @@ int main(int argc, char** argv) {
     return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats, top");
   }
 
-  std::string reply, error;
-  if (!control::send_request(vm["socket"].as<std::string>(), control::format_request(req), &reply, &error,
-                             timeout_ms)) {
+  std::string reply, error, credential;
+  const std::string socket = vm["socket"].as<std::string>();
+  if (socket.rfind(control::kTcpScheme, 0) == 0 &&
+      !control::load_secret_file(vm.count("control-secret-file") ? vm["control-secret-file"].as<std::string>() : "",
+                                 &credential, &error)) {
+    std::cerr << "inagg-ctl: " << socket << " needs a tenant's credential (--control-secret-file or "
+              << "$INAGG_CONTROL_SECRET): " << error << "\n";
+    return 2;
+  }
+  if (!control::send_request(socket, control::format_request(req), &reply, &error, timeout_ms, "inagg", credential)) {
     std::cerr << "inagg-ctl: " << error << "\n";
     return 2;
   }

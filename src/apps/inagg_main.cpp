@@ -201,19 +201,19 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
   }
   control::ControlServer tcp_server;
   if (status == 0 && !opt.control_tcp.empty()) {
-    std::string secret;
+    std::vector<control::Tenant> tenants;
     if (opt.control_secret_file.empty()) {
       util::log(util::LogModule::control, util::LogLevel::error,
                 "--control-tcp needs --control-secret-file (a file with the shared secret, mode 0600)");
       status = 2;
-    } else if (!control::load_secret_file(opt.control_secret_file, &secret, &err) ||
-               !tcp_server.open_tcp(opt.control_tcp, secret, &err)) {
+    } else if (!control::load_tenants(opt.control_secret_file, &tenants, &err) ||
+               !tcp_server.open_tcp(opt.control_tcp, tenants, &err)) {
       util::log(util::LogModule::control, util::LogLevel::error, "control over TCP: %s", err.c_str());
       status = 2;
     } else {
       util::log(util::LogModule::control, util::LogLevel::info,
-                "control requests over TCP on %s (port %u), with the shared secret of %s", opt.control_tcp.c_str(),
-                tcp_server.port(), opt.control_secret_file.c_str());
+                "control requests over TCP on %s (port %u), %zu tenant(s) from %s", opt.control_tcp.c_str(),
+                tcp_server.port(), tenants.size(), opt.control_secret_file.c_str());
     }
   }
   // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
@@ -261,8 +261,9 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
   std::fputs("inagg: final stats\n", stdout);
   std::fputs(app.stats_text().c_str(), stdout);
   if (tcp_server.is_open())
-    std::printf("control tcp %s: refused %" PRIu64 " requests without the right secret\n", opt.control_tcp.c_str(),
-                tcp_server.refused());
+    std::printf("control tcp %s: refused %" PRIu64 " requests without the right credential, dropped %" PRIu64
+                " connections at their deadline\n",
+                opt.control_tcp.c_str(), tcp_server.refused(), tcp_server.dropped());
   tcp_server.close();
   std::fflush(stdout);
   g_app = nullptr;

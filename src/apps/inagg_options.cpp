@@ -38,11 +38,15 @@ po::options_description make_options(Options& o) {
       "control socket (root only, 0600); \"\" disables it")(
       "control-tcp", po::value<std::string>(&o.control_tcp)->value_name("ADDR:PORT"),
       "also serve the control protocol over TCP at IPv4 ADDR:PORT, for workers on other hosts (off by default); "
-      "every request must carry the shared secret of --control-secret-file, anything else is refused and counted")(
+      "every request must carry a tenant's HMAC over the connection's nonce, anything else is refused and counted; "
+      "0.0.0.0 (every address) is warned about")(
       "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
-      "the shared secret of --control-tcp: the file's first line, at least 16 characters, the file mode 0600")(
+      "the tenants of --control-tcp, one line each: TENANT JOBS SECRET (JOBS: *, N or N-M, the job ids it may "
+      "manage), or one line with only a SECRET (tenant admin, every job); secrets of at least 16 characters, the "
+      "file ours or root's, mode 0600")(
       "metrics", po::value<std::string>(&o.metrics_listen),
-      "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, e.g. 127.0.0.1:9100 (off by default; port 0 picks a "
+      "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, or PORT alone for 127.0.0.1:PORT (off by default; "
+      "every address, 0.0.0.0 or [::], is warned about; port 0 picks a "
       "free port)")("stats-interval", po::value<double>(&o.stats_interval)->default_value(0),
                     "print port, lcore and job stats every N seconds (0: only at exit)")(
       "mtu", po::value<uint32_t>(&o.app.mtu)->default_value(o.app.mtu),
@@ -87,6 +91,9 @@ po::options_description make_options(Options& o) {
       "CE-mark released sums towards a port with at least this many packets waiting in its TX queue (0: off)")(
       "capture", po::value<std::string>(&o.app.capture_path),
       "write every RoCEv2 packet the engines emit to this pcap (debugging; costs speed)")(
+      "capture-max-mb", po::value<uint64_t>()->default_value(1024),
+      "--capture: at most this many MiB per file; later packets are skipped, and they and write errors are "
+      "counted in the log at exit")(
       "wait-link", po::value<double>()->default_value(0),
       "wait up to this many seconds for every port's link before forwarding (e.g. a net_memif peer)")(
       "idle-exit", po::value<double>(&o.idle_exit)->default_value(0),
@@ -228,6 +235,7 @@ int parse_app_options(int argc, char** argv, Options& o) {
       return 2;
     }
   }
+  o.app.capture_max_bytes = vm["capture-max-mb"].as<uint64_t>() << 20;
   o.app.wait_link_ms = static_cast<uint32_t>(vm["wait-link"].as<double>() * 1000);
   o.app.flow_steering = vm.count("no-flow") == 0;
   o.app.mac_ageing_ns = static_cast<uint64_t>(vm["mac-ageing"].as<double>() * 1e9);

@@ -148,11 +148,15 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "udp: join the ranks' TCP exchange, as verbs ranks do, instead of the rack plan's fixed QPNs: a ring in which "
       "some ranks are RDMA NICs (--transport verbs). Needs CAP_NET_RAW: a NIC's ICRC covers its IP ID, which only a "
       "raw socket shows")(
+      "exchange-secret-file", po::value<std::string>(&o.exchange_secret_file)->value_name("FILE"),
+      "verbs, --exchange: the job's shared secret for the ranks' exchange, the same on every rank (the file's first "
+      "line, at least 16 characters, mode 0600); $INAGG_EXCHANGE_SECRET takes precedence")(
       "register", po::value<std::string>(&o.register_socket),
       "ina mode: rank 0 adds the job through this inagg control socket (a path, or tcp://HOST:PORT: the appliance's "
       "--control-tcp), and every rank waits until the job is active before sending")(
       "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
-      "--register tcp://: the file holding the appliance's shared secret (mode 0600)")(
+      "--register tcp://: the file with this tenant's credential, one line: SECRET (tenant admin) or TENANT SECRET "
+      "(mode 0600); $INAGG_CONTROL_SECRET takes precedence")(
       "print-job", "print the appliance job file for these parameters and exit")(
       "xdp-heads", po::value<std::string>(&o.xdp_heads)->value_name("IP[,IP..]"),
       "xdp/auto: the head of each group (group g = rank / group size)")(

@@ -13,8 +13,10 @@
 #include <cinttypes>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "inagg/client/clock.hpp"
+#include "inagg/util/hmac.hpp"
 
 namespace inagg::client {
 namespace {
@@ -37,25 +39,6 @@ sockaddr_in address_of(const util::IpAddr& ip, uint16_t port) {
 
 std::string where(const RendezvousConfig& c) { return util::ip_text(c.host) + ":" + std::to_string(c.port); }
 
-// "key=value" fields of a line.
-std::optional<std::string> field(const std::string& line, const std::string& key) {
-  std::istringstream in(line);
-  std::string tok;
-  while (in >> tok)
-    if (tok.compare(0, key.size() + 1, key + "=") == 0) return tok.substr(key.size() + 1);
-  return std::nullopt;
-}
-
-std::optional<uint64_t> number(const std::string& line, const std::string& key, uint64_t max) {
-  const std::optional<std::string> v = field(line, key);
-  if (!v || v->empty()) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v->c_str(), &end, 0);
-  if (errno || *end || n > max) return std::nullopt;
-  return n;
-}
-
 }  // namespace
 
 bool Rendezvous::wait_for(int fd, short events) const {
@@ -69,10 +52,28 @@ bool Rendezvous::wait_for(int fd, short events) const {
   }
 }
 
-// Reads until `stop` has been seen (or the peer closed); false on timeout, error or an oversized answer.
+// Reads until `stop` has been seen, or with an empty `stop` until the peer closes; false on timeout,
+// error, an early close or an oversized answer.
 bool Rendezvous::read_until(int fd, const std::string& stop, std::string* out) const {
   char buf[1024];
-  while (out->find(stop) == std::string::npos) {
+  while (stop.empty() || out->find(stop) == std::string::npos) {
+    if (!wait_for(fd, POLLIN)) return false;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && stop.empty()) return true;
+    if (n <= 0) return false;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > 64 * kMaxLine) return false;
+  }
+  return true;
+}
+
+// Reads until a whole line "end ..." has arrived (the last line of rank 0's answer).
+bool Rendezvous::read_answer(int fd, std::string* out) const {
+  char buf[1024];
+  while (true) {
+    const size_t at = out->compare(0, 4, "end ") == 0 ? 0 : out->find("\nend ");
+    if (at != std::string::npos && out->find('\n', at + 1) != std::string::npos) return true;
     if (!wait_for(fd, POLLIN)) return false;
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -80,7 +81,6 @@ bool Rendezvous::read_until(int fd, const std::string& stop, std::string* out) c
     out->append(buf, static_cast<size_t>(n));
     if (out->size() > 64 * kMaxLine) return false;
   }
-  return true;
 }
 
 bool Rendezvous::write_all(int fd, const std::string& s) const {
@@ -94,121 +94,216 @@ bool Rendezvous::write_all(int fd, const std::string& s) const {
   return true;
 }
 
-std::vector<RankConnection> connections_of(const std::vector<RankEndpoint>& all) {
-  std::vector<RankConnection> c;
-  for (const RankEndpoint& e : all) c.push_back({e.gid, e.send_qpn, e.recv_qpn, e.start_psn});
-  return c;
-}
-
-std::string format_endpoint(const RankEndpoint& e) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "endpoint rank=%u gid=%s send_qpn=0x%x recv_qpn=0x%x start_psn=0x%x recv_addr=0x%" PRIx64
-                " recv_rkey=0x%x payload=%u workers=%u",
-                e.rank, util::ip_text(e.gid).c_str(), e.send_qpn, e.recv_qpn, e.start_psn, e.recv_addr, e.recv_rkey,
-                e.payload, e.workers);
-  return buf;
-}
-
-std::optional<RankEndpoint> parse_endpoint(const std::string& line, std::string* error) {
-  RankEndpoint e;
-  const std::optional<uint64_t> rank = number(line, "rank", 63), sq = number(line, "send_qpn", 0xffffff),
-                                rq = number(line, "recv_qpn", 0xffffff), psn = number(line, "start_psn", 0xffffff),
-                                addr = number(line, "recv_addr", UINT64_MAX),
-                                rkey = number(line, "recv_rkey", UINT32_MAX), p = number(line, "payload", 1 << 16);
-  const std::optional<std::string> gid_text = field(line, "gid");
-  const std::optional<util::IpAddr> gid = gid_text ? util::parse_ip(*gid_text) : std::nullopt;
-  if (line.rfind("endpoint ", 0) != 0 || !rank || !sq || !rq || !psn || !addr || !rkey || !p || !gid) {
-    *error = "not an endpoint line (rank, gid, send_qpn, recv_qpn, start_psn, recv_addr, recv_rkey, payload): '" +
-             line.substr(0, 200) + "'";
-    return std::nullopt;
-  }
-  e.rank = static_cast<unsigned>(*rank);
-  e.gid = *gid;
-  e.send_qpn = static_cast<uint32_t>(*sq);
-  e.recv_qpn = static_cast<uint32_t>(*rq);
-  e.start_psn = static_cast<uint32_t>(*psn);
-  e.recv_addr = *addr;
-  e.recv_rkey = static_cast<uint32_t>(*rkey);
-  e.payload = static_cast<uint32_t>(*p);
-  e.workers = static_cast<unsigned>(number(line, "workers", 64).value_or(0));
-  return e;
-}
-
 Rendezvous::~Rendezvous() {
-  for (int fd : peers_)
-    if (fd >= 0) ::close(fd);
+  for (const Kept& k : peers_)
+    if (k.fd >= 0) ::close(k.fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
-void Rendezvous::drop_peers(const std::string& why) {
-  // Rank 0: tell the ranks still connected why, so that each of them fails at once with the reason
-  // instead of at its deadline, then end our side (FIN after that line). The sockets stay open
-  // until the Rendezvous goes, their input drained: closing one with unread input (another rank's
-  // barrier line) would send a reset, which can discard the reason before the rank has read it.
-  for (int& fd : peers_) {
-    if (fd < 0) continue;
-    if (cfg_.rank == 0) {
-      const std::string line = "error " + why + "\n";
-      (void)!::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::shutdown(fd, SHUT_WR);
-      char sink[512];
-      while (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-      }
-    } else {
-      ::close(fd);
-      fd = -1;
+namespace {
+
+// What each side MACs: a label, both nonces, the text. Rank 0's nonce is fresh per connection, so
+// a message recorded on one connection is worth nothing on another.
+std::string request_mac(const std::string& secret, const std::string& ours, const std::string& theirs,
+                        const std::string& line) {
+  return util::hmac_sha256_hex(secret, "inagg-rendezvous request\n" + ours + "\n" + theirs + "\n" + line);
+}
+std::string answer_mac(const std::string& secret, const std::string& ours, const std::string& theirs,
+                       const std::string& text) {
+  return util::hmac_sha256_hex(secret, "inagg-rendezvous answer\n" + ours + "\n" + theirs + "\n" + text);
+}
+
+bool is_hex(const std::string& s, size_t n) {
+  return s.size() == n && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// A connection rank 0 has accepted: its nonce, what it sent so far, until when it may prove itself.
+struct Peer {
+  int fd = -1;
+  std::string nonce, peer_nonce, in;
+  uint64_t deadline_ns = 0;
+  unsigned rank = 0;
+};
+
+void drop(std::vector<Peer>* peers, size_t i) {
+  ::close((*peers)[i].fd);
+  (*peers)[i] = std::move(peers->back());
+  peers->pop_back();
+}
+
+}  // namespace
+
+bool Rendezvous::listen(std::string* error) {
+  if (cfg_.secret_required && cfg_.secret.size() < 16) {
+    *error = std::string(
+                 "the ranks' exchange needs the job's shared secret, the same on every rank (at least 16 "
+                 "characters): set $") +
+             kExchangeSecretEnv + " or --exchange-secret-file";
+    return false;
+  }
+  if (listen_fd_ >= 0) return true;
+  // Rank 0's own address only (the one the others connect to); every address only where that is
+  // not a local one (a NAT in front of rank 0). The secret guards both.
+  for (const util::IpAddr& at : {cfg_.host, util::IpAddr::v4(INADDR_ANY)}) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const sockaddr_in a = address_of(at, cfg_.port);
+    if (listen_fd_ >= 0 && ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0 &&
+        ::listen(listen_fd_, 64) == 0)
+      return true;
+    const int err = errno;
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    listen_fd_ = -1;
+    if (err != EADDRNOTAVAIL) {
+      *error = "rank 0: cannot listen on TCP port " + std::to_string(cfg_.port) +
+               " for the other ranks: " + std::strerror(err) + " (choose another --exchange-port)";
+      return false;
     }
   }
-  broken_ = why;
+  *error = "rank 0: cannot listen on TCP port " + std::to_string(cfg_.port);
+  return false;
 }
 
 bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer,
                         std::string* error) {
-  // Accept the other ranks' connections and read one line from each; then answer them all. The
-  // connections stay open for the barriers: a rank whose process ends closes its own, which is
-  // how the others learn of it at once.
-  std::vector<int> conns;
+  // Every connection is read at once; one that proves itself within kAuthMs joins `ranks`, any
+  // other is closed unanswered. Once every other rank is there, all get the answer.
+  std::vector<Peer> pending, ranks;
   struct Closer {
-    std::vector<int>& fds;
+    std::vector<Peer>& a;
+    std::vector<Peer>& b;
     ~Closer() {
-      for (int fd : fds) ::close(fd);
+      for (const Peer& p : a) ::close(p.fd);
+      for (const Peer& p : b) ::close(p.fd);
     }
-  } closer{conns};
+  } closer{pending, ranks};
+  std::vector<bool> seen(cfg_.workers, false);
   lines->clear();
-  while (conns.size() + 1 < cfg_.workers) {
-    if (!wait_for(listen_fd_, POLLIN)) {
-      *error = "rank 0: only " + std::to_string(conns.size()) + " of the " + std::to_string(cfg_.workers - 1) +
+  std::string last_refusal;
+  while (ranks.size() + 1 < cfg_.workers) {
+    const uint64_t now = now_ns();
+    if (now >= cfg_.deadline_ns) {
+      *error = "rank 0: only " + std::to_string(ranks.size()) + " of the " + std::to_string(cfg_.workers - 1) +
                " other ranks " + what + " on TCP port " + std::to_string(cfg_.port) +
-               " before the deadline (are they all started, with the same --workers, --ip-base and --exchange-port?)";
+               " before the deadline (are they all started, with the same --workers, --ip-base, --exchange-port "
+               "and secret?)" +
+               (refused_ ? "; " + std::to_string(refused_) + " connection(s) dropped, the last: " + last_refusal : "");
       return false;
     }
-    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    for (size_t i = 0; i < pending.size();)  // silent too long: dropped
+      if (pending[i].deadline_ns <= now) {
+        ++refused_;
+        last_refusal = "no authenticated message within " + std::to_string(kAuthMs) + " ms";
+        drop(&pending, i);
+      } else {
+        ++i;
+      }
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (const Peer& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    int wait = ms_left(cfg_.deadline_ns);
+    for (const Peer& p : pending) wait = std::min(wait, ms_left(p.deadline_ns));
+    if (::poll(fds.data(), fds.size(), idle_ ? 0 : wait) <= 0) {
+      if (idle_) idle_(std::min(std::max(wait, 0), kIdleMs));
+      continue;
+    }
+    // Readable pending connections first (fds[1..] match `pending` before any drop below).
+    std::vector<size_t> done;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (!fds[i + 1].revents) continue;
+      Peer& p = pending[i];
+      char buf[1024];
+      const ssize_t n = ::read(p.fd, buf, sizeof buf);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n > 0) p.in.append(buf, static_cast<size_t>(n));
+      const size_t first = p.in.find('\n'), second = first == std::string::npos ? first : p.in.find('\n', first + 1);
+      if (n > 0 && second == std::string::npos && p.in.size() <= 2 * kMaxLine) continue;
+      done.push_back(i);
+      // "auth <nonce> <mac>\n<line>\n"
+      std::istringstream auth(p.in.substr(0, first));
+      std::string word, mac;
+      auth >> word >> p.peer_nonce >> mac;
+      const std::string line = second == std::string::npos ? "" : p.in.substr(first + 1, second - first - 1);
+      if (n <= 0 || second == std::string::npos || word != "auth" || !is_hex(p.peer_nonce, 2 * util::kNonceBytes) ||
+          !util::equal_constant_time(mac, request_mac(cfg_.secret, p.nonce, p.peer_nonce, line))) {
+        ++refused_;
+        last_refusal = n <= 0 ? "closed before its message" : "a message without a valid MAC (another secret?)";
+        p.rank = ~0u;
+        continue;
+      }
+      const std::optional<unsigned> rank = rank_field(line);
+      // An authenticated rank holds the job's secret: a wrong rank there is a mistake in the
+      // job's configuration, and the whole exchange stops with it.
+      if (!rank || *rank == 0 || *rank >= cfg_.workers || seen[*rank]) {
+        *error = "rank 0: a rank sent '" + line.substr(0, 100) + "': " +
+                 (!rank                                   ? std::string("no rank")
+                  : *rank == 0 || !(*rank < cfg_.workers) ? "rank out of range 1.." + std::to_string(cfg_.workers - 1)
+                                                          : "rank " + std::to_string(*rank) + " twice") +
+                 " (--workers " + std::to_string(cfg_.workers) + "; does every rank have its own --rank?)";
+        return false;
+      }
+      seen[*rank] = true;
+      p.rank = static_cast<unsigned>(*rank);
+      lines->push_back(line);
+    }
+    for (size_t k = done.size(); k-- > 0;) {
+      const size_t i = done[k];
+      if (pending[i].rank != ~0u) {
+        ranks.push_back(std::move(pending[i]));
+        pending[i] = std::move(pending.back());
+        pending.pop_back();
+      } else {
+        drop(&pending, i);
+      }
+    }
+    if (!fds[0].revents) continue;
+    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) continue;
-    conns.push_back(c);
-    std::string line;
-    if (!read_until(c, "\n", &line)) {
-      *error =
-          "rank 0: a rank connected to port " + std::to_string(cfg_.port) + " but sent no line before the deadline";
-      return false;
+    if (pending.size() >= kMaxPending) {  // the oldest unproven one makes room
+      size_t oldest = 0;
+      for (size_t i = 1; i < pending.size(); ++i)
+        if (pending[i].deadline_ns < pending[oldest].deadline_ns) oldest = i;
+      ++refused_;
+      last_refusal = "more than " + std::to_string(kMaxPending) + " connections waiting";
+      drop(&pending, oldest);
     }
-    lines->push_back(line.substr(0, line.find('\n')));
+    Peer p;
+    p.fd = c;
+    p.nonce = util::random_hex();
+    p.deadline_ns = std::min(cfg_.deadline_ns, now_ns() + uint64_t{kAuthMs} * 1'000'000);
+    const std::string challenge = "challenge " + p.nonce + "\n";
+    if (p.nonce.empty() ||
+        ::send(c, challenge.data(), challenge.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(challenge.size())) {
+      ::close(c);
+      continue;
+    }
+    pending.push_back(std::move(p));
   }
-  const std::string reply = answer(*lines) + "end\n";
-  for (int c : conns)
-    if (!write_all(c, reply)) {
-      *error = "rank 0: a rank went away before it had rank 0's answer";
+  const std::string reply = answer(*lines);
+  for (Peer& p : ranks) {
+    const int flags = ::fcntl(p.fd, F_GETFL);
+    ::fcntl(p.fd, F_SETFL, flags & ~O_NONBLOCK);
+    if (!write_all(p.fd, reply + "end " + answer_mac(cfg_.secret, p.nonce, p.peer_nonce, reply) + "\n")) {
+      *error = "rank 0: rank " + std::to_string(p.rank) + " went away before it had rank 0's answer";
       return false;
     }
-  // Kept, in the order of `lines` (exchange() files them by rank).
-  peers_ = std::move(conns);
-  conns.clear();
+  }
+  // Kept for the barriers: a rank whose process ends closes its own, which is how the others learn
+  // of it at once.
+  peers_.assign(cfg_.workers, Kept{});
+  for (Peer& p : ranks) {
+    peers_[p.rank] = Kept{p.fd, p.nonce, p.peer_nonce};
+    p.fd = -1;
+  }
+  ranks.clear();
   return true;
 }
 
 bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* error) {
+  if (cfg_.secret_required && cfg_.secret.size() < 16) return listen(error);  // the same refusal as rank 0's
   const sockaddr_in a = address_of(cfg_.host, cfg_.port);
   std::string last = "nothing answered";
+  const std::string who = "rank " + std::to_string(cfg_.rank) + ": rank 0 at " + where(cfg_);
   // Rank 0 may not be listening yet: try again until the deadline.
   while (true) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -220,16 +315,40 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
     const timeval tv{std::max(1, std::min(5, ms_left(cfg_.deadline_ns) / 1000)), 0};
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
-      answer->clear();
-      const bool ok = write_all(fd, line + "\n") && read_until(fd, "end\n", answer);
-      if (ok) {
-        peers_.assign(1, fd);  // kept for the barriers
-        return true;
+      std::string challenge;
+      const bool got = read_until(fd, "\n", &challenge);
+      const std::string nonce =
+          challenge.rfind("challenge ", 0) == 0 ? challenge.substr(10, 2 * util::kNonceBytes) : "";
+      const std::string ours = util::random_hex();
+      if (!got || !is_hex(nonce, 2 * util::kNonceBytes) || challenge.size() != 11 + nonce.size() || ours.empty()) {
+        ::close(fd);
+        *error = who + " did not open the exchange with its nonce (is that rank 0 of this job, and inagg-worker?)";
+        return false;
       }
-      ::close(fd);
-      *error = "rank " + std::to_string(cfg_.rank) + ": rank 0 at " + where(cfg_) +
-               " took the connection but gave no complete answer before the deadline (are all ranks started?)";
-      return false;
+      answer->clear();
+      // Rank 0's answer ends with the line "end <mac>"; the connection stays open for the barriers.
+      const bool ok =
+          write_all(fd, "auth " + ours + " " + request_mac(cfg_.secret, nonce, ours, line) + "\n" + line + "\n") &&
+          read_answer(fd, answer);
+      if (!ok) ::close(fd);
+      const size_t end = answer->rfind("end ", answer->size() < 5 ? 0 : answer->size() - 5);
+      if (ok && (end == std::string::npos || (end > 0 && (*answer)[end - 1] != '\n') || answer->back() != '\n'))
+        ::close(fd);
+      if (!ok || end == std::string::npos || (end > 0 && (*answer)[end - 1] != '\n') || answer->back() != '\n') {
+        *error = who +
+                 " took the connection but gave no complete answer before the deadline (are all ranks started, with "
+                 "the same secret?)";
+        return false;
+      }
+      const std::string mac = answer->substr(end + 4, answer->size() - end - 5);
+      answer->resize(end);
+      if (!util::equal_constant_time(mac, answer_mac(cfg_.secret, nonce, ours, *answer))) {
+        ::close(fd);
+        *error = who + " answered without a valid MAC: another secret, or not rank 0 of this job";
+        return false;
+      }
+      peers_.assign(1, Kept{fd, nonce, ours});
+      return true;
     }
     last = std::strerror(errno);
     ::close(fd);
@@ -256,19 +375,7 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpo
   mine.workers = cfg.workers;
   std::vector<std::string> lines;
   if (cfg.rank == 0) {
-    if (listen_fd_ < 0) {
-      listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      const int one = 1;
-      ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      // Rank 0's own address only: ranks of other jobs (other --ip-base) on this host listen on theirs.
-      const sockaddr_in any = address_of(cfg.host, cfg.port);
-      if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&any), sizeof any) != 0 ||
-          ::listen(listen_fd_, 64) != 0) {
-        *error = "rank 0: cannot listen on TCP port " + std::to_string(cfg.port) +
-                 " for the other ranks: " + std::strerror(errno) + " (choose another --exchange-port)";
-        return false;
-      }
-    }
+    if (!listen(error)) return false;
     const auto table = [&mine](std::vector<std::string>& got) {
       got.push_back(format_endpoint(mine));
       std::string t;
@@ -276,26 +383,12 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpo
       return t;
     };
     if (!gather("sent their endpoints", &lines, table, error)) return false;
-    // peers_[i] answered lines[i]; file them by rank (the lines are checked below).
-    std::vector<int> by_rank(cfg.workers, -1);
-    for (size_t i = 0; i < peers_.size(); ++i) {
-      std::string ignored;
-      const std::optional<RankEndpoint> e = parse_endpoint(lines[i], &ignored);
-      if (e && e->rank < cfg.workers && by_rank[e->rank] < 0) {
-        by_rank[e->rank] = peers_[i];
-        peers_[i] = -1;
-      }
-    }
-    for (int fd : peers_)
-      if (fd >= 0) ::close(fd);
-    peers_ = std::move(by_rank);
   } else {
     std::string answer;
     if (!ask(format_endpoint(mine), &answer, error)) return false;
     for (size_t start = 0; start < answer.size();) {
       const size_t end = answer.find('\n', start);
       const std::string l = answer.substr(start, end - start);
-      if (l == "end") break;
       if (l.rfind("error ", 0) == 0) {
         *error = "rank 0 refused the exchange: " + l.substr(6);
         return false;
@@ -310,8 +403,9 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpo
     const std::optional<RankEndpoint> e = parse_endpoint(l, error);
     if (!e) return false;
     if (e->rank >= cfg.workers || seen[e->rank]) {
-      *error = "the exchange got rank " + std::to_string(e->rank) + " " + (seen[e->rank] ? "twice" : "") +
-               " with --workers " + std::to_string(cfg.workers) + ": does every rank have its own --rank?";
+      *error = "the exchange got rank " + std::to_string(e->rank) + " " +
+               (e->rank >= cfg.workers ? "out of range" : "twice") + " with --workers " + std::to_string(cfg.workers) +
+               ": does every rank have its own --rank?";
       return false;
     }
     if (e->workers != cfg.workers) {
@@ -336,6 +430,33 @@ bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpo
   return true;
 }
 
+std::string Rendezvous::barrier_mac(const Kept& k, const char* label, uint64_t seq, const std::string& text) const {
+  return util::hmac_sha256_hex(cfg_.secret, std::string("inagg-rendezvous ") + label + "\n" + k.rank0_nonce + "\n" +
+                                                k.rank_nonce + "\n" + std::to_string(seq) + "\n" + text);
+}
+
+void Rendezvous::drop_peers(const std::string& why) {
+  // Rank 0: tell the ranks still connected why, so that each of them fails at once with the reason
+  // instead of at its deadline, then end our side (FIN after that line). The sockets stay open
+  // until the Rendezvous goes, their input drained: closing one with unread input (another rank's
+  // barrier line) would send a reset, which can discard the reason before the rank has read it.
+  for (Kept& k : peers_) {
+    if (k.fd < 0) continue;
+    if (cfg_.rank == 0) {
+      const std::string text = "error " + why;
+      const std::string line = barrier_mac(k, "answer", k.sent++, text) + " " + text + "\n";
+      (void)!::send(k.fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(k.fd, SHUT_WR);
+      char sink[512];
+      while (::recv(k.fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {}
+    } else {
+      ::close(k.fd);
+      k.fd = -1;
+    }
+  }
+  broken_ = why;
+}
+
 bool Rendezvous::barrier(const std::string& what, std::string* error) {
   if (cfg_.workers == 0 || peers_.empty()) {
     *error = "barrier before the exchange";
@@ -347,10 +468,13 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
   }
   const std::string line = "barrier " + what;
   if (cfg_.rank != 0) {
-    // Our line to rank 0 on the kept connection, then its answer: "end", or "error ..." when a rank
-    // went away or came to another barrier; the connection closing means rank 0 went away.
+    // "<mac> barrier WHAT" to rank 0 on the kept connection; its answer "<mac> end", or
+    // "<mac> error ..." when a rank went away or came to another barrier; the connection closing
+    // means rank 0 went away.
+    Kept& k = peers_[0];
     std::string answer;
-    if (!write_all(peers_[0], line + "\n") || !read_until(peers_[0], "\n", &answer)) {
+    if (!write_all(k.fd, barrier_mac(k, "barrier", k.sent++, line) + " " + line + "\n") ||
+        !read_until(k.fd, "\n", &answer)) {
       const std::string why = ms_left(cfg_.deadline_ns) <= 0
                                   ? "rank 0 did not end the barrier '" + what + "' before the deadline"
                                   : "rank 0's connection closed in the barrier '" + what + "' (its process ended?)";
@@ -358,9 +482,17 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
       *error = "rank " + std::to_string(cfg_.rank) + ": " + why;
       return false;
     }
-    answer = answer.substr(0, answer.find('\n'));
-    if (answer == "end") return true;
-    drop_peers(answer.rfind("error ", 0) == 0 ? answer.substr(6) : "rank 0 answered '" + answer.substr(0, 100) + "'");
+    answer.resize(answer.find('\n'));
+    const size_t sp = answer.find(' ');
+    const std::string text = sp == std::string::npos ? "" : answer.substr(sp + 1);
+    if (sp == std::string::npos ||
+        !util::equal_constant_time(answer.substr(0, sp), barrier_mac(k, "answer", k.received++, text))) {
+      drop_peers("rank 0's answer in the barrier '" + what + "' carried no valid MAC");
+      *error = "rank " + std::to_string(cfg_.rank) + ": " + broken_;
+      return false;
+    }
+    if (text == "end") return true;
+    drop_peers(text.rfind("error ", 0) == 0 ? text.substr(6) : "rank 0 answered '" + text.substr(0, 100) + "'");
     *error = "rank " + std::to_string(cfg_.rank) + " in the barrier '" + what + "': " + broken_;
     return false;
   }
@@ -374,7 +506,7 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
     std::vector<unsigned> rank_of;
     for (unsigned r = 1; r < cfg_.workers; ++r)
       if (!in[r]) {
-        fds.push_back({peers_[r], POLLIN, 0});
+        fds.push_back({peers_[r].fd, POLLIN, 0});
         rank_of.push_back(r);
       }
     const int left = ms_left(cfg_.deadline_ns);
@@ -392,7 +524,7 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
       if (!fds[i].revents) continue;
       const unsigned r = rank_of[i];
       char buf[512];
-      const ssize_t n = ::recv(peers_[r], buf, sizeof buf, MSG_DONTWAIT);
+      const ssize_t n = ::recv(peers_[r].fd, buf, sizeof buf, MSG_DONTWAIT);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) {
         drop_peers("rank " + std::to_string(r) + " went away (its connection to rank 0 closed: its process ended?)");
@@ -403,9 +535,19 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
       if (got[r].size() > kMaxLine) got[r].resize(kMaxLine);
       const size_t eol = got[r].find('\n');
       if (eol == std::string::npos) continue;
-      if (got[r].substr(0, eol) != line) {
-        drop_peers("rank " + std::to_string(r) + " came to '" + got[r].substr(0, std::min<size_t>(eol, 100)) +
-                   "' while rank 0 was at '" + line + "'");
+      const std::string msg = got[r].substr(0, eol);
+      const size_t sp = msg.find(' ');
+      const std::string text = sp == std::string::npos ? "" : msg.substr(sp + 1);
+      if (sp == std::string::npos ||
+          !util::equal_constant_time(msg.substr(0, sp),
+                                     barrier_mac(peers_[r], "barrier", peers_[r].received++, text))) {
+        drop_peers("rank " + std::to_string(r) + "'s barrier message carried no valid MAC");
+        *error = "rank 0: " + broken_;
+        return false;
+      }
+      if (text != line) {
+        drop_peers("rank " + std::to_string(r) + " came to '" + text.substr(0, 100) + "' while rank 0 was at '" + line +
+                   "'");
         *error = "rank 0: " + broken_;
         return false;
       }
@@ -413,12 +555,14 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
       ++arrived;
     }
   }
-  for (unsigned r = 1; r < cfg_.workers; ++r)
-    if (!write_all(peers_[r], "end\n")) {
+  for (unsigned r = 1; r < cfg_.workers; ++r) {
+    Kept& k = peers_[r];
+    if (!write_all(k.fd, barrier_mac(k, "answer", k.sent++, "end") + " end\n")) {
       drop_peers("rank " + std::to_string(r) + " went away before rank 0 ended the barrier '" + what + "'");
       *error = "rank 0: " + broken_;
       return false;
     }
+  }
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include "inagg/client/nccl_table.hpp"
 #include "inagg/client/udp_transport.hpp"
 #include "inagg/control/socket.hpp"
+#include "inagg/util/hmac.hpp"
 
 namespace inagg::client {
 
@@ -104,8 +105,9 @@ std::string check_run_options(WorkerOptions& o) {
   x.port = static_cast<uint16_t>(o.xdp_port);
   x.timeout_ms = o.xdp_timeout_ms;
   if (o.register_socket.rfind(control::kTcpScheme, 0) == 0) {
-    if (o.control_secret_file.empty())
-      return "--register tcp://HOST:PORT needs --control-secret-file (the appliance's shared secret)";
+    if (o.control_secret_file.empty() && !std::getenv(control::kControlSecretEnv))
+      return "--register tcp://HOST:PORT needs --control-secret-file or $INAGG_CONTROL_SECRET (a tenant's credential "
+             "from the appliance's --control-secret-file)";
     std::string why;
     if (!control::load_secret_file(o.control_secret_file, &o.control_secret, &why))
       return "--control-secret-file: " + why;
@@ -126,6 +128,17 @@ std::string check_run_options(WorkerOptions& o) {
   } else if (o.transport_name != "udp") {
     return "--transport must be udp (the software RoCE endpoint) or verbs (rdma-core: an RDMA NIC or Soft-RoCE)";
   }
+  if (o.use_verbs || o.exchange) {
+    std::string why;
+    if (!util::load_secret(kExchangeSecretEnv, o.exchange_secret_file, &o.exchange_secret, &why))
+      return std::string("the ranks' exchange needs the job's secret, the same on every rank: set $") +
+             kExchangeSecretEnv + " or --exchange-secret-file (" + why + ")";
+  } else if (!o.exchange_secret_file.empty() || std::getenv(kExchangeSecretEnv)) {
+    // The software ranks' meeting on the rack plan takes the secret when one is given.
+    std::string why;
+    if (!util::load_secret(kExchangeSecretEnv, o.exchange_secret_file, &o.exchange_secret, &why))
+      return std::string("the ranks' exchange secret: ") + why;
+  }
   o.rack.rank = o.rank;
   return "";
 }
@@ -139,6 +152,7 @@ RendezvousConfig rendezvous_config(const TransportRequest& r) {
   rc.host = r.rack.ip_of(0);
   rc.port = r.exchange_port;
   rc.deadline_ns = r.deadline_ns;
+  rc.secret = r.exchange_secret;
   return rc;
 }
 
@@ -149,7 +163,9 @@ std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::st
   if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error))
     return nullptr;
   if (!r.exchange) {
-    if (!t->meet(rendezvous_config(r), error)) return nullptr;
+    RendezvousConfig c = rendezvous_config(r);
+    c.secret_required = false;  // nothing secret crosses the meeting, nothing taken from it is used
+    if (!t->meet(c, error)) return nullptr;
     return t;
   }
   std::vector<RankEndpoint> all;
@@ -212,7 +228,8 @@ bool Worker::open(std::string* error) {
                              o_.verbs,
                              static_cast<uint16_t>(o_.exchange_port),
                              deadline_ns_,
-                             o_.exchange && !o_.use_verbs};
+                             o_.exchange && !o_.use_verbs,
+                             o_.exchange_secret};
     transport_ = open_transport_(r, error);
     if (!transport_) return false;
     // A transport whose QPs are the device's registers them instead of the plan's.

@@ -126,8 +126,17 @@ bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::stri
     const timespec ts{0, static_cast<long>(std::min<uint64_t>(wake - std::min(wake, t), 999'999'999))};
     ::ppoll(&p, 1, &ts, nullptr);
     while (true) {
-      const ssize_t got = ::recv(fd_, rx.data(), rx.size(), MSG_DONTWAIT);
+      sockaddr_in from{};
+      socklen_t from_len = sizeof from;
+      const ssize_t got =
+          ::recvfrom(fd_, rx.data(), rx.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
       if (got < 0) break;
+      // Only the head's address and the tier's port: no other host can feed us a result. (Not a
+      // connect(): a connected socket takes no multicast, its local address being the unicast one.)
+      if (from.sin_port != htons(cfg_.port) || std::memcmp(&from.sin_addr, cfg_.head.bytes.data(), 4) != 0) {
+        ++c_.wrong_source;
+        continue;
+      }
       xagg_hdr h;
       if (static_cast<size_t>(got) < sizeof h) {
         ++c_.malformed;

@@ -151,6 +151,12 @@ bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* pr
     case Key::conn: {
       ConnectionSpec c;
       if (!parse_conn(value, &c, problem)) return false;
+      // A job has at most 64 ranks: more conn lines are refused here, before any of them reaches
+      // the appliance's lcores.
+      if (spec->conns.size() >= 64) {
+        *problem = "more than 64 conn lines (a job has at most 64 workers, one conn line each)";
+        return false;
+      }
       spec->conns.push_back(c);
       return true;
     }

@@ -1,14 +1,17 @@
 // The control socket's client half: a request over the Unix socket or tcp://HOST:PORT (with the
-// shared secret), the reply read to its end, every wait bounded by the caller's timeout.
+// tenant's credential), in protocol 2's frames, every wait bounded by the caller's timeout.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "inagg/control/socket.hpp"
+#include "inagg/util/hmac.hpp"
 #include "socket_io.hpp"
 
 namespace inagg::control {
@@ -94,6 +97,41 @@ int connect_unix(const std::string& socket_path, Clock::time_point deadline, con
 
 }  // namespace
 
+namespace {
+
+// Reads until `out` holds `want` bytes, or with want == npos until the first newline; false on
+// the deadline or when the server closes first.
+bool read_some(int fd, std::string* out, size_t want, Clock::time_point deadline, int* err) {
+  char buf[16384];
+  while (want == std::string::npos ? out->find('\n') == std::string::npos : out->size() < want) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      out->append(buf, static_cast<size_t>(n));
+      if (out->size() > kMaxReplyBytes) {
+        *err = EMSGSIZE;
+        return false;
+      }
+      continue;
+    }
+    if (n == 0) {
+      *err = 0;
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      *err = errno;
+      return false;
+    }
+    if (!wait_for(fd, POLLIN, deadline)) {
+      *err = ETIMEDOUT;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool send_request(const std::string& socket_path, const std::string& request_text, std::string* reply,
                   std::string* error, int timeout_ms, const char* server, const std::string& secret) {
   reply->clear();
@@ -108,46 +146,61 @@ bool send_request(const std::string& socket_path, const std::string& request_tex
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  // Over TCP the secret comes first (an empty one too: the server's refusal then says what is missing).
-  const std::string request = tcp && !secret.empty() ? "secret " + secret + "\n" + request_text : request_text;
-
-  int err = 0;
-  if (!write_all(fd, request, deadline, &err)) {
-    if (err == ETIMEDOUT) {
+  const auto failed = [&](int err, const std::string& what) {
+    if (err == ETIMEDOUT)
       *error = no_reply;
-      return false;
-    }
-    // EPIPE/ECONNRESET: the server stopped reading (e.g. an oversized request); its reply may be
-    // waiting for us, so read on.
-  }
-  ::shutdown(fd, SHUT_WR);
-
-  char buf[16384];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) {
-      if (reply->size() + static_cast<size_t>(n) > kMaxReplyBytes) {
-        *error = "the reply from " + socket_path + " is larger than 64 MiB; giving up";
-        return false;
-      }
-      reply->append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    if (n == 0) break;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(fd, POLLIN, deadline)) {
-        *error = no_reply;
-        return false;
-      }
-      continue;
-    }
-    if (errno == ECONNRESET && !reply->empty()) break;  // reset after the reply: it is complete
-    *error = "reading the reply from " + socket_path + ": " + std::strerror(errno);
+    else if (err == 0)
+      *error = socket_path + " closed the connection " + what;
+    else
+      *error = "reading from " + socket_path + ": " + std::strerror(err);
+    return false;
+  };
+  // The server's greeting: its protocol and this connection's nonce.
+  std::string in;
+  int err = 0;
+  if (!read_some(fd, &in, std::string::npos, deadline, &err)) return failed(err, "before its greeting");
+  const std::string greeting = in.substr(0, in.find('\n'));
+  in.erase(0, greeting.size() + 1);
+  constexpr std::string_view kGreeting = "inagg-control 2 ";
+  if (greeting.rfind(kGreeting, 0) != 0 || greeting.size() != kGreeting.size() + 32) {
+    *error = socket_path + " does not speak inagg's control protocol 2 (it said '" + greeting.substr(0, 60) +
+             "'): is it an older " + server + "?";
     return false;
   }
-  if (reply->empty()) {
-    *error = socket_path + " closed the connection without replying";
+  const std::string nonce = greeting.substr(kGreeting.size());
+  // The credential: SECRET (tenant admin), TENANT SECRET, or TENANT JOBS SECRET.
+  std::istringstream words(secret);
+  std::vector<std::string> w;
+  for (std::string x; words >> x;) w.push_back(x);
+  const std::string tenant = w.empty() ? "" : w.size() == 1 ? "admin" : w.front();
+  const std::string key = w.empty() ? "" : w.back();
+  std::string header = "request " + std::to_string(request_text.size());
+  if (tcp && !key.empty()) header += " " + tenant + " " + request_mac(key, nonce, tenant, request_text);
+  if (!write_all(fd, header + "\n" + request_text, deadline, &err) && err == ETIMEDOUT) {
+    *error = no_reply;
+    return false;
+  }
+  // EPIPE/ECONNRESET: the server refused before reading it all; its reply may be waiting.
+  ::shutdown(fd, SHUT_WR);
+
+  if (!read_some(fd, &in, std::string::npos, deadline, &err)) return failed(err, "without replying");
+  const std::string rheader = in.substr(0, in.find('\n'));
+  in.erase(0, rheader.size() + 1);
+  std::istringstream h(rheader);
+  std::string word, mac;
+  long long len = -1;
+  h >> word >> len >> mac;
+  if (word != "reply" || len < 0 || static_cast<size_t>(len) > kMaxReplyBytes) {
+    *error = socket_path + " sent no reply frame ('" + rheader.substr(0, 60) + "')";
+    return false;
+  }
+  if (!read_some(fd, &in, static_cast<size_t>(len), deadline, &err)) return failed(err, "in the middle of its reply");
+  *reply = in.substr(0, static_cast<size_t>(len));
+  // Over TCP a reply counts only with the tenant's MAC; a refusal (no tenant was accepted) has none.
+  if (tcp && !(mac.empty() && is_error_reply(*reply)) &&
+      (key.empty() || !util::equal_constant_time(mac, reply_mac(key, nonce, *reply)))) {
+    *error = socket_path + " replied without a valid MAC (a wrong credential, or not the appliance)";
+    reply->clear();
     return false;
   }
   return true;

@@ -107,6 +107,10 @@ Appliance::~Appliance() {
   Impl& I = *impl_;
   for (auto& l : I.lcores) {
     l->engine.reset();  // frees the mbufs its jobs hold
+    if (l->capture.is_open() && (l->capture.skipped() || l->capture.errors()))
+      util::log(util::LogModule::dataplane, util::LogLevel::warning,
+                "capture of lcore %u: %" PRIu64 " packets not written past --capture-max-mb, %" PRIu64 " write errors",
+                l->lcore_id, l->capture.skipped(), l->capture.errors());
     l->capture.close();
     free_request_rings(*l);
     for (rte_ring* ring : {l->handover, l->ordered}) {
@@ -181,6 +185,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     if (!cfg.capture_path.empty()) {
       const std::string path = nq == 1 ? cfg.capture_path : cfg.capture_path + "." + std::to_string(ref.lcore_id);
       if (!ref.capture.open(path, error)) return false;
+      ref.capture.set_limit(cfg.capture_max_bytes);
     }
   }
   I.dp.burst = cfg.burst;

@@ -88,6 +88,12 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
 }
 
 bool JobOwnership::add(const control::JobSpec& spec, std::string* error) {
+  // Bounded before any lcore hears of it: the holds below cost every lcore time per connection.
+  if (spec.workers < 1 || spec.workers > 64 || spec.conns.size() != spec.workers) {
+    *error = "job " + std::to_string(spec.id) + ": needs 1..64 workers and one conn line each (" +
+             std::to_string(spec.workers) + " workers, " + std::to_string(spec.conns.size()) + " conn lines)";
+    return false;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (conflicts(spec, error)) return false;
   uint16_t owner = 0;

@@ -1,4 +1,5 @@
 #include "inagg/dataplane/metrics.hpp"
+#include "inagg/util/log.hpp"
 
 #include <httplib.h>
 #include <rte_ethdev.h>
@@ -182,7 +183,10 @@ std::string PrometheusRenderer::render() {
   return o.str();
 }
 
-bool parse_listen_address(const std::string& s, std::string* host, uint16_t* port, std::string* error) {
+bool parse_listen_address(const std::string& s_in, std::string* host, uint16_t* port, std::string* error) {
+  // A bare port: the loopback (whoever scrapes from elsewhere names the address to expose).
+  const std::string s =
+      !s_in.empty() && s_in.find_first_not_of("0123456789") == std::string::npos ? "127.0.0.1:" + s_in : s_in;
   const size_t colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) {
     *error = "'" + s + "' is not ADDRESS:PORT (e.g. 127.0.0.1:9100, [::1]:9100, 0.0.0.0:9100)";
@@ -224,6 +228,11 @@ bool MetricsServer::start(const std::string& listen, std::function<std::string()
   std::string host;
   uint16_t port = 0;
   if (!parse_listen_address(listen, &host, &port, error)) return false;
+  if (host == "0.0.0.0" || host == "::")
+    util::log(util::LogModule::control, util::LogLevel::warning,
+              "metrics listen on every address (%s): any host that reaches this one can read every job's counters; "
+              "give the monitoring network's address, or a bare port for the loopback",
+              listen.c_str());
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second appliance would
   // silently share the port (and the scrapes) instead of being refused.
   impl_->server.set_socket_options([](socket_t sock) {

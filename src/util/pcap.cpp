@@ -58,6 +58,8 @@ PcapWriter::~PcapWriter() { close(); }
 bool PcapWriter::open(const std::string& path, std::string* error) {
   close();
   failed_ = false;
+  written_ = 24;  // the file header
+  skipped_ = errors_ = 0;
   dead_ = pcap_open_dead_with_tstamp_precision(DLT_EN10MB, 65535, PCAP_TSTAMP_PRECISION_NANO);
   if (dead_ == nullptr) {
     *error = "libpcap could not set up a capture writer";
@@ -75,14 +77,24 @@ bool PcapWriter::open(const std::string& path, std::string* error) {
 
 bool PcapWriter::write(const uint8_t* data, size_t len, uint64_t ts_ns) {
   if (dumper_ == nullptr) return false;
+  const uint64_t record = 16 + (len > 65535 ? 65535 : len);  // pcap record header + data
+  if (limit_ && written_ + record > limit_) {
+    ++skipped_;
+    return false;
+  }
+  written_ += record;
   pcap_pkthdr hdr{};
   hdr.ts.tv_sec = static_cast<time_t>(ts_ns / 1000000000ull);
   hdr.ts.tv_usec = static_cast<suseconds_t>(ts_ns % 1000000000ull);  // nanoseconds: the file is nanosecond
   hdr.caplen = static_cast<uint32_t>(len > 65535 ? 65535 : len);
   hdr.len = static_cast<uint32_t>(len);
   pcap_dump(reinterpret_cast<u_char*>(dumper_), &hdr, data);
-  if (std::ferror(pcap_dump_file(dumper_))) failed_ = true;  // pcap_dump itself reports nothing
-  return !failed_;
+  if (std::ferror(pcap_dump_file(dumper_))) {  // pcap_dump itself reports nothing
+    failed_ = true;
+    ++errors_;
+    return false;
+  }
+  return true;
 }
 
 bool PcapWriter::close() {

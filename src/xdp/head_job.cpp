@@ -173,20 +173,21 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
         "member " + std::to_string(job.member.size() - 1) + " is not below members = " + std::to_string(job.members);
     return std::nullopt;
   }
-  if (job.unicast) {
-    job.member.resize(job.members);
-    for (unsigned r = 0; r < job.members; ++r) {
-      if (!job.member[r]) {
-        *error =
-            "fanout = unicast needs a 'member = RANK, IP' line for every rank; rank " + std::to_string(r) + " has none";
-        return std::nullopt;
-      }
-    }
-  }
   if (job.total_weight < job.members) {
     *error = "total_weight " + std::to_string(job.total_weight) + " is below members " + std::to_string(job.members) +
              "; it counts the workers of the whole job, at least one per member";
     return std::nullopt;
+  }
+  // Every rank's address: the head takes DATA for a rank only from its member's address.
+  job.member.resize(job.members);
+  for (unsigned r = 0; r < job.members; ++r) {
+    if (!job.member[r]) {
+      *error =
+          "every member needs a 'member = RANK, IP' line (the head takes a rank's DATA only from its address); "
+          "rank " +
+          std::to_string(r) + " has none";
+      return std::nullopt;
+    }
   }
   return job;
 }

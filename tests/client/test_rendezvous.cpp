@@ -3,8 +3,13 @@
 // VerbsTransport relies on, without an RDMA device.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -15,9 +20,12 @@
 #include "inagg/client/plan.hpp"
 #include "inagg/client/rendezvous.hpp"
 #include "inagg/control/job_file.hpp"
+#include "inagg/util/hmac.hpp"
 
 namespace inagg::client {
 namespace {
+
+const std::string kSecret = "the job's secret, 0123456789";
 
 uint16_t test_port(unsigned k) { return static_cast<uint16_t>(30000 + (::getpid() * 7 + k * 101) % 20000); }
 
@@ -66,6 +74,7 @@ std::vector<std::string> run_ranks(unsigned n, uint16_t port, const std::vector<
       c.host = *util::parse_ip("127.0.0.1");
       c.port = port;
       c.deadline_ns = now_ns() + 5'000'000'000ull;
+      c.secret = kSecret;
       if (!rv.exchange(c, endpoint_of(r, payloads[r]), &(*tables)[r], &errors[r])) return;
       if (barrier && !rv.barrier("connected", &errors[r])) return;
       if (barrier && !rv.barrier("done", &errors[r])) return;
@@ -106,6 +115,7 @@ TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
       c.host = *util::parse_ip("127.0.0.1");
       c.port = test_port(5);
       c.deadline_ns = now_ns() + 30'000'000'000ull;
+      c.secret = kSecret;
       std::vector<RankEndpoint> table;
       if (!rv->exchange(c, endpoint_of(r, 1024), &table, &errors[r])) return;
       if (!rv->barrier("one", &errors[r])) return;
@@ -137,6 +147,7 @@ TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
       c.host = *util::parse_ip("127.0.0.1");
       c.port = test_port(6);
       c.deadline_ns = now_ns() + 30'000'000'000ull;
+      c.secret = kSecret;
       std::vector<RankEndpoint> table;
       if (!rv.exchange(c, endpoint_of(r, 1024), &table, &errors[r])) return;
       rv.barrier(r == 0 ? "size 4096" : "size 8192", &errors[r]);
@@ -163,6 +174,7 @@ TEST(Rendezvous, NoRankZeroIsADeadlineWithAMessage) {
   c.host = *util::parse_ip("127.0.0.1");
   c.port = test_port(3);
   c.deadline_ns = now_ns() + 300'000'000ull;
+  c.secret = kSecret;
   std::vector<RankEndpoint> all;
   std::string err;
   EXPECT_FALSE(rv.exchange(c, endpoint_of(1), &all, &err));
@@ -186,6 +198,7 @@ TEST(Rendezvous, TheIdleFunctionRunsWhileARankWaits) {
       c.host = *util::parse_ip("127.0.0.1");
       c.port = port;
       c.deadline_ns = now_ns() + 5'000'000'000ull;
+      c.secret = kSecret;
       std::vector<RankEndpoint> all;
       if (!rv.exchange(c, endpoint_of(r), &all, &errors[r])) return;
       rv.set_idle([&, r](int wait_ms) {
@@ -204,6 +217,198 @@ TEST(Rendezvous, TheIdleFunctionRunsWhileARankWaits) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     EXPECT_GE(idles[r], 10u) << "rank " << r << " waited ~150 ms without running its idle function";
   }
+}
+
+// A peer on the exchange port that is not one of the job's ranks: raw TCP to 127.0.0.1:port.
+struct RawPeer {
+  int fd = -1;
+  explicit RawPeer(uint16_t port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 500; ++i) {  // rank 0 may not listen yet: up to 5 s
+      fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return;
+      ::close(fd);
+      fd = -1;
+      ::poll(nullptr, 0, 10);
+    }
+  }
+  ~RawPeer() {
+    if (fd >= 0) ::close(fd);
+  }
+  void send_text(const std::string& t) const {
+    ASSERT_EQ(::send(fd, t.data(), t.size(), MSG_NOSIGNAL), (ssize_t)t.size());
+  }
+  // Everything rank 0 sends until it closes (or 6 s pass).
+  std::string read_all() const {
+    std::string got;
+    char buf[4096];
+    pollfd p{fd, POLLIN, 0};
+    while (::poll(&p, 1, 6000) > 0) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  }
+  std::string read_line() const {
+    std::string got;
+    char c;
+    pollfd p{fd, POLLIN, 0};
+    while (::poll(&p, 1, 6000) > 0 && ::read(fd, &c, 1) == 1 && c != '\n') got += c;
+    return got;
+  }
+};
+
+struct RankRun {
+  std::string error;
+  std::vector<RankEndpoint> table;
+  uint64_t refused = 0;
+};
+
+// Rank r of n (its endpoint says rank `claims`), on its own thread.
+std::thread run_rank(unsigned r, unsigned n, uint16_t port, RankRun* out, const std::string& secret = kSecret,
+                     unsigned claims = ~0u) {
+  return std::thread([=] {
+    Rendezvous rv;
+    RendezvousConfig c;
+    c.rank = r;
+    c.workers = n;
+    c.host = *util::parse_ip("127.0.0.1");
+    c.port = port;
+    c.deadline_ns = now_ns() + 5'000'000'000ull;
+    c.secret = secret;
+    if (rv.exchange(c, endpoint_of(claims == ~0u ? r : claims), &out->table, &out->error))
+      rv.barrier("connected", &out->error);
+    out->refused = rv.refused();
+  });
+}
+
+TEST(Rendezvous, NoSecretIsRefusedWithAMessage) {
+  RankRun r0;
+  run_rank(0, 2, test_port(5), &r0, "").join();
+  EXPECT_NE(r0.error.find("needs the job's shared secret"), std::string::npos) << r0.error;
+}
+
+// A host that connects first and claims rank 2 without the secret: the job's ranks complete their
+// exchange without it, and it gets nothing but rank 0's nonce.
+TEST(Rendezvous, ARoguePeerGetsNothingAndJoinsNothing) {
+  const uint16_t port = test_port(6);
+  RankRun runs[3];
+  std::thread r0 = run_rank(0, 3, port, &runs[0]);
+  RawPeer rogue(port);
+  ASSERT_GE(rogue.fd, 0);
+  const std::string challenge = rogue.read_line();
+  ASSERT_EQ(challenge.rfind("challenge ", 0), 0u) << challenge;
+  RankEndpoint forged = endpoint_of(2);
+  forged.recv_rkey = 0xbad;
+  rogue.send_text("auth " + std::string(32, 'a') + " " + util::hmac_sha256_hex("a guessed secret 0123", "x") + "\n" +
+                  format_endpoint(forged) + "\n");
+  const std::string after = rogue.read_all();
+  std::thread r1 = run_rank(1, 3, port, &runs[1]), r2 = run_rank(2, 3, port, &runs[2]);
+  r0.join();
+  r1.join();
+  r2.join();
+  EXPECT_EQ(after, "") << "rank 0 sent a peer without the secret: " << after;
+  for (unsigned r = 0; r < 3; ++r) {
+    ASSERT_EQ(runs[r].error, "") << "rank " << r;
+    EXPECT_EQ(runs[r].table[2].recv_rkey, endpoint_of(2).recv_rkey) << "rank " << r << " took the forged endpoint";
+  }
+  EXPECT_EQ(runs[0].refused, 1u);
+}
+
+// A rank with another secret is dropped unanswered, and its own exchange fails saying so.
+TEST(Rendezvous, AnotherSecretIsNoRank) {
+  const uint16_t port = test_port(7);
+  RankRun runs[2];
+  std::thread r0 = run_rank(0, 2, port, &runs[0]);
+  std::thread r1 = run_rank(1, 2, port, &runs[1], "another secret, 0123456789");
+  r0.join();
+  r1.join();
+  EXPECT_NE(runs[1].error.find("gave no complete answer"), std::string::npos) << runs[1].error;
+  EXPECT_NE(runs[0].error.find("without a valid MAC"), std::string::npos) << runs[0].error;
+}
+
+// An idle connection (a port scan, a stalled host) opened before the ranks does not stall them.
+TEST(Rendezvous, AnIdlePeerDoesNotStallTheExchange) {
+  const uint16_t port = test_port(8);
+  RankRun runs[3];
+  std::thread r0 = run_rank(0, 3, port, &runs[0]);
+  RawPeer idle(port), idle2(port);
+  ASSERT_GE(idle.fd, 0);
+  std::thread r1 = run_rank(1, 3, port, &runs[1]), r2 = run_rank(2, 3, port, &runs[2]);
+  r0.join();
+  r1.join();
+  r2.join();
+  for (unsigned r = 0; r < 3; ++r) EXPECT_EQ(runs[r].error, "") << "rank " << r;
+}
+
+// A rank with the secret but a rank out of range (5 of 3) stops the exchange with a sentence.
+TEST(Rendezvous, ARankOutOfRangeIsRefused) {
+  const uint16_t port = test_port(9);
+  RankRun runs[3];
+  std::thread r0 = run_rank(0, 3, port, &runs[0]);
+  std::thread r1 = run_rank(1, 3, port, &runs[1]), r5 = run_rank(2, 3, port, &runs[2], kSecret, 5);
+  r0.join();
+  r1.join();
+  r5.join();
+  EXPECT_NE(runs[0].error.find("rank out of range 1..2"), std::string::npos) << runs[0].error;
+  EXPECT_NE(runs[1].error, "");
+}
+
+// A rank's message recorded on one connection (here by a fake rank 0) and played to the real rank
+// 0 on another: rank 0's nonce differs, the MAC does not match, the message is dropped.
+TEST(Rendezvous, AReplayedMessageIsDropped) {
+  const uint16_t fake_port = test_port(10), port = test_port(11);
+  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(fake_port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(l, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l, 4), 0);
+  RankRun victim;
+  std::thread r1 = run_rank(1, 2, fake_port, &victim);
+  const int c = ::accept(l, nullptr, nullptr);
+  const std::string challenge = "challenge " + util::random_hex() + "\n";
+  ASSERT_EQ(::send(c, challenge.data(), challenge.size(), 0), (ssize_t)challenge.size());
+  std::string recorded;
+  char buf[4096];
+  while (std::count(recorded.begin(), recorded.end(), '\n') < 2) {
+    const ssize_t n = ::read(c, buf, sizeof buf);
+    ASSERT_GT(n, 0);
+    recorded.append(buf, static_cast<size_t>(n));
+  }
+  ::close(c);
+  ::close(l);
+  r1.join();
+  ASSERT_EQ(recorded.rfind("auth ", 0), 0u) << recorded;
+
+  RankRun r0run;
+  std::thread r0 = std::thread([&] {
+    Rendezvous rv;
+    RendezvousConfig cfg;
+    cfg.rank = 0;
+    cfg.workers = 2;
+    cfg.host = *util::parse_ip("127.0.0.1");
+    cfg.port = port;
+    cfg.deadline_ns = now_ns() + 1'500'000'000ull;
+    cfg.secret = kSecret;
+    rv.exchange(cfg, endpoint_of(0), &r0run.table, &r0run.error);
+    r0run.refused = rv.refused();
+  });
+  RawPeer replayer(port);
+  ASSERT_GE(replayer.fd, 0);
+  ASSERT_EQ(replayer.read_line().rfind("challenge ", 0), 0u);
+  replayer.send_text(recorded);
+  EXPECT_EQ(replayer.read_all(), "");
+  r0.join();
+  EXPECT_EQ(r0run.refused, 1u);
+  EXPECT_NE(r0run.error.find("only 0 of the 1 other ranks"), std::string::npos) << r0run.error;
 }
 
 // The job rank 0 registers from the exchanged connections: the appliance's own parser reads it,

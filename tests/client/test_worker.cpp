@@ -291,6 +291,7 @@ TEST(Worker, SoftwareRanksThatExchangeTheirEndpoints) {
     o.ip_base = "127.0.1.0";
     o.exchange = true;
     o.exchange_port = 30000 + (::getpid() * 13) % 20000;
+    ::setenv("INAGG_EXCHANGE_SECRET", "the job's secret, 0123456789", 1);
     EXPECT_EQ(check_job_options(o), "");
     EXPECT_EQ(check_run_options(o), "");
   }

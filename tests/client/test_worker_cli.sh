@@ -33,6 +33,9 @@ refused "--iters (-n) must be at least 1" -n 0 -b 8 -e 8
 refused "--dtype and --datatype (-d) disagree" --dtype fp32 -d half
 refused "--print-job with --transport verbs or --exchange" --exchange --print-job
 refused "--exchange runs --mode ina or ring" --exchange --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8
+# The ranks' exchange is authenticated: without the job's secret it does not start.
+(unset INAGG_EXCHANGE_SECRET; refused "the ranks' exchange needs the job's secret" --exchange --mode ring -b 8 -e 8)
+refused "the ranks' exchange needs the job's secret" --exchange --mode ring -b 8 -e 8 --exchange-secret-file /nonexistent/secret
 refused "MiB of buffers (with -c, every rank's input for the reference) but this host has" -b 8 -e 60G -f 2
 
 # The old `-n N` (workers) is now nccl-tests' iteration count: without --workers it says so.

@@ -38,7 +38,8 @@ expect 2 "cannot connect to $tmp/none.sock: No such file or directory (is inagg 
 # A good file passes the local check and only then fails to connect.
 expect 2 "is inagg running?" --socket "$tmp/none.sock" add "$example"
 
-# A scripted server: records each request, answers "error: ..." to remove, "ok ..." otherwise.
+# A scripted server speaking protocol 2's frames (socket.hpp): records each request, answers
+# "error: ..." to remove, "ok ..." otherwise.
 cat >"$tmp/server.py" <<'PY'
 import os, socket, sys
 path, log, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -47,12 +48,16 @@ s.bind(path + ".tmp"); s.listen(4); os.rename(path + ".tmp", path)
 with open(log, "wb") as f:
     for _ in range(n):
         c, _ = s.accept()
+        c.sendall(b"inagg-control 2 " + b"0" * 32 + b"\n")
         data = b""
         while chunk := c.recv(65536):
             data += chunk
-        f.write(data + b"\0"); f.flush()
-        verb = data.split(None, 1)[0] if data.split() else b""
-        c.sendall(b"error: no job 5 (list jobs to see which exist)\n" if verb == b"remove" else b"ok " + verb + b"\n")
+        header, _, body = data.partition(b"\n")
+        assert header.split()[0] == b"request" and int(header.split()[1]) == len(body), header
+        f.write(body + b"\0"); f.flush()
+        verb = body.split(None, 1)[0] if body.split() else b""
+        reply = b"error: no job 5 (list jobs to see which exist)\n" if verb == b"remove" else b"ok " + verb + b"\n"
+        c.sendall(b"reply %d\n" % len(reply) + reply)
         c.close()
 PY
 command -v python3 >/dev/null || { echo "inagg-ctl CLI behaves (scripted-server part skipped: no python3)"; exit 0; }

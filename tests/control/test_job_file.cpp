@@ -305,5 +305,22 @@ TEST(JobFile, CrossFieldChecksAreLeftToTheEngine) {
   EXPECT_TRUE(parse_job(with("message_bytes = 4096", "message_bytes = 1000"), &err)) << err;
 }
 
+// A job has at most 64 ranks: a file with more conn lines (here a 1 MiB `add` body) is refused by
+// the parser, before anything of it reaches the appliance's lcores.
+TEST(JobFile, MoreThan64ConnLinesAreRefusedByTheParser) {
+  std::string big = "id = 1\ndtype = fp32\nworkers = 64\nmessage_bytes = 4096\npayload_bytes = 1024\nwindow = 2\n";
+  for (unsigned i = 0; big.size() < (1u << 20) - 64; ++i)
+    big += "conn = " + std::to_string(i % 64) + ", 10.0.0.1, 0x" + std::to_string(i) + ", 10.0.0.2, 0x12, 0\n";
+  const std::string err = parse_error(big);
+  EXPECT_NE(err.find("more than 64 conn lines"), std::string::npos) << err;
+  std::string sixty_four =
+      "id = 1\ndtype = fp32\nworkers = 64\nmessage_bytes = 4096\npayload_bytes = 1024\nwindow = 2\n";
+  for (unsigned i = 0; i < 64; ++i)
+    sixty_four += "conn = " + std::to_string(i) + ", 10.0.0.1, " + std::to_string(i + 1) + ", 10.0.0.1, " +
+                  std::to_string(i + 1000) + ", 0\n";
+  std::string e;
+  EXPECT_TRUE(parse_job(sixty_four, &e).has_value()) << e;
+}
+
 }  // namespace
 }  // namespace inagg::control

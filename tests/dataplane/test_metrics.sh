@@ -12,7 +12,8 @@ inagg=$1 ctl=$2 src=$3
   { echo "SKIP: python3-prometheus-client is not installed (scripts/setup installs it)"; exit 77; }
 
 # Bad values: a clear error before EAL starts.
-for bad in "9100" "localhost" "127.0.0.1:99999" "[::1:9100"; do
+# (A bare port is the loopback: dataplane_metrics_listen.)
+for bad in "99999" "localhost" "127.0.0.1:99999" "[::1:9100"; do
   out=$("$inagg" --no-huge -- --metrics "$bad" --check-config 2>&1); rc=$?
   [ $rc = 2 ] && grep -q "inagg: --metrics: " <<<"$out" || fail "--metrics '$bad': exit $rc, $out"
 done

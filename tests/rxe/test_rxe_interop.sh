@@ -47,7 +47,7 @@ lab_install_worker "$worker" $vms "$tmp/secret"
 common="--workers $n --ip-base 10.77.0.100 --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200"
 # The software ranks' RC timers for TCG VMs' round trips (tens of ms, sometimes far more): the
 # ceiling a NIC's would be (protocol.md §2), and a floor above a VM's usual round trip.
-udp_opts="--transport udp --exchange --ack-timeout-ms 1000 --rto-min-ms 50"
+udp_opts="--transport udp --exchange --exchange-secret-file $tmp/secret --ack-timeout-ms 1000 --rto-min-ms 50"
 
 # run_ranks NAME JOB WANT ARGS...: every rank with ARGS (job 0: no registration); the ranks'
 # outputs in $tmp/NAME-RANK.log. WANT ok: every rank exits 0 with 2 size rows, #wrong 0; WANT wrong:
@@ -61,7 +61,7 @@ run_ranks() {
   fi
   local -a ids pids
   for i in $(seq $((vms - 1)) -1 0); do
-    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i $common --transport verbs $vreg $*")
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i $common --transport verbs --exchange-secret-file /lab/inagg/secret $vreg $*")
   done
   for i in $(seq 0 $((nss - 1))); do
     r=$((vms + i))

@@ -4,7 +4,7 @@
 #   The workers reach the appliance's control plane over its TCP listener (--control-tcp on the
 #   host's 127.0.0.1, the VMs' 10.0.2.2) with a shared secret; rank 0 registers each job with the
 #   QPNs its rxe assigned (IPv4-mapped GIDs as addresses), learned in the ranks' TCP exchange.
-#   1. control: a request with a wrong secret, from a VM, is refused and counted.
+#   1. control: a request with a wrong credential, from a VM, is refused and counted.
 #   2. --mode ina, fp32 then int32 (job 1, job 2): sizes of one packet (one message, padded) and of
 #      five windows (10 messages of 4 packets, window 2), 1 timed and 2 checked (-c 2) allreduces
 #      each; every element of the checked ones is compared by each rank with its scalar reference
@@ -43,16 +43,16 @@ grep -q "control requests over TCP on 127.0.0.1:$port" "$tmp/inagg.log" || fail 
 lab_install_worker "$worker" $n "$tmp/secret"
 
 
-# --- 1. control over TCP from a VM: a wrong secret is refused -----------------------------------
-# bash's /dev/tcp (the VM runs jobs with sh): the server answers after its 1 s request timeout,
-# as this client never half-closes.
+# --- 1. control over TCP from a VM: a wrong credential is refused ------------------------------
+# bash's /dev/tcp (the VM runs jobs with sh): a framed `list` (socket.hpp) whose MAC is not the
+# tenant's; the server refuses it and closes.
 cat >/run/rxe-lab/vm0/share/inagg/bad-secret.sh <<EOF
 exec 3<>/dev/tcp/10.0.2.2/$port || exit 1
-printf 'secret wrong-wrong-wrong-wrong\\nlist\\n' >&3
+printf 'request 5 admin %064d\\nlist\\n' 0 >&3
 timeout 20 cat <&3
 EOF
 bad=$("$lab" run vm0 --timeout 60 -- bash /lab/inagg/bad-secret.sh 2>&1)
-grep -q "^error: wrong secret" <<<"$bad" || fail "a request from vm0 with a wrong secret was not refused with 'wrong secret': $bad"
+grep -q "^error: wrong credential" <<<"$bad" || fail "a request from vm0 with a wrong MAC was not refused with 'wrong credential': $bad"
 echo "ok: control over TCP from vm0 (10.0.2.2:$port) with a wrong secret: $bad"
 
 # run_ranks NAME JOB ARGS...: every rank with ARGS (a job id 0: no registration), each checking
@@ -63,7 +63,7 @@ run_ranks() {
   [ "$job" -gt 0 ] && reg="--job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret"
   local -a ids
   for i in $(seq $((n - 1)) -1 0); do
-    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200 $reg $*")
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200 $reg $*")
   done
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||

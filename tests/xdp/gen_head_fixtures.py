@@ -31,26 +31,30 @@ NO_JOB_ROW = 256  # XAGG_MAX_JOBS: the counters of packets of no known job
 rng = random.Random(4792)
 records = [f"identity|{HEAD_IP}|{HEAD_MAC}|{PORT}"]
 # Job 1: a top head of 3 workers. Job 2: a head of 2 workers under a parent, rank 1 there.
-records.append("job|id = 1;members = 3;values = 8;window = 2;total_weight = 3;group = " + GROUP1)
+# Every member's address is given (the head takes a rank's DATA only from it): workers 10.77.0.1...
+records.append("job|id = 1;members = 3;values = 8;window = 2;total_weight = 3;group = " + GROUP1 +
+               ";member = 0, 10.77.0.1;member = 1, 10.77.0.2;member = 2, 10.77.0.3")
 records.append("job|id = 2;members = 2;values = 4;window = 1;total_weight = 4;group = " + GROUP2 +
-               f";parent = {PARENT_IP};parent_group = {GROUP1};parent_rank = 1;parent_mac = {PARENT_MAC}")
+               f";parent = {PARENT_IP};parent_group = {GROUP1};parent_rank = 1;parent_mac = {PARENT_MAC}" +
+               ";member = 0, 10.77.0.1;member = 1, 10.77.0.2")
 
 
 def worker(rank):
     return f"10.77.0.{rank + 1}", f"02:77:00:00:00:{rank + 1:02x}"
 
 
-def frame(src_mac, dst_mac, src_ip, dst_ip, xagg, values, vlan=None, ip_id=None, tos=0):
+def frame(src_mac, dst_mac, src_ip, dst_ip, xagg, values, vlan=None, ip_id=None, tos=0, sport=PORT):
     eth = Ether(src=src_mac, dst=dst_mac)
     if vlan is not None:
         eth = eth / Dot1Q(vlan=vlan)
     ip = IP(src=src_ip, dst=dst_ip, ttl=61, flags="DF", tos=tos, id=ip_id if ip_id is not None else rng.randrange(65536))
-    return eth / ip / UDP(sport=PORT, dport=PORT) / xagg / Raw(values_bytes(values))
+    return eth / ip / UDP(sport=sport, dport=PORT) / xagg / Raw(values_bytes(values))
 
 
-def data(job, rank, seq, values, weight=1, src=None, dst_ip=HEAD_IP, vlan=None):
+def data(job, rank, seq, values, weight=1, src=None, dst_ip=HEAD_IP, vlan=None, sport=PORT):
     ip, mac = src or worker(rank)
-    return frame(mac, HEAD_MAC, ip, dst_ip, Xagg(type=DATA, job=job, rank=rank, seq=seq, weight=weight), values, vlan=vlan)
+    return frame(mac, HEAD_MAC, ip, dst_ip, Xagg(type=DATA, job=job, rank=rank, seq=seq, weight=weight), values,
+                 vlan=vlan, sport=sport)
 
 
 def rewritten(inp, dst_mac, dst_ip, type_, rank, weight, values):
@@ -96,6 +100,12 @@ step("a job this head does not have", NO_JOB_ROW, ["unknown_job"], "XDP_DROP", d
 step("rank outside the job's members", 1, ["rx_data", "bad_rank"], "XDP_DROP", data(1, 3, 0, vec(8)))
 step("weight 0", 1, ["rx_data", "bad_rank"], "XDP_DROP", data(1, 0, 0, vec(8), weight=0))
 step("more values than the job's packets carry", 1, ["rx_data", "bad_count"], "XDP_DROP", data(1, 0, 0, vec(12)))
+step("forged DATA: rank 0 from rank 1's address", 1, ["rx_data", "wrong_source"], "XDP_DROP",
+     data(1, 0, 0, vec(8), src=worker(1)))
+step("forged DATA: rank 0 from a host that is no member", 1, ["rx_data", "wrong_source"], "XDP_DROP",
+     data(1, 0, 0, vec(8), src=("10.77.0.99", "02:77:00:00:00:99")))
+step("forged DATA: rank 0's address but another UDP port", 1, ["rx_data", "wrong_source"], "XDP_DROP",
+     data(1, 0, 0, vec(8), sport=5555))
 
 # --- job 1, chunk 0: three members, a duplicate in between, the last one completes
 v = {r: vec(8) for r in range(3)}
@@ -145,6 +155,12 @@ step("job 2, chunk 0: a member asks again before the parent answered: sent up ag
 final = scalar_sum([part, vec(4)])
 spoof = frame(worker(3)[1], HEAD_MAC, worker(3)[0], HEAD_IP, Xagg(type=RESULT, job=2, seq=0, weight=4), final)
 step("job 2: a RESULT to us not from the parent", 2, ["wrong_source"], "XDP_DROP", spoof)
+spoof_port = frame(PARENT_MAC, HEAD_MAC, PARENT_IP, HEAD_IP, Xagg(type=RESULT, job=2, seq=0, weight=4), final, sport=5555)
+step("job 2: a RESULT to us from the parent's address but another port", 2, ["wrong_source"], "XDP_DROP", spoof_port)
+spoof_group = frame(PARENT_MAC, GROUP1_MAC, PARENT_IP, GROUP1, Xagg(type=RESULT, job=2, seq=0, weight=4), final,
+                    sport=5555)
+step("job 2: a RESULT to the parent's group from its address but another port is not the parent's", 2, [],
+     "XDP_PASS", spoof_group, "-")
 res = frame(PARENT_MAC, GROUP1_MAC, PARENT_IP, GROUP1, Xagg(type=RESULT, job=2, seq=0, weight=4), final)
 step("job 2, chunk 0: the parent's result goes down to the group", 2,
      ["rx_result", "parent_results", "results_sent"], "XDP_TX", res, rewritten(res, GROUP2_MAC, GROUP2, RESULT, 0, 4, final))

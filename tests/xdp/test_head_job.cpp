@@ -10,7 +10,8 @@ namespace {
 
 constexpr const char* kTop =
     "# a top head\n"
-    "id = 5\nmembers = 2   ; two groups below\nvalues = 256\nwindow = 8\ntotal_weight = 4\ngroup = 239.77.0.9\n";
+    "id = 5\nmembers = 2   ; two groups below\nvalues = 256\nwindow = 8\ntotal_weight = 4\ngroup = 239.77.0.9\n"
+    "member = 0, 10.77.0.201\nmember = 1, 10.77.0.202\n";
 
 TEST(HeadJob, ParsesAndFormatsBack) {
   std::string err;
@@ -42,6 +43,17 @@ TEST(HeadJob, ParentWithAndWithoutMac) {
   ASSERT_TRUE(j) << err;
   EXPECT_EQ(mac_text(*j->parent_mac), "02:aa:00:00:00:0f");
   EXPECT_EQ(format_head_job(*parse_head_job(format_head_job(*j), &err)), format_head_job(*j));
+}
+
+// The head takes a rank's DATA only from its member's address: every rank needs one, with either fan-out.
+TEST(HeadJob, EveryMemberIsNamed) {
+  std::string err;
+  const std::string base = "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\n";
+  EXPECT_FALSE(parse_head_job(base, &err));
+  EXPECT_NE(err.find("every member needs a 'member = RANK, IP' line"), std::string::npos) << err;
+  EXPECT_FALSE(parse_head_job(base + "member = 1, 10.0.0.2\n", &err));
+  EXPECT_NE(err.find("rank 0 has none"), std::string::npos) << err;
+  EXPECT_TRUE(parse_head_job(base + "member = 1, 10.0.0.2\nmember = 0, 10.0.0.1\n", &err)) << err;
 }
 
 TEST(HeadJob, UnicastFanoutNeedsEveryMember) {

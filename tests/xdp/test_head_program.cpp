@@ -195,6 +195,8 @@ TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
   job.window = 32;
   job.total_weight = 64;
   job.group = *util::parse_ip("239.77.0.3");
+  for (unsigned r = 0; r < 64; ++r)  // data_frame's sources
+    job.member.push_back(HeadJob::Member{*util::parse_ip("10.77.0." + std::to_string(r + 1)), std::nullopt});
   ASSERT_TRUE(prog->add_job(job, &err)) << err;
   // 64 chunks (every slot once), 64 ranks; ranks 0..31 from one thread, 32..63 from the other,
   // interleaved chunk by chunk so both threads keep hitting the same slots. Rank r adds r + 1 + i

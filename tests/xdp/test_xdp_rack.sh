@@ -34,8 +34,14 @@ head_job() {
     [ $# -gt 5 ] && { echo "parent = $6"; echo "parent_group = $7"; echo "parent_rank = $8"; }
   } >"$1"
 }
+# members FILE IP...: a member line per rank, in order (the head takes a rank's DATA only from it)
+members() {
+  local f=$1 r=0 ip
+  shift
+  for ip in "$@"; do echo "member = $r, $ip" >>"$f"; r=$((r + 1)); done
+}
 unicast_members() {  # FILE: fan out by TC to the 4 workers instead of multicast
-  { echo "fanout = unicast"; for r in $(seq 0 $((n - 1))); do echo "member = $r, 10.77.0.$((r + 1))"; done; } >>"$1"
+  echo "fanout = unicast" >>"$1"
 }
 # run_workers MODE TAG ARGS...: the 4 ranks in their namespaces; pids in wpids.
 run_workers() {
@@ -65,6 +71,7 @@ case "$case" in
     [ "$loss" != 0 ] && lossarg=(--loss "$loss")
     rack_cmd up --workers $n --heads 1 --bridge "${lossarg[@]}" >/dev/null || fail "rack up"
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    members "$tmp/h0.job" 10.77.0.1 10.77.0.2 10.77.0.3 10.77.0.4
     [ "$fanout" = unicast ] && unicast_members "$tmp/h0.job"
     start_agent 0 "$mode" "$tmp/h0.job"
     run_workers xdp run --dtype "$dtype" --xdp-heads 10.77.0.201 "${sizes[@]}"
@@ -96,6 +103,9 @@ case "$case" in
     head_job "$tmp/h0.job" 1 2 4 239.77.0.1 10.77.0.203 239.77.0.100 0
     head_job "$tmp/h1.job" 1 2 4 239.77.0.2 10.77.0.203 239.77.0.100 1
     head_job "$tmp/h2.job" 1 2 4 239.77.0.100
+    members "$tmp/h0.job" 10.77.0.1 10.77.0.2
+    members "$tmp/h1.job" 10.77.0.3 10.77.0.4
+    members "$tmp/h2.job" 10.77.0.201 10.77.0.202
     start_agent 2 generic "$tmp/h2.job"
     start_agent 0 generic "$tmp/h0.job"
     start_agent 1 native "$tmp/h1.job"
@@ -131,6 +141,7 @@ case "$case" in
     dtype=$1
     start_rack --heads 1 --
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    members "$tmp/h0.job" 10.77.0.1 10.77.0.2 10.77.0.3 10.77.0.4
     start_agent 0 generic "$tmp/h0.job"
     run_workers auto run --dtype "$dtype" --register "$tmp/ctl.sock" --xdp-heads 10.77.0.201 --message 16384 --ack-timeout-ms 50 "${sizes[@]}"
     wait_workers run
@@ -149,6 +160,7 @@ case "$case" in
     dtype=$1
     rack_cmd up --workers $n --heads 1 --bridge >/dev/null || fail "rack up"
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    members "$tmp/h0.job" 10.77.0.1 10.77.0.2 10.77.0.3 10.77.0.4
     start_agent 0 native "$tmp/h0.job"
     run_workers auto run --dtype "$dtype" --xdp-heads 10.77.0.201 --message 16384 "${sizes[@]}"
     wait_workers run
@@ -162,6 +174,7 @@ case "$case" in
     dtype=$1
     start_rack --heads 1 --
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    members "$tmp/h0.job" 10.77.0.1 10.77.0.2 10.77.0.3 10.77.0.4
     start_agent 0 generic "$tmp/h0.job"
     # Window 64 of 16 KiB messages in 1 KiB payloads: 2 x 64 x 16 packets x 4 workers = 8192 held
     # buffers, the budget is 4096 (--payload auto would take 4096 on the rack's MTU 4200 links: 4
@@ -180,6 +193,7 @@ case "$case" in
     dtype=$1
     start_rack --heads 1 -- --abort-ms 3000
     head_job "$tmp/h0.job" 1 4 4 239.77.0.1
+    members "$tmp/h0.job" 10.77.0.1 10.77.0.2 10.77.0.3 10.77.0.4
     start_agent 0 generic "$tmp/h0.job"
     # The bypass NIC: once the appliance is gone, its ports are joined into a plain bridge.
     rack_cmd bypass --watch "$pid" >"$tmp/bypass.log" 2>&1 &

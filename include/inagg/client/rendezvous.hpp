@@ -8,7 +8,13 @@
 // its QPs while a peer may still need an ACK.
 //
 // The TCP connections run over the data network (the appliance switches them like any non-RoCE
-// traffic) or any other route to rank 0.
+// traffic) or any other route to rank 0. Every rank holds the job's secret, handed to it out of
+// band (as NCCL's unique id): rank 0 opens each connection with a fresh nonce, a rank's message
+// carries an HMAC-SHA256 over that nonce, its own nonce and the message, and rank 0's answer one
+// over both nonces and the answer. Rank 0 reads all connections at once, gives each 3 s
+// (kAuthMs) to prove itself, drops one that does not (a wrong MAC, an idle or malformed peer,
+// a replayed message: the nonce is another) without sending it anything, and takes only ranks
+// 1..workers-1, each once. docs/protocol.md "The ranks' exchange" has the messages.
 #pragma once
 
 #include <cstdint>
@@ -39,16 +45,26 @@ struct RankEndpoint {
 std::string format_endpoint(const RankEndpoint& e);
 // nullopt (with *error) when a field is missing or out of range.
 std::optional<RankEndpoint> parse_endpoint(const std::string& line, std::string* error);
+// The rank=N field of an exchange line (0..63); nullopt when there is none.
+std::optional<unsigned> rank_field(const std::string& line);
 
 // The job's connections as the exchange made them (rank 0 registers these with the appliance).
 std::vector<RankConnection> connections_of(const std::vector<RankEndpoint>& all);
 
 struct RendezvousConfig {
   unsigned rank = 0, workers = 0;
-  util::IpAddr host;  // rank 0's address (the others connect to it)
+  util::IpAddr host;  // rank 0's address (the others connect to it; rank 0 listens on it)
   uint16_t port = 18516;
   uint64_t deadline_ns = 0;  // steady clock (clock.hpp)
+  std::string secret;        // the job's shared secret (at least 16 characters), the same on every rank
+  // False only where nothing secret crosses the exchange and nothing taken from it is used but to
+  // check (the software ranks' meeting on the rack plan, UdpRcTransport::meet): an empty secret is
+  // then allowed, and the exchange runs with the same messages, MACs keyed with "" (no protection).
+  bool secret_required = true;
 };
+
+// Where inagg-worker takes the job's secret from: this environment variable, else a file.
+inline constexpr const char* kExchangeSecretEnv = "INAGG_EXCHANGE_SECRET";
 
 class Rendezvous {
  public:
@@ -76,16 +92,24 @@ class Rendezvous {
   static constexpr int kIdleMs = 1;
   void set_idle(Idle idle) { idle_ = std::move(idle); }
 
+  static constexpr int kAuthMs = 3000;       // rank 0: for a connection to send its authenticated message
+  static constexpr size_t kMaxPending = 64;  // rank 0: unauthenticated connections held at once (oldest dropped)
+  // Rank 0: connections dropped so far for a wrong or missing MAC, a malformed message or silence.
+  uint64_t refused() const { return refused_; }
+
  private:
-  // Rank 0: one line from each of the others, then answer(lines) to every one of them.
+  // Rank 0: one authenticated line from each of the others (its rank= field names it), then
+  // answer(lines) to every one of them.
   using Answer = std::function<std::string(std::vector<std::string>&)>;
   bool gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer, std::string* error);
-  // The others: connect, send `line`, read the answer up to "end\n".
+  // The others: connect, take rank 0's nonce, send `line` with its MAC, read and check the answer.
   bool ask(const std::string& line, std::string* answer, std::string* error);
+  bool listen(std::string* error);
 
   // poll() on one fd until `events` or the deadline (false), calling idle_ meanwhile when set.
   bool wait_for(int fd, short events) const;
   bool read_until(int fd, const std::string& stop, std::string* out) const;
+  bool read_answer(int fd, std::string* out) const;
   bool write_all(int fd, const std::string& s) const;
 
   // Rank 0: tells every kept connection `why` and ends its side of each; others: close theirs.
@@ -94,10 +118,19 @@ class Rendezvous {
 
   RendezvousConfig cfg_;
   int listen_fd_ = -1;
-  // The kept connections: rank 0's to rank r at [r] ([0] unused, -1); another rank's to rank 0 at [0].
-  std::vector<int> peers_;
+  // A connection kept from the exchange for the barriers, with the nonces of its exchange: every
+  // barrier message carries a MAC over them and its sequence number on that connection.
+  struct Kept {
+    int fd = -1;
+    std::string rank0_nonce, rank_nonce;
+    uint64_t sent = 0, received = 0;
+  };
+  std::string barrier_mac(const Kept& k, const char* label, uint64_t seq, const std::string& text) const;
+  // The kept connections: rank 0's to rank r at [r] ([0] unused); another rank's to rank 0 at [0].
+  std::vector<Kept> peers_;
   std::string broken_;  // why the connections were dropped; every later barrier fails with it
   Idle idle_;
+  uint64_t refused_ = 0;
 };
 
 }  // namespace inagg::client

@@ -3,7 +3,8 @@
 // `window` chunks without a result; a chunk whose RESULT did not come within `timeout_ns` is sent
 // again (the head answers a repeat from its retained result, or asks its parent again), so a loss
 // anywhere costs one timeout and nothing else. Results arrive multicast to the group the client
-// joined, or unicast when it asked again. Chunk numbers run on across calls: every rank of a job
+// joined, or unicast when it asked again; either way only from the head's address and the tier's
+// port (any other source is dropped and counted). Chunk numbers run on across calls: every rank of a job
 // must make the same calls with the same sizes.
 //
 // eBPF has no floating point, so floating-point tensors travel as fixed point: to_fixed() scales
@@ -40,7 +41,8 @@ struct XaggConfig {
   X(repeats, "DATA sent again after a timeout")                                                 \
   X(results, "RESULT packets taken")                                                            \
   X(results_ignored, "RESULT packets for chunks not outstanding (late duplicates, other jobs)") \
-  X(malformed, "packets on the tier's port that were not a valid RESULT")
+  X(malformed, "packets on the tier's port that were not a valid RESULT")                       \
+  X(wrong_source, "packets from another address or port than the head's (dropped)")
 
 struct XaggCounters {
 #define X(name, text) uint64_t name = 0;

@@ -1,5 +1,5 @@
-// The control socket's text protocol: one request per connection. The client writes the request
-// and shuts down its write side; the server writes one reply and closes.
+// The control socket's text protocol: one request per connection, carried in the frames of
+// socket.hpp (length-prefixed, and over TCP with a tenant's MAC); one reply.
 //
 //   request                       reply
 //   add\n<job file text>          ok job <id> added

@@ -1,19 +1,32 @@
-// The control socket: a local Unix stream socket, one request per connection (protocol.hpp); and,
-// off by default, the same protocol on a TCP listener for workers on other hosts (or in VMs),
-// which requires a shared secret: a TCP request's first line is `secret <the secret>`, compared
-// in constant time; a request without it or with another one gets an error reply and is counted
-// (refused()), and never reaches the handler.
-// The server side runs on the appliance's control thread, never on an lcore; poll() does not block
-// for long, so it fits in a loop that also drains the lcores' reply rings.
+// The control socket: a local Unix stream socket and, off by default, a TCP listener for workers
+// on other hosts (or in VMs), both serving protocol.hpp's requests in frames:
+//
+//   server → client   inagg-control 2 <nonce>                     (on connect; 16 random bytes, hex)
+//   client → server   request <length> [<tenant> <mac>]\n<length bytes: the request>
+//   server → client   reply <length> [<mac>]\n<length bytes: the reply>
+//
+// A request is taken only once all its bytes are in: a client that dies mid-write has nothing
+// applied. Over TCP every request names a tenant and carries HMAC-SHA256(the tenant's secret,
+// "inagg-control request\n" nonce "\n" tenant "\n" request); the reply carries
+// HMAC(secret, "inagg-control reply\n" nonce "\n" reply), which the client checks. The nonce is
+// fresh per connection, so nothing seen on the wire can be replayed. A tenant's credential
+// (TenantFile) limits it to its own range of job ids. A refused request never reaches the
+// handler; refusals are counted (refused()) and logged at most once a second.
+// The server runs on the appliance's control thread, never on an lcore: poll() never blocks; it
+// serves every connection at once (up to kMaxConnections, the oldest unfinished one dropped for a
+// new one), each within its own deadline.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 
+#include <chrono>
+
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "inagg/control/protocol.hpp"
 
@@ -21,23 +34,42 @@ namespace inagg::control {
 
 inline constexpr const char* kDefaultSocketPath = "/run/inagg/inagg.sock";
 inline constexpr size_t kMaxRequestBytes = 1 << 20;
-inline constexpr int kRequestTimeoutMs = 200;      // to read a whole request, and again to write the reply
-inline constexpr int kTcpRequestTimeoutMs = 1000;  // the same over TCP (other hosts, emulated VMs)
+inline constexpr int kRequestTimeoutMs = 2000;     // per connection, from connect to the last byte of the reply
+inline constexpr int kTcpRequestTimeoutMs = 5000;  // the same over TCP (other hosts, emulated VMs)
+inline constexpr size_t kMaxConnections = 256;     // open at once per listener
 inline constexpr const char* kTcpScheme = "tcp://";
+inline constexpr const char* kControlSecretEnv = "INAGG_CONTROL_SECRET";  // a client's credential
 
-// The shared secret from a file: its first line, without surrounding whitespace. False with
-// *error when the file cannot be read, the secret is shorter than 16 characters, or the file is
-// readable by others than its owner (chmod 600).
-bool load_secret_file(const std::string& path, std::string* secret, std::string* error);
+// Who may use the TCP listener: each line of the appliance's --control-secret-file is
+//   TENANT JOBS SECRET      JOBS: * (every job), N, or N-M (the ids it may add, remove, see)
+// or, for a file of one line, just SECRET (the tenant "admin", every job). '#' starts a comment.
+struct Tenant {
+  std::string name, secret;
+  uint32_t first_job = 0, last_job = UINT32_MAX;
+  bool owns(uint32_t id) const { return id >= first_job && id <= last_job; }
+  bool every_job() const { return first_job == 0 && last_job == UINT32_MAX; }
+};
+// Parses such a file's text; false with *error naming the line.
+bool parse_tenants(std::string_view text, std::vector<Tenant>* tenants, std::string* error);
+// Reads it (a regular file of ours or root's, mode 0600, opened once) and parses it.
+bool load_tenants(const std::string& path, std::vector<Tenant>* tenants, std::string* error);
 
-// Constant time in the contents (not in the lengths): true when `given` equals `want`.
-bool secret_matches(std::string_view given, std::string_view want);
+// A client's credential: $INAGG_CONTROL_SECRET, else the first line of `path` (the same checks):
+// SECRET, TENANT SECRET, or a TENANT JOBS SECRET line copied from the appliance's file.
+bool load_secret_file(const std::string& path, std::string* credential, std::string* error);
 
-// A TCP request's secret line. ok: *body is the request after it.
-enum class SecretCheck { ok, missing, wrong };
-SecretCheck check_secret_line(std::string_view request, std::string_view secret, std::string_view* body);
-// The error reply for a refused request (missing or wrong), one sentence that says what to change.
-std::string secret_refusal(SecretCheck why);
+// The MACs of a frame (socket.hpp's header comment), as 64 hex digits.
+std::string request_mac(std::string_view secret, std::string_view nonce, std::string_view tenant,
+                        std::string_view request);
+std::string reply_mac(std::string_view secret, std::string_view nonce, std::string_view reply);
+
+// Whether `tenant` may send `r`: its own jobs only, and neither `list` nor `stats` of jobs that
+// are not its own (`list`'s reply is filtered instead, filter_job_list). "" when it may, else the
+// refusal's reason.
+std::string tenant_refusal(const Tenant& tenant, const Request& r);
+// `list`'s reply with only the lines of jobs `tenant` owns ("no jobs" when none is left).
+std::string filter_job_list(const Tenant& tenant, std::string_view reply);
+
 class ControlServer {
  public:
   using Handler = std::function<std::string(const Request&)>;
@@ -52,46 +84,64 @@ class ControlServer {
   // non-blocking. A stale socket file (nobody answers on it) is replaced; a live one, or a file
   // that is not a socket, is refused with a sentence saying so.
   bool open(const std::string& path, std::string* error);
-  // The TCP listener: `listen` is IPV4:PORT (127.0.0.1:7000; 0.0.0.0 for every address; port 0
-  // picks a free one, see port()); `secret` non-empty (load_secret_file).
+  // The TCP listener: `listen` is IPV4:PORT (127.0.0.1:7000; 0.0.0.0 for every address, with a
+  // warning in the log; port 0 picks a free one, see port()); at least one tenant.
+  bool open_tcp(const std::string& listen, std::vector<Tenant> tenants, std::string* error);
+  // One tenant "admin" with every job.
   bool open_tcp(const std::string& listen, const std::string& secret, std::string* error);
   uint16_t port() const { return port_; }        // TCP: the port listened on
-  uint64_t refused() const { return refused_; }  // TCP: requests refused for their secret
+  uint64_t refused() const { return refused_; }  // requests refused for their credential or framing
+  uint64_t dropped() const { return dropped_; }  // connections closed at their deadline or for room
   int fd() const { return fd_; }                 // readable when a client is waiting (for epoll/poll)
   bool is_open() const { return fd_ >= 0; }
+  size_t connections() const { return conns_.size(); }
 
-  // Serves the clients waiting now: at most 8 per call, and no new one once kRequestTimeoutMs has
-  // passed in this call. Each gets at most kRequestTimeoutMs to send its request and as long again
-  // to take the reply, so one call returns within about 3 x kRequestTimeoutMs even when clients
-  // stall, and within microseconds when nobody is waiting. A request that is too large, incomplete
-  // in time or malformed gets an error reply without calling `handler`. Returns the number of
-  // connections served.
+  // Serves what is ready now, without waiting: accepts waiting clients, reads, answers complete
+  // requests (calling `handler` on this thread), writes replies, and closes connections past their
+  // deadline (kRequestTimeoutMs, over TCP kTcpRequestTimeoutMs, from connect). Returns the number
+  // of requests answered. A request that is too large, truncated, malformed or refused gets an
+  // error reply without calling `handler`.
   size_t poll(const Handler& handler);
   // The same for another protocol over this transport (inagg-xdp's): `handler` gets the raw
   // request text and returns the reply; the size and time limits are the same.
   size_t poll_text(const TextHandler& handler);
 
-  // Stops listening and unlinks the socket file (unless another server has replaced it since).
+  // Stops listening, closes every connection and unlinks the socket file (unless another server
+  // has replaced it since).
   void close();
 
  private:
-  void serve(int conn, const TextHandler& handler);
+  struct Connection {
+    int fd = -1;
+    std::chrono::steady_clock::time_point deadline;
+    std::string nonce, in, out;
+    size_t sent = 0;
+    bool answered = false;  // `out` holds the whole reply: close once it is sent
+    bool shut = false;      // the reply is sent and our side shut down
+  };
+  size_t serve(const TextHandler& handler, const Handler* requests);
+  void accept_waiting();
+  // A whole frame is in: checks it and sets the reply. Returns whether it was answered by the handler.
+  bool answer(Connection& c, const TextHandler& handler, const Handler* requests);
+  void refuse(Connection& c, const std::string& why);
 
   int fd_ = -1;
   bool tcp_ = false;
-  std::string secret_;
+  std::vector<Tenant> tenants_;
+  std::vector<Connection> conns_;
   uint16_t port_ = 0;
-  uint64_t refused_ = 0;
+  uint64_t refused_ = 0, dropped_ = 0, unlogged_ = 0;
+  std::chrono::steady_clock::time_point last_log_{};
   std::string path_;
   dev_t dev_ = 0;  // identity of the socket file we created
   ino_t ino_ = 0;
 };
 
-// Client side: connects, sends `request`, shuts down the write side and reads the reply until the
-// server closes, all within timeout_ms. On failure returns false and sets *error, e.g. "cannot
-// connect to /run/inagg/inagg.sock: No such file or directory (is inagg running?)"; `server`
-// names the program in that hint. `socket_path` tcp://HOST:PORT (an IPv4 address or a name)
-// means the TCP listener, and `secret` goes first.
+// Client side: connects, takes the server's nonce, sends `request` in a frame and reads the reply's
+// frame, all within timeout_ms. On failure returns false and sets *error, e.g. "cannot connect to
+// /run/inagg/inagg.sock: No such file or directory (is inagg running?)"; `server` names the
+// program in that hint. `socket_path` tcp://HOST:PORT (an IPv4 address or a name) means the TCP
+// listener: `secret` is then the credential (load_secret_file), and the reply's MAC is checked.
 bool send_request(const std::string& socket_path, const std::string& request, std::string* reply, std::string* error,
                   int timeout_ms = 5000, const char* server = "inagg", const std::string& secret = "");
 

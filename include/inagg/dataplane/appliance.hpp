@@ -36,8 +36,10 @@ struct ApplianceConfig {
   bool flow_steering = true;  // try rte_flow for UDP 4791 (falls back to software)
   uint64_t mac_ageing_ns = 300'000'000'000ull;
   size_t mac_table_size = 4096;
-  agg::EngineConfig engine;   // per lcore; budgets are per lcore too
-  std::string capture_path;   // pcap of every RoCEv2 packet the engines emit; "" = off
+  agg::EngineConfig engine;  // per lcore; budgets are per lcore too
+  std::string capture_path;  // pcap of every RoCEv2 packet the engines emit; "" = off
+  // Per capture file; later packets are skipped and counted.
+  uint64_t capture_max_bytes = 1ull << 30;
   uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up
   // Datapath lcores each job is spread over (protocol.md section 4): 1, its owner alone; N > 1, its
   // slots sharded by index: lcore i of N (the owner is 0) takes every sequence s with s mod N == i

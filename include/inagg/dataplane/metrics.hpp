@@ -51,7 +51,8 @@ class MetricsServer {
   uint16_t port_ = 0;
 };
 
-// Splits "ADDRESS:PORT" ("[v6]:PORT" for IPv6). False with *error on a malformed value.
+// Splits "ADDRESS:PORT" ("[v6]:PORT" for IPv6); a bare "PORT" is the loopback, 127.0.0.1:PORT.
+// False with *error on a malformed value.
 bool parse_listen_address(const std::string& s, std::string* host, uint16_t* port, std::string* error);
 
 }  // namespace inagg::dataplane

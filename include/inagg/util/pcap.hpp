@@ -31,14 +31,22 @@ class PcapWriter {
 
   // Creates (truncates) `path` and writes the file header; snaplen 65535, nanosecond timestamps.
   bool open(const std::string& path, std::string* error);
+  // False when the record was not written: past the size limit (counted in skipped()) or a write
+  // error (counted in errors(); the file is then incomplete).
   bool write(const uint8_t* data, size_t len, uint64_t ts_ns);
   bool close();  // flushes; false if any write failed
   bool is_open() const { return dumper_ != nullptr; }
+  // At most this many bytes in the file (header and records; 0: no limit): later records are
+  // skipped and counted, so a forgotten capture cannot fill the disk.
+  void set_limit(uint64_t bytes) { limit_ = bytes; }
+  uint64_t skipped() const { return skipped_; }
+  uint64_t errors() const { return errors_; }
 
  private:
   struct pcap* dead_ = nullptr;  // the link type and precision the dumper writes
   struct pcap_dumper* dumper_ = nullptr;
   bool failed_ = false;
+  uint64_t limit_ = 0, written_ = 0, skipped_ = 0, errors_ = 0;
 };
 
 }  // namespace inagg::util

@@ -174,10 +174,11 @@ static __always_inline int on_data(struct xagg_ctx* x) {
     bump(x->c, XAGG_C_bad_count);
     return XDP_DROP;
   }
-  /* Where the job file gives the member's address, DATA for its rank must come from it. */
+  /* DATA for a rank must come from its member's address (the job file names every member) and
+   * from the tier's port. */
   __u32 mkey = x->job_id * XAGG_MAX_MEMBERS + rank;
   const struct xagg_member* mb = bpf_map_lookup_elem(&xagg_members, &mkey);
-  if (mb && mb->ip && mb->ip != x->p.ip->saddr) {
+  if (!mb || !mb->ip || mb->ip != x->p.ip->saddr || x->p.udp->source != x->cfg->port) {
     bump(x->c, XAGG_C_wrong_source);
     return XDP_DROP;
   }
@@ -308,7 +309,7 @@ int xagg_head(struct xdp_md* ctx) {
     /* On a shared segment a head sees DATA flooded to other heads (before the bridge learns
      * their MACs): only DATA to our own address is ours. */
     if (!to_us) return XDP_PASS;
-  } else if (!x.job || !x.job->has_parent || x.p.ip->saddr != x.job->parent_ip) {
+  } else if (!x.job || !x.job->has_parent || x.p.ip->saddr != x.job->parent_ip || x.p.udp->source != x.cfg->port) {
     /* Results of other groups reach us when the fabric floods multicast; the stack drops them
      * unless this host joined the group. A result sent to us that is not from our parent is odd. */
     if (!to_us) return XDP_PASS;
