@@ -49,6 +49,6 @@ done
 # (then its RC requester or the deadline ends it, as after any rank's failure).
 tallied=$(grep -l "arrived without the appliance's sum (\(first\|last\) tally 1, want 4)" "$tmp"/w*.log | wc -l)
 [ "$tallied" -ge 1 ] || fail "no rank stopped on the tally: $(grep -h '^inagg-worker:' "$tmp"/w*.log)"
-others=$(grep -h '^inagg-worker:' "$tmp"/w*.log | grep -v "without the appliance's sum" | cut -c1-80 | paste -sd';' -)
+rest=$(grep -h '^inagg-worker:' "$tmp"/w*.log | grep -v "without the appliance's sum" | cut -c1-80 | paste -sd';' -)
 echo "ok: appliance restarted after $released slots of job 1: $tallied of $n ranks stopped on the tally" \
-  "${others:+(the others: $others) }and no rank returned a wrong sum"
+  "${rest:+(the others: $rest) }and no rank returned a wrong sum"
