@@ -136,7 +136,7 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
 }
 
 bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
-  untrusted_ = false;
+  untrusted_ = vouched_ = false;
   process_frame(pkt, now_ns, tx);
   return !untrusted_;
 }
@@ -195,7 +195,9 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   (this->*(e->ack_direction ? job.on_ack : job.on_data))(job, e->rank, pkt, l, now_ns, tx);
   // Nothing vouches for a packet that did not pin its rank's port (one before the start PSN, say):
   // the bridge must not learn its source from it.
-  if ((e->ack_direction ? conn.ack_port : conn.data_port) == kUnknownPort) untrusted_ = true;
+  const uint16_t pinned = e->ack_direction ? conn.ack_port : conn.data_port;
+  if (pinned == kUnknownPort) untrusted_ = true;
+  vouched_ = !untrusted_ && pinned == pkt.port && pkt.port != kUnknownPort;
 }
 
 }  // namespace inagg::agg

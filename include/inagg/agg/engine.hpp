@@ -289,6 +289,9 @@ class alignas(64) Engine {
   // on a connection held closed): the caller must not learn anything from it (its source MAC above
   // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
   bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
+  // Whether the frame process() last handled was a registered rank's own: its registered source,
+  // from the port its rank is pinned to (the bridge makes its source address sticky there).
+  bool vouched() const { return vouched_; }
 
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
@@ -387,6 +390,7 @@ class alignas(64) Engine {
   size_t mbufs_reserved_ = 0;
   uint64_t now_ns_ = 0;                    // the engine's clock: the last now_ns process() or poll() saw
   bool untrusted_ = false;                 // the frame process() is handling was dropped as untrustworthy
+  bool vouched_ = false;                   // ... came from a registered rank's source on its pinned port
   std::array<PacketRef, 64> release_out_;  // a spread job's slot on its way to the OrderedTx
 };
 
