@@ -278,6 +278,9 @@ std::string Engine::timeout_reason(const Job& job) const {
       why += "; no ACK to " + rank + "'s " + qp_str(c.spec.src_ip, c.spec.src_qpn) +
              " was ever seen (check its source address and QPN)";
   }
+  if (!job.first_unfit.empty())
+    why += "; " + std::to_string(job.c.drop_unfit) +
+           " packet(s) broke the job contract and were dropped, the first: " + job.first_unfit;
   return why;
 }
 

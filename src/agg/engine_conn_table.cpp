@@ -79,7 +79,8 @@ void Engine::drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*coun
   // Drops of frames whose origin the engine could not verify: process() tells its caller.
   untrusted_ = counter == &EngineCounters::malformed || counter == &EngineCounters::bad_icrc ||
                counter == &EngineCounters::drop_wrong_source || counter == &EngineCounters::drop_wrong_port ||
-               counter == &EngineCounters::drop_unplaceable || counter == &EngineCounters::drop_closed;
+               counter == &EngineCounters::drop_unplaceable || counter == &EngineCounters::drop_closed ||
+               counter == &EngineCounters::drop_unfit || counter == &EngineCounters::drop_ack_unpinned;
   if (job) ++(job->c.*counter);
   ++(totals_.*counter);
   ops_.free(ops_.ctx, pkt.handle);
@@ -100,7 +101,7 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
   const uint16_t first = ack_direction ? c.ack_port : c.data_port;
   util::log(
       util::LogModule::engine, util::LogLevel::warning,
-      "job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, first seen on port %d)"
+      "job %u: dropped a packet on rank %u's %s connection: %s (from %s, port %d; registered %s, pinned to port %d)"
       "; %llu more dropped since the last line",
       job.spec.id, rank, ack_direction ? "ACK" : "data", what, src, pkt.port == kUnknownPort ? -1 : pkt.port,
       util::ip_text(ack_direction ? c.spec.dst_ip : c.spec.src_ip).c_str(), first == kUnknownPort ? -1 : first,
@@ -145,7 +146,7 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
 }
 
 bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
-  untrusted_ = false;
+  untrusted_ = vouched_ = false;
   process_frame(pkt, now_ns, tx);
   return !untrusted_;
 }
@@ -188,7 +189,8 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
              now_ns);
     return drop(&job, pkt, &EngineCounters::drop_unplaceable);
   }
-  // Only the registered source, on the port its rank was first seen on, speaks on a connection: a
+  // Only the registered source, on the port its rank was pinned to (engine_job.cpp: by the first
+  // packet that fits the connection's state), speaks on a connection: a
   // forged WRITE must not reach the receiver, a forged ACK or NAK must not reach the sender.
   const util::IpAddr& peer = e->ack_direction ? conn.spec.dst_ip : conn.spec.src_ip;
   if (v4 ? std::memcmp(peer.bytes.data(), src, 4) != 0 : std::memcmp(peer.bytes.data(), src, 16) != 0) {
@@ -197,10 +199,15 @@ void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
   }
   const uint16_t port = e->ack_direction ? conn.ack_port : conn.data_port;
   if (port != kUnknownPort && pkt.port != kUnknownPort && pkt.port != port) {
-    log_drop(job, "not from the port its rank was first seen on", e->rank, e->ack_direction, pkt, l, now_ns);
+    log_drop(job, "not from the port its rank was pinned to", e->rank, e->ack_direction, pkt, l, now_ns);
     return drop(&job, pkt, &EngineCounters::drop_wrong_port);
   }
   (this->*(e->ack_direction ? job.on_ack : job.on_data))(job, e->rank, pkt, l, now_ns, tx);
+  // Nothing vouches for a packet that did not pin its rank's port (one before the start PSN, say):
+  // the bridge must not learn its source from it.
+  const uint16_t pinned = e->ack_direction ? conn.ack_port : conn.data_port;
+  if (pinned == kUnknownPort) untrusted_ = true;
+  vouched_ = !untrusted_ && pinned == pkt.port && pkt.port != kUnknownPort;
 }
 
 }  // namespace inagg::agg

@@ -61,7 +61,7 @@ struct alignas(64) Engine::Job {
     uint64_t nak_seq = 0;     // the sequence the pending NAK named (the receiver's acked then)
     uint64_t nak_target = 0;  // the gap is closed once `filled` reaches this
     uint64_t last_data_ns = 0;
-    uint16_t data_port = kUnknownPort;  // the port the sender was first seen on
+    uint16_t data_port = kUnknownPort;  // the sender's port: pinned by its first WRITE that fits the connection
     bool data_seen = false;
     bool nak_pending = false;      // a NAK went out; the sender has neither gone back nor filled the gap
     bool nak_template_ok = false;  // `nak` below is filled in
@@ -72,7 +72,8 @@ struct alignas(64) Engine::Job {
     uint32_t msn = 0;    // the receiver's last reported MSN (for the NAKs we send)
     uint64_t last_ack_ns = 0;
     bool acks_seen = false;
-    uint16_t ack_port = kUnknownPort;  // the port the receiver was first seen on (where its sums go)
+    // The receiver's port (where its sums go): pinned by its first ACK that acknowledges something released.
+    uint16_t ack_port = kUnknownPort;
     // The backoff of NAKs sent again.
     uint64_t nak_ns = 0;
     uint64_t nak_interval_ns = 0;
@@ -163,6 +164,7 @@ struct alignas(64) Engine::Job {
   size_t memory = 0, mbufs = 0;
   uint64_t drop_log_ns = 0, drops_unlogged = 0;  // rate limit of the drop log line
   bool drop_logged = false;
+  std::string first_unfit;  // why the first packet that broke the contract was dropped (refuse())
   EngineCounters c;
 
   size_t index(uint64_t seq) const { return (seq >> shard_shift) % nslots; }

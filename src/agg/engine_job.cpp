@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine_internal.hpp"
+#include "inagg/util/log.hpp"
 #include "inagg/wire/icrc.hpp"
 
 namespace inagg::agg {
@@ -32,9 +33,16 @@ void Engine::choose_path(Job& job) {
   }
 }
 
-void Engine::break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind) {
-  ops_.free(ops_.ctx, pkt.handle);
-  abort_job(job, why, kind);
+template <class Why>
+void Engine::refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCounters::*kind) {
+  if (job.first_unfit.empty()) {
+    job.first_unfit = why();
+    util::log(util::LogModule::engine, util::LogLevel::warning, "job %u: dropped a packet: %s", job.spec.id,
+              job.first_unfit.c_str());
+  }
+  ++(job.c.*kind);
+  ++(totals_.*kind);
+  drop(&job, pkt, &EngineCounters::drop_unfit);
 }
 
 template <bool kSharded, bool kReplay>
@@ -58,23 +66,27 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   const uint32_t psn = bth.psn();
   auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
   if (!wire::is_rdma_write(l.opcode)) {
-    // A SEND or READ takes PSNs the job's WRITEs need: the sums could never line up again.
-    return break_contract(
+    // A SEND or READ takes PSNs the job's WRITEs need: a rank that sends one breaks its job, but a
+    // forger can send one too, so it is dropped, not trusted to end the job.
+    return refuse(
         job, pkt,
-        contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
-                                    ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
-                                    "; a job's QPs carry only its RDMA WRITEs"),
+        [&] {
+          return contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
+                                             ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
+                                             "; a job's QPs carry only its RDMA WRITEs");
+        },
         &EngineCounters::err_not_write);
   }
   if ((l.opcode & 0xe0) != wire::op::kRc) {
     // UC has no ACKs: the engine could neither know what a receiver has nor recover a loss.
-    return break_contract(
+    return refuse(
         job, pkt,
-        contract("RC only", who() + " sent " + std::string(l.info->name) +
-                                ": the job's QPs must be RC (UC writes cannot be aggregated transparently)"),
+        [&] {
+          return contract("RC only", who() + " sent " + std::string(l.info->name) +
+                                         ": the job's QPs must be RC (UC writes cannot be aggregated transparently)");
+        },
         &EngineCounters::err_not_rc);
   }
-  if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
   const wire::OpPosition pos = l.info->position;
 
   // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
@@ -109,25 +121,33 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   if (kSharded && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
   const uint64_t first_incomplete_msg = released / job.ppm;
   if (msg >= first_incomplete_msg + job.spec.window) {
-    return break_contract(
+    return refuse(
         job, pkt,
-        contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
-                               ") while message " + std::to_string(first_incomplete_msg) +
-                               " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
-                               " (every rank must honour the same window)"),
+        [&] {
+          return contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
+                                        ") while message " + std::to_string(first_incomplete_msg) +
+                                        " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
+                                        " (every rank must honour the same window)");
+        },
         &EngineCounters::err_ahead_of_window);
   }
   if (pos != expected_position(k, job.ppm) || l.payload_len != job.spec.payload_bytes || l.pad != 0) {
-    return break_contract(
+    return refuse(
         job, pkt,
-        contract("message size",
-                 who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
-                     std::to_string(l.payload_len) + " payload bytes does not fit packet " + std::to_string(k) +
-                     " of a " + std::to_string(job.spec.message_bytes) + "-byte message of " +
-                     std::to_string(job.spec.payload_bytes) +
-                     "-byte packets (every message must be exactly message_bytes, on the same path MTU)"),
+        [&] {
+          return contract("message size",
+                          who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
+                              std::to_string(l.payload_len) + " payload bytes does not fit packet " +
+                              std::to_string(k) + " of a " + std::to_string(job.spec.message_bytes) +
+                              "-byte message of " + std::to_string(job.spec.payload_bytes) +
+                              "-byte packets (every message must be exactly message_bytes, on the same path MTU)");
+        },
         &EngineCounters::err_length_or_opcode);
   }
+  // The packet fits the connection's state (a WRITE of the right size, at or after the start PSN,
+  // within the window): only such a packet pins the port the rank's data is taken from. A forged
+  // packet that does not fit is dropped above, whatever port it came from.
+  if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
   if (!conn.nak_template_ok) {  // what a NAK to this sender looks like, from its first good packet
     wire::RoceFrameSpec& s = conn.nak;
     std::memcpy(s.dst_mac.data(), pkt.data + 6, 6);  // back to the sender
@@ -260,39 +280,57 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   if (!wire::icrc_verify(pkt.data, l)) return drop(&job, pkt, &EngineCounters::bad_icrc);
   Job::Conn& conn = job.conns[rank];
   if (l.opcode != (wire::op::kRc | wire::op::kAcknowledge)) {
-    return break_contract(
+    return refuse(
         job, pkt,
-        contract("writes only", "the receiver of rank " + std::to_string(rank) + " sent " + std::string(l.info->name) +
-                                    " to " + qp_str(conn.spec.src_ip, conn.spec.src_qpn) +
-                                    "; the reverse direction of a job's QP carries only ACKs and NAKs"),
+        [&] {
+          return contract("writes only", "the receiver of rank " + std::to_string(rank) + " sent " +
+                                             std::string(l.info->name) + " to " +
+                                             qp_str(conn.spec.src_ip, conn.spec.src_qpn) +
+                                             "; the reverse direction of a job's QP carries only ACKs and NAKs");
+        },
         &EngineCounters::err_not_write);
   }
-  if (conn.ack_port == kUnknownPort) conn.ack_port = pkt.port;
-  conn.acks_seen = true;
   JobShards::Acked* shared = kSharded && job.shard == 0 ? &job.shards->acked_[rank] : nullptr;
   const wire::AethView aeth = wire::aeth_of(pkt.data, l);
   const uint32_t psn = wire::bth_of(pkt.data, l).psn();
   const int64_t at = static_cast<int64_t>(conn.acked) + sext24(psn - (conn.spec.start_psn + conn.acked));
   // ACK p: the receiver has everything up to p. NAK / RNR NAK p: everything below p.
   const int64_t acked = aeth.is_ack() ? at + 1 : at;
+  // (A replayed capture's receivers are pcap files: nothing to check.)
+  const uint64_t out_below = kSharded ? job.out_below() : job.cursor;
+  if (!kReplay && acked > static_cast<int64_t>(out_below)) {
+    // The receiver cannot have what was never released: either a path bypasses the appliance or the
+    // ACK is forged. Dropped (a forged ACK must not reach the sender); a real bypass stalls the job
+    // until its no-progress timeout, whose message gives this reason.
+    return refuse(
+        job, pkt,
+        [&] {
+          std::string why = "the receiver of rank " + std::to_string(rank) + " acknowledged PSN " +
+                            std::to_string(psn) +
+                            ", which the appliance never released: some path bypasses the appliance (every packet "
+                            "of a registered connection must cross it)";
+          if (!conn.data_seen)
+            why += ", or rank " + std::to_string(rank) + "'s destination " +
+                   qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
+                   " is registered wrong (none of its WRITEs ever matched it)";
+          return contract("every packet crosses the appliance", why);
+        },
+        &EngineCounters::err_ack_bypass);
+  }
+  if (conn.ack_port == kUnknownPort) {
+    // Only an ACK or NAK that acknowledges something released and not yet acknowledged pins the
+    // port the rank's ACKs are taken from (one at start_psn - 1, sent before the job's traffic,
+    // does not).
+    if (!kReplay && acked <= static_cast<int64_t>(conn.acked))
+      return drop(&job, pkt, &EngineCounters::drop_ack_unpinned);
+    conn.ack_port = pkt.port;
+  }
+  conn.acks_seen = true;
   BUMP(job, acks_observed);
   if (acked >= static_cast<int64_t>(conn.acked)) conn.msn = aeth.msn();  // not from a stale, reordered ACK
   if (kSharded && shared) {
     shared->msn.store(conn.msn, std::memory_order_relaxed);
     shared->seen.store(true, std::memory_order_relaxed);
-  }
-  // (A replayed capture's receivers are pcap files: nothing to check.)
-  const uint64_t out_below = kSharded ? job.out_below() : job.cursor;
-  if (!kReplay && acked > static_cast<int64_t>(out_below)) {
-    emit(pkt, tx, &job);
-    std::string why = "the receiver of rank " + std::to_string(rank) + " acknowledged PSN " + std::to_string(psn) +
-                      ", which the appliance never released: some path bypasses the appliance (every packet of a "
-                      "registered connection must cross it)";
-    if (!conn.data_seen)
-      why += ", or rank " + std::to_string(rank) + "'s destination " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
-             " is registered wrong (none of its WRITEs ever matched it)";
-    abort_job(job, contract("every packet crosses the appliance", why), &EngineCounters::err_ack_bypass);
-    return;
   }
   if (acked > static_cast<int64_t>(conn.acked)) {
     // Retained copies the receiver now has are no longer needed for resends.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "inagg/util/log.hpp"
@@ -168,7 +169,9 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     rte_mempool* pool = I.ports.pool_for_socket(static_cast<int>(rte_lcore_to_socket_id(l->lcore_id)));
     agg::BufferOps ops{pool, mbuf_free, mbuf_ref, mbuf_alloc, l.get(), tx_queue_above};
     l->engine = std::make_unique<agg::Engine>(cfg.engine, ops);
-    l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns);
+    // A random hash key per start: which addresses collide cannot be worked out offline.
+    l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns,
+                                         (uint64_t{std::random_device{}()} << 32) | std::random_device{}());
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
     if (cfg.job_lcores > 1)  // the sharded jobs this lcore owns release onto it, in PSN order; it sends from it

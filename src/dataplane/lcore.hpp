@@ -82,6 +82,8 @@ struct alignas(64) LcoreState {
   // One-entry caches in front of the MAC table (valid for 1 ms; invalidated by any learning).
   uint64_t learn_cache_mac = ~0ull, learn_cache_ns = 0;
   uint16_t learn_cache_port = 0xffff;
+  uint64_t rank_cache_mac = ~0ull, rank_cache_ns = 0;  // the same for learn_rank()
+  uint16_t rank_cache_port = 0xffff;
   uint64_t lookup_cache_mac = ~0ull, lookup_cache_ns = 0;
   uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
   // Each lcore's own copy of which lcore owns which connection, kept by requests: nothing shared.

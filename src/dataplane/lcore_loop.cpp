@@ -92,6 +92,7 @@ class LcoreLoop {
   unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
   void learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
+  void learn_rank(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);  // the engine vouched for it
   void route_engine_output(uint64_t now_ns);
   void send(rte_mbuf* m, uint64_t now_ns);
   void enqueue_tx(unsigned port_index, rte_mbuf* m);
@@ -233,8 +234,15 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   uint8_t src_mac[6];
   std::memcpy(src_mac, data + 6, sizeof src_mac);
   const uint16_t in_port = m->port;
-  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx))
-    learn_source(src_mac, in_port, now_ns);
+  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx)) {
+    // A registered rank's own frame makes its address sticky on its pinned port: then no frame the
+    // engine did not vouch for (a gratuitous ARP, a plain frame) can move it, and its sums go out
+    // of the port the engine pinned, not wherever a forger last claimed the address.
+    if (l.engine->vouched())
+      learn_rank(src_mac, in_port, now_ns);
+    else
+      learn_source(src_mac, in_port, now_ns);
+  }
   route_engine_output(now_ns);
 }
 
@@ -273,11 +281,25 @@ unsigned LcoreLoop::handover_room() const {
 // sends its sums, so it must know where the ranks are whichever lcore received them. Bursts come
 // from few stations: re-learning the same source on the same port within 1 ms changes nothing, so
 // it is skipped (halves the bridge's per-frame cost on a burst of one flow).
+void LcoreLoop::learn_rank(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
+  LcoreState& l = l_;
+  const uint64_t src = MacTable::key(src_mac);
+  if (src != l.rank_cache_mac || port != l.rank_cache_port || now_ns - l.rank_cache_ns > 1'000'000) {
+    l.macs->learn_vouched(src_mac, port, now_ns);
+    l.rank_cache_mac = src;
+    l.rank_cache_port = port;
+    l.rank_cache_ns = now_ns;
+    l.lookup_cache_ns = 0;
+  }
+}
+
 void LcoreLoop::learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
   LcoreState& l = l_;
   const uint64_t src = MacTable::key(src_mac);
   if (src != l.learn_cache_mac || port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
+    const uint64_t refused = l.macs->moves_refused();
     l.macs->learn(src_mac, port, now_ns);
+    l.c.mac_moves_refused += l.macs->moves_refused() - refused;
     l.learn_cache_mac = src;
     l.learn_cache_port = port;
     l.learn_cache_ns = now_ns;

@@ -210,37 +210,52 @@ class EngineErrors : public EngineTest {
     // The other job is unaffected.
     expect_other_job_works();
   }
+  // A packet that breaks the contract is dropped and counted; the job goes on (a forger could send
+  // any of them): slot 0 completes with rank 2's real packet and its exact sum is released.
+  void expect_refused(uint64_t agg::EngineCounters::*kind) {
+    const auto i = info(1);
+    EXPECT_EQ(i.state, agg::JobState::active) << i.error;
+    EXPECT_EQ(i.counters.*kind, 1u);
+    EXPECT_EQ(i.counters.drop_unfit, 1u);
+    EXPECT_EQ(i.counters.job_errors, 0u);
+    EXPECT_EQ(i.held_packets, 2u);
+    expect_released(j, 0, send(j.data_frame(2, 0)));
+    expect_other_job_works();
+  }
   void expect_other_job_works() {
     send(other.data_frame(0, 0));
     expect_released(other, 0, send(other.data_frame(1, 0)));
   }
 };
 
-TEST_F(EngineErrors, WrongLengthAbortsTheJob) {
+TEST_F(EngineErrors, WrongLengthIsDropped) {
   auto s = j.frame_spec(2, 0);
   auto f = JobFixture::build(s, std::vector<uint8_t>(60, 1));
   EXPECT_TRUE(send(f).empty());
-  expect_aborted(&agg::EngineCounters::err_length_or_opcode);
-  EXPECT_NE(info(1).error.find("does not fit"), std::string::npos) << info(1).error;
+  expect_refused(&agg::EngineCounters::err_length_or_opcode);
+  // A real contract break still ends the job, at its no-progress timeout, whose reason names it.
+  poll(now + cfg.abort_timeout_ns + 1);
+  EXPECT_EQ(info(1).state, agg::JobState::failed);
+  EXPECT_NE(info(1).error.find("the first: job contract, rule 'message size'"), std::string::npos) << info(1).error;
 }
 
-TEST_F(EngineErrors, WrongOpcodeClassAbortsTheJob) {
+TEST_F(EngineErrors, WrongOpcodeClassIsDropped) {
   auto s = j.frame_spec(2, 0);
   s.opcode = wire::op::kRc | wire::op::kWriteMiddle;  // seq 0 must be FIRST
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(2, 0))).empty());
-  expect_aborted(&agg::EngineCounters::err_length_or_opcode);
+  expect_refused(&agg::EngineCounters::err_length_or_opcode);
 }
 
-TEST_F(EngineErrors, PacketAheadOfTheWindowAbortsTheJob) {
+TEST_F(EngineErrors, PacketAheadOfTheWindowIsDropped) {
   // Message 0 is incomplete; W = 2, so message 2 (seq 8) is ahead of the window.
   EXPECT_TRUE(send(j.data_frame(0, 8)).empty());
-  expect_aborted(&agg::EngineCounters::err_ahead_of_window);
+  expect_refused(&agg::EngineCounters::err_ahead_of_window);
 }
 
-TEST_F(EngineErrors, AckForAPsnNeverReleasedAbortsTheJob) {
-  auto outs = send(j.ack_frame(0, 0));  // nothing released yet: the receiver got seq 0 another way
-  EXPECT_EQ(outs.size(), 1u);           // the ACK itself is still forwarded
-  expect_aborted(&agg::EngineCounters::err_ack_bypass);
+TEST_F(EngineErrors, AckForAPsnNeverReleasedIsDropped) {
+  auto outs = send(j.ack_frame(0, 0));  // nothing released yet: a bypass, or forged
+  EXPECT_TRUE(outs.empty()) << "an ACK for a PSN never released reached the sender";
+  expect_refused(&agg::EngineCounters::err_ack_bypass);
 }
 
 TEST_F(EngineErrors, NoProgressTimeoutAbortsTheJob) {
@@ -251,7 +266,7 @@ TEST_F(EngineErrors, NoProgressTimeoutAbortsTheJob) {
 }
 
 TEST_F(EngineErrors, ReAddingAFailedJobStartsItAfresh) {
-  send(j.data_frame(0, 8));
+  poll(now + cfg.abort_timeout_ns + 1);
   ASSERT_EQ(info(1).state, agg::JobState::failed);
   add(j);
   EXPECT_EQ(info(1).state, agg::JobState::active);
@@ -589,14 +604,18 @@ TEST_F(EngineTest, AClockSlightlyBehindTheLastPacketDoesNotAbort) {
   EXPECT_EQ(info(1).state, agg::JobState::active);
 }
 
-TEST_F(EngineTest, UcWritesOnARegisteredQpAreAJobError) {
+TEST_F(EngineTest, UcWritesOnARegisteredQpAreDropped) {
   JobFixture j(1, 2, Dtype::fp32, 64, 64, 1);
   add(j);
+  send(j.data_frame(1, 0));
   auto s = j.frame_spec(0, 0);
   s.opcode = wire::op::kUc | wire::op::kWriteOnly;
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(0, 0))).empty());
+  EXPECT_EQ(info(1).state, agg::JobState::active);
+  EXPECT_EQ(info(1).counters.err_not_rc, 1u);
+  poll(now + cfg.abort_timeout_ns + 1);
   EXPECT_EQ(info(1).state, agg::JobState::failed);
-  EXPECT_NE(info(1).error.find("must be RC"), std::string::npos);
+  EXPECT_NE(info(1).error.find("must be RC"), std::string::npos) << info(1).error;
 }
 
 TEST_F(EngineTest, NakCopiesThePKeyAndCarriesAnIpv6UdpChecksum) {

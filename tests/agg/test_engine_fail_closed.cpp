@@ -1,6 +1,6 @@
-// The engine fails closed (docs/reliability.md): on a registered connection only its
-// registered source, on the port its rank was first seen on, is heard; what cannot be placed is
-// dropped and counted, never forwarded raw; contract breaks end the job at once, naming the rule;
+// The engine fails closed: on a registered connection only its registered source, on the port its
+// rank was pinned to, is heard; what cannot be placed is dropped and counted, never forwarded raw;
+// contract breaks are dropped and counted (a forger can send them), named at the job's timeout;
 // NAKs keep the frame's own VLAN tags; the appliance's own queue backlog CE-marks the sums.
 #include <gtest/gtest.h>
 
@@ -78,7 +78,7 @@ TEST_F(FailClosed, ForgedAcksAndNaksAreDroppedRealOnesPass) {
   EXPECT_EQ(info(1).counters.acks_observed, 1u);
 }
 
-TEST_F(FailClosed, TrafficFromAnotherPortThanItsRankWasFirstSeenOnIsDropped) {
+TEST_F(FailClosed, TrafficFromAnotherPortThanItsRankWasPinnedToIsDropped) {
   complete(0);  // rank r first seen on port r
   // Rank 1's own address, but on port 0 (where a forger sits): dropped, however right it looks.
   EXPECT_TRUE(send(j.data_frame(1, 1), 0).empty());
@@ -149,7 +149,7 @@ TEST_F(FailClosed, DropsAreLoggedAtMostOncePerSecondPerJob) {
   for (char c : log) lines += c == '\n';
   EXPECT_EQ(lines, 2u) << log;
   EXPECT_NE(log.find("job 1: dropped a packet on rank 0's data connection: not from the registered source address "
-                     "(from 10.0.1.200, port 0; registered 10.0.1.1, first seen on port 0); 0 more"),
+                     "(from 10.0.1.200, port 0; registered 10.0.1.1, pinned to port 0); 0 more"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("; 99 more dropped since the last line"), std::string::npos) << log;
@@ -176,7 +176,10 @@ TEST_F(FailClosed, AMisregisteredDestinationIsNamedWhenTheJobEnds) {
   k.spec.conns[0].dst_qpn = real_qpn;
   auto outs = send(k.data_frame(0, 0));  // not matched: forwarded as any unregistered traffic is
   ASSERT_EQ(outs.size(), 1u);
-  send(k.ack_frame(0, 0));  // its receiver ACKs what the appliance never released
+  send(k.data_frame(1, 0));  // rank 1's, registered right: held
+  send(k.ack_frame(0, 0));   // rank 0's receiver ACKs what the appliance never released: dropped
+  EXPECT_EQ(info(2).state, agg::JobState::active);
+  poll(now + cfg.abort_timeout_ns + 1);
   EXPECT_EQ(info(2).state, agg::JobState::failed);
   EXPECT_NE(info(2).error.find("rank 0's destination 10.0.2.2 qpn 0x777 is registered wrong"), std::string::npos)
       << info(2).error;
@@ -315,71 +318,166 @@ TEST_F(FailClosed, AJobRegisteredWithIpv4MappedGidsMatchesIpv4Packets) {
   expect_released(k, 0, send(k.data_frame(1, 0)));
 }
 
-// ---- a broken contract ends the job at once, naming the rule -------------------------------
+// ---- a packet that breaks the contract is dropped and counted, never ends the job ----------------
+// (A forger can send any of them, from the rank's own address and port.) A real contract break ends
+// the job at its no-progress timeout, whose reason names the rule.
 
-TEST_F(FailClosed, ASendOnADataQpEndsTheJobAtOnce) {
+TEST_F(FailClosed, ASendOnADataQpIsDroppedAndTheJobGoesOn) {
   complete(0);
   send(j.data_frame(1, 1), 1);
   auto s = j.frame_spec(0, 1);
   s.opcode = wire::op::kRc | wire::op::kSendOnly;
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(0, 1)), 0).empty()) << "forwarded";
-  const auto i = info(1);
-  EXPECT_EQ(i.state, agg::JobState::failed);
+  auto i = info(1);
+  EXPECT_EQ(i.state, agg::JobState::active) << i.error;
   EXPECT_EQ(i.counters.err_not_write, 1u);
-  EXPECT_NE(i.error.find("job contract, rule 'writes only': rank 0 sent RC_SEND_ONLY"), std::string::npos) << i.error;
-  EXPECT_EQ(i.held_packets, 0u) << "the partial slot must go";
+  EXPECT_EQ(i.counters.drop_unfit, 1u);
+  EXPECT_EQ(i.held_packets, 1u) << "rank 1's packet of seq 1 must stay";
+  send(j.data_frame(2, 1), 2);
+  expect_released(j, 1, send(j.data_frame(0, 1), 0));
+  poll(now + cfg.abort_timeout_ns + 1);  // nothing more comes: the timeout names the broken rule
+  i = info(1);
+  EXPECT_EQ(i.state, agg::JobState::failed);
+  EXPECT_NE(i.error.find("the first: job contract, rule 'writes only': rank 0 sent RC_SEND_ONLY"), std::string::npos)
+      << i.error;
 }
 
-TEST_F(FailClosed, AReadRequestOnADataQpEndsTheJobAtOnce) {
+TEST_F(FailClosed, AReadRequestOnADataQpIsDropped) {
   auto s = j.frame_spec(2, 0);
   s.opcode = wire::op::kRc | wire::op::kReadRequest;
   EXPECT_TRUE(send(JobFixture::build(s, {})).empty());
-  EXPECT_EQ(info(1).state, agg::JobState::failed);
-  EXPECT_NE(info(1).error.find("rule 'writes only': rank 2 sent RC_RDMA_READ_REQUEST"), std::string::npos)
-      << info(1).error;
+  EXPECT_EQ(info(1).state, agg::JobState::active);
+  EXPECT_EQ(info(1).counters.err_not_write, 1u);
+  complete(0);
 }
 
-TEST_F(FailClosed, ARequestOnTheReverseDirectionEndsTheJob) {
+TEST_F(FailClosed, ARequestOnTheReverseDirectionIsDropped) {
   complete(0);
   auto s = j.frame_spec(1, 0);  // rank 1's receiver (rank 2's host) writes back to rank 1's QP
   s.src_ip = j.spec.conns[1].dst_ip;
   s.dst_ip = j.spec.conns[1].src_ip;
   s.dest_qp = j.spec.conns[1].src_qpn;
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(1, 0))).empty());
-  EXPECT_EQ(info(1).state, agg::JobState::failed);
-  EXPECT_NE(info(1).error.find("rule 'writes only': the receiver of rank 1 sent RC_RDMA_WRITE_FIRST"),
-            std::string::npos)
-      << info(1).error;
+  EXPECT_EQ(info(1).state, agg::JobState::active);
+  EXPECT_EQ(info(1).counters.err_not_write, 1u);
+  complete(1);
 }
 
-TEST_F(FailClosed, EveryJobErrorNamesItsRule) {
+TEST_F(FailClosed, EveryContractBreakIsDroppedAndNamesItsRuleAtTheTimeout) {
   struct Case {
     const char* rule;
+    uint64_t EngineCounters::*counter;
     std::function<std::vector<uint8_t>(JobFixture&)> packet;
   };
   const std::vector<Case> cases = {
-      {"window", [](JobFixture& k) { return k.data_frame(0, 4 * k.ppm); }},
-      {"message size",
+      {"window", &EngineCounters::err_ahead_of_window, [](JobFixture& k) { return k.data_frame(0, 4 * k.ppm); }},
+      {"message size", &EngineCounters::err_length_or_opcode,
        [](JobFixture& k) {
          return JobFixture::build(k.frame_spec(0, 0), std::vector<uint8_t>(k.spec.payload_bytes - 4, 1));
        }},
-      {"RC only",
+      {"RC only", &EngineCounters::err_not_rc,
        [](JobFixture& k) {
          auto s = k.frame_spec(0, 0);
          s.opcode = wire::op::kUc | wire::op::kWriteFirst;
          return JobFixture::build(s, k.payload(0, 0));
        }},
-      {"every packet crosses the appliance", [](JobFixture& k) { return k.ack_frame(0, 0); }},
+      {"every packet crosses the appliance", &EngineCounters::err_ack_bypass,
+       [](JobFixture& k) { return k.ack_frame(0, 0); }},
   };
   uint32_t id = 10;
   for (const Case& c : cases) {
     JobFixture k(id, 2, Dtype::fp32, 2 * 64, 64, 2);
     add(k);
-    send(c.packet(k));
-    EXPECT_EQ(info(id).state, agg::JobState::failed) << c.rule;
-    EXPECT_EQ(info(id).error.rfind(std::string("job contract, rule '") + c.rule + "': ", 0), 0u) << info(id).error;
+    send(k.data_frame(1, 0));  // held: the job has work pending, so it can time out
+    EXPECT_TRUE(send(c.packet(k)).empty()) << c.rule;
+    EXPECT_EQ(info(id).state, agg::JobState::active) << c.rule;
+    EXPECT_EQ(info(id).counters.*c.counter, 1u) << c.rule;
+    EXPECT_EQ(info(id).counters.drop_unfit, 1u) << c.rule;
     ++id;
   }
+  poll(now + cfg.abort_timeout_ns + 1);
+  id = 10;
+  for (const Case& c : cases) {
+    EXPECT_EQ(info(id).state, agg::JobState::failed) << c.rule;
+    EXPECT_NE(info(id).error.find(std::string("the first: job contract, rule '") + c.rule + "': "), std::string::npos)
+        << info(id).error;
+    ++id;
+  }
+}
+
+// ---- a forged packet cannot pin a rank's port ------------------------------------------------------
+// A rank's ports are pinned by the first packet that fits its connection's state: a WRITE of the
+// right size at or after the start PSN within the window, an ACK that acknowledges something released.
+
+namespace {
+constexpr uint16_t kForgerPort = 7;
+}
+
+TEST_F(FailClosed, ForgersBeforeTheFirstRealPacketPinNothing) {
+  // The attack: one WRITE at start_psn - 1 and one ACK at start_psn - 1, from the forger's port, with
+  // the ranks' own addresses and valid ICRCs, before the job's traffic.
+  for (unsigned r = 0; r < j.spec.workers; ++r) {
+    EXPECT_TRUE(send(j.data_frame(r, ~uint64_t{0}), kForgerPort).empty());  // PSN start_psn - 1
+    EXPECT_FALSE(last_trusted);
+    EXPECT_TRUE(send(j.ack_frame(r, ~uint64_t{0}), kForgerPort).empty()) << "a forged ACK reached the sender";
+    EXPECT_FALSE(last_trusted);
+  }
+  // Then each kind that broke the job before: a SEND, an out-of-window WRITE, an early ACK.
+  auto send_spec = j.frame_spec(1, 0);
+  send_spec.opcode = wire::op::kRc | wire::op::kSendOnly;
+  EXPECT_TRUE(send(JobFixture::build(send_spec, j.payload(1, 0)), kForgerPort).empty());
+  EXPECT_TRUE(send(j.data_frame(2, 4 * j.ppm), kForgerPort).empty());
+  EXPECT_TRUE(send(j.ack_frame(2, 0), kForgerPort).empty());
+  auto i = info(1);
+  EXPECT_EQ(i.state, agg::JobState::active) << i.error;
+  EXPECT_EQ(i.counters.stale, 3u);
+  EXPECT_EQ(i.counters.drop_ack_unpinned, 3u);
+  EXPECT_EQ(i.counters.drop_unfit, 3u);
+  // The real traffic, each rank on its own port: every sum exact, nothing dropped as from a wrong port.
+  complete(0);
+  complete(1);
+  for (unsigned r = 0; r < j.spec.workers; ++r)
+    EXPECT_EQ(send(j.ack_frame(r, 1), static_cast<uint16_t>((r + 1) % 3)).size(), 1u);
+  i = info(1);
+  EXPECT_EQ(i.counters.drop_wrong_port, 0u);
+  EXPECT_EQ(i.counters.acks_observed, 3u);
+  EXPECT_EQ(i.retained_packets, 0u);
+  // Now pinned: the forger's port is refused in both directions.
+  EXPECT_TRUE(send(j.data_frame(0, 2), kForgerPort).empty());
+  EXPECT_TRUE(send(j.ack_frame(0, 1), kForgerPort).empty());
+  EXPECT_EQ(info(1).counters.drop_wrong_port, 2u);
+}
+
+TEST_F(FailClosed, ForgersOfEachKindOnThePinnedPortAreDroppedAndCounted) {
+  complete(0);
+  for (unsigned r = 0; r < j.spec.workers; ++r) send(j.ack_frame(r, 0), static_cast<uint16_t>((r + 1) % 3));
+  // From rank 0's own port and address: each is dropped, the job goes on.
+  auto sendop = j.frame_spec(0, 1);
+  sendop.opcode = wire::op::kRc | wire::op::kSendOnly;
+  auto read = j.frame_spec(0, 1);
+  read.opcode = wire::op::kRc | wire::op::kReadRequest;
+  auto uc = j.frame_spec(0, 1);
+  uc.opcode = wire::op::kUc | wire::op::kWriteFirst;
+  const std::vector<std::vector<uint8_t>> forged_frames = {
+      JobFixture::build(sendop, j.payload(0, 1)),
+      JobFixture::build(read, {}),
+      JobFixture::build(uc, j.payload(0, 1)),
+      JobFixture::build(j.frame_spec(0, 1), std::vector<uint8_t>(j.spec.payload_bytes - 4, 1)),
+      j.data_frame(0, 4 * j.ppm),  // out of the window
+  };
+  for (const auto& f : forged_frames) EXPECT_TRUE(send(f, 0).empty());
+  EXPECT_TRUE(send(j.ack_frame(0, 3), 1).empty()) << "an early ACK reached the sender";
+  auto i = info(1);
+  EXPECT_EQ(i.state, agg::JobState::active) << i.error;
+  EXPECT_EQ(i.counters.err_not_write, 2u);
+  EXPECT_EQ(i.counters.err_not_rc, 1u);
+  EXPECT_EQ(i.counters.err_length_or_opcode, 1u);
+  EXPECT_EQ(i.counters.err_ahead_of_window, 1u);
+  EXPECT_EQ(i.counters.err_ack_bypass, 1u);
+  EXPECT_EQ(i.counters.drop_unfit, 6u);
+  EXPECT_EQ(i.counters.job_errors, 0u);
+  complete(1);
+  EXPECT_EQ(info(1).state, agg::JobState::active);
 }
 
 // ---- a NAK keeps the frame's own tags ----------------------------------------------------

@@ -1,6 +1,10 @@
 // The L2 learning bridge (no EAL needed).
 #include <gtest/gtest.h>
 
+#include <array>
+#include <set>
+#include <vector>
+
 #include "inagg/dataplane/bridge.hpp"
 
 using namespace inagg::dataplane;
@@ -68,4 +72,90 @@ TEST(MacTable, AFullNeighbourhoodFloodsInsteadOfEvictingLiveEntries) {
     const uint16_t out = t.lookup(mac, 7, 2);
     EXPECT_TRUE(out == kFlood || out == i % 3) << i;
   }
+}
+
+// ---- a station on one port claiming a job rank's address ----------------------------------------
+// R is a rank's address, vouched for by the engine on port 1 (its pinned port); the forger is on
+// port 3. The lcore learns every non-RoCE frame (a plain frame or a gratuitous ARP, unicast or
+// broadcast: the table sees a source address either way) with learn(), a registered rank's own
+// RoCE frame with learn_vouched().
+
+namespace {
+const uint8_t R[6] = {2, 0, 0, 0, 0x10, 0x01};
+constexpr uint64_t kAgeing = 1'000'000'000;
+}  // namespace
+
+TEST(MacTable, ARanksAddressClaimedFromAnotherPortIsRefusedAndCounted) {
+  MacTable t(64, kAgeing, 0x1234);
+  t.learn_vouched(R, 1, 0);
+  for (uint64_t now = 1; now < 10; ++now) t.learn(R, 3, now);  // the forger's frames, again and again
+  EXPECT_EQ(t.lookup(R, 0, 10), 1) << "the rank's sums would leave by the forger's port";
+  EXPECT_EQ(t.moves_refused(), 9u);
+  EXPECT_EQ(t.moves(), 0u);
+  t.learn(R, 1, 11);  // the rank's own plain frames refresh it
+  EXPECT_EQ(t.lookup(R, 0, 12), 1);
+}
+
+TEST(MacTable, AClaimBeforeTheRankIsFirstVouchedForIsUndoneByItsFirstFrame) {
+  MacTable t(64, kAgeing, 0x1234);
+  t.learn(R, 3, 0);  // the forger first: a plain entry on its port
+  EXPECT_EQ(t.lookup(R, 0, 1), 3);
+  t.learn_vouched(R, 1, 2);  // the rank's first WRITE (sums are released only after it)
+  t.learn(R, 3, 3);
+  EXPECT_EQ(t.lookup(R, 0, 4), 1);
+  EXPECT_EQ(t.moves_refused(), 1u);
+}
+
+TEST(MacTable, AnAgedRanksAddressMovesUntilTheRankIsVouchedForAgain) {
+  MacTable t(64, 100, 0x1234);
+  t.learn_vouched(R, 1, 0);
+  t.learn(R, 3, 50);
+  EXPECT_EQ(t.lookup(R, 0, 60), 1);
+  t.learn(R, 3, 200);  // aged: a sticky entry that aged is an ordinary one
+  EXPECT_EQ(t.lookup(R, 0, 210), 3);
+  t.learn_vouched(R, 1, 220);  // the rank sends again (before any sum of it goes out)
+  EXPECT_EQ(t.lookup(R, 0, 230), 1);
+}
+
+TEST(MacTable, ABurstOfOtherAddressesCannotKeepARankOutOrEvictIt) {
+  MacTable t(16, kAgeing, 0x1234);
+  uint8_t mac[6] = {2, 0, 0, 0, 0, 0};
+  auto flood = [&](uint64_t now) {
+    for (int i = 0; i < 4096; ++i) {
+      mac[3] = static_cast<uint8_t>(i >> 8);
+      mac[4] = static_cast<uint8_t>(i);
+      t.learn(mac, 3, now);
+    }
+  };
+  flood(1);  // before the rank is learned: the table is full of live entries
+  EXPECT_GT(t.full(), 0u);
+  t.learn_vouched(R, 1, 2);
+  EXPECT_EQ(t.lookup(R, 0, 3), 1) << "the rank's sums would flood to every port";
+  flood(4);  // and after
+  EXPECT_EQ(t.lookup(R, 0, 5), 1);
+}
+
+// Addresses that share a slot under one key do not under another: which collide cannot be worked
+// out without the key (each appliance start draws its own). The unkeyed hash put addresses that
+// differ only in the high bits of their last byte in one slot.
+TEST(MacTable, TheSlotHashIsKeyed) {
+  MacTable k1(1024, kAgeing, 1), k2(1024, kAgeing, 0x9f3b5c7d2e1a4b68ull);
+  // An attacker who knew key 1 would pick 24 addresses of one slot.
+  std::vector<std::array<uint8_t, 6>> same;
+  for (uint32_t i = 0; same.size() < 24 && i < (1u << 22); ++i) {
+    std::array<uint8_t, 6> m = {
+        2, 0, 0, static_cast<uint8_t>(i >> 16), static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i)};
+    if (k1.slot(m.data()) == 5) same.push_back(m);
+  }
+  ASSERT_EQ(same.size(), 24u);
+  std::set<size_t> slots;
+  for (const auto& m : same) slots.insert(k2.slot(m.data()));
+  EXPECT_GT(slots.size(), 16u) << "they collide under another key too";
+  // The last byte's high bits reach the slot.
+  std::set<size_t> high;
+  for (unsigned b = 0; b < 16; ++b) {
+    const uint8_t m[6] = {2, 0, 0, 0, 0, static_cast<uint8_t>(b << 4)};
+    high.insert(k2.slot(m));
+  }
+  EXPECT_GT(high.size(), 8u);
 }

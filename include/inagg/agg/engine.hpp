@@ -80,7 +80,8 @@ class TxList {
   X(malformed, "RoCEv2 packets that failed to parse, dropped")                                                         \
   X(bad_icrc, "packets of registered connections with a bad ICRC, dropped")                                            \
   X(drop_wrong_source, "packets on a registered connection not from its registered source address, dropped")           \
-  X(drop_wrong_port, "packets on a registered connection from another port than its rank was first seen on, dropped")  \
+  X(drop_wrong_port,                                                                                                   \
+    "packets on a registered connection from another port than the one its rank was pinned to, dropped")               \
   X(drop_unplaceable,                                                                                                  \
     "packets addressed to a registered connection that cannot be placed (IPv6 extension headers, an IPv4-mapped IPv6 " \
     "address), dropped")                                                                                               \
@@ -109,12 +110,14 @@ class TxList {
     "released packets CE-marked because the TX queue towards their receiver was past the ECN threshold")               \
   X(failed_job_drops, "packets of a failed job, dropped")                                                              \
   X(job_errors, "job errors (each aborts its job)")                                                                    \
-  X(err_length_or_opcode, "job error (rule 'message size'): a packet's length or opcode class does not fit its slot")  \
-  X(err_ahead_of_window, "job error (rule 'window'): a packet ahead of the window")                                    \
-  X(err_ack_bypass, "job error (rule 'every packet crosses the appliance'): an ACK for a PSN never released")          \
+  X(drop_unfit, "packets that break the job contract (the err_ counters say which rule), dropped; the job goes on")    \
+  X(drop_ack_unpinned, "ACKs that acknowledge nothing new while their rank's ACK port is not pinned yet, dropped")     \
+  X(err_length_or_opcode, "dropped (rule 'message size'): a packet's length or opcode class does not fit its slot")    \
+  X(err_ahead_of_window, "dropped (rule 'window'): a packet ahead of the window")                                      \
+  X(err_ack_bypass, "dropped (rule 'every packet crosses the appliance'): an ACK for a PSN never released")            \
   X(err_not_write,                                                                                                     \
-    "job error (rule 'writes only'): a SEND, READ or atomic on a data QP, or a request on its reverse direction")      \
-  X(err_not_rc, "job error (rule 'RC only'): a UC WRITE on a data QP")                                                 \
+    "dropped (rule 'writes only'): a SEND, READ or atomic on a data QP, or a request on its reverse direction")        \
+  X(err_not_rc, "dropped (rule 'RC only'): a UC WRITE on a data QP")                                                   \
   X(timeouts, "jobs aborted after their no-progress timeout")                                                          \
   X(generations, "replay jobs restarted at their start PSN")                                                           \
   X(tx_full, "packets freed because the TX list was full")
@@ -286,6 +289,9 @@ class alignas(64) Engine {
   // on a connection held closed): the caller must not learn anything from it (its source MAC above
   // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
   bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
+  // Whether the frame process() last handled was a registered rank's own: its registered source,
+  // from the port its rank is pinned to (the bridge makes its source address sticky there).
+  bool vouched() const { return vouched_; }
 
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
@@ -337,7 +343,11 @@ class alignas(64) Engine {
   using PacketPath = void (Engine::*)(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l,
                                       uint64_t now_ns, TxList& tx);
   static void choose_path(Job& job);
-  void break_contract(Job& job, const PacketRef& pkt, const std::string& why, uint64_t EngineCounters::*kind);
+  // A packet that breaks the job contract: dropped and counted (drop_unfit and its rule's err_
+  // counter), never an abort, since a forger can send any of them; the first one's reason is kept
+  // for the no-progress timeout's message (`why` is called only then).
+  template <class Why>
+  void refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCounters::*kind);
   template <bool kSharded, bool kReplay>
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   template <bool kSharded, bool kReplay>
@@ -380,6 +390,7 @@ class alignas(64) Engine {
   size_t mbufs_reserved_ = 0;
   uint64_t now_ns_ = 0;                    // the engine's clock: the last now_ns process() or poll() saw
   bool untrusted_ = false;                 // the frame process() is handling was dropped as untrustworthy
+  bool vouched_ = false;                   // ... came from a registered rank's source on its pinned port
   std::array<PacketRef, 64> release_out_;  // a spread job's slot on its way to the OrderedTx
 };
 

@@ -58,6 +58,7 @@ struct ApplianceConfig {
   X(bridged, "frames forwarded by the L2 table")                                                      \
   X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")                                \
   X(same_port_drops, "frames whose destination is behind their ingress port")                         \
+  X(mac_moves_refused, "frames claiming a rank's sticky MAC from another port, not learned")          \
   X(roce, "RoCEv2 packets given to an engine")                                                        \
   X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")                           \
   X(handover_in, "packets received from other lcores")                                                \

@@ -1,6 +1,12 @@
 // The transparent L2 learning bridge for traffic inagg does not aggregate. Pure C++ (no DPDK), one
 // instance per lcore: each lcore learns from the frames it sees, so nothing is shared; a miss
 // floods, which is always correct, merely less efficient until that lcore has learned the address.
+//
+// Against a station on one port claiming another's address (as switch operating systems do): the
+// addresses of a job's ranks, learned from frames the engine vouched for (their rank's registered
+// source, on the port it is pinned to), are sticky: a frame the engine did not vouch for cannot
+// move them (refused, counted) and a flood of other addresses cannot evict them; and the slot hash
+// is keyed with a random key per table, so which addresses collide cannot be worked out offline.
 #pragma once
 
 #include <array>
@@ -18,12 +24,16 @@ inline constexpr uint16_t kNoPort = 0xffff;  // a frame the appliance made itsel
 class MacTable {
  public:
   // `capacity` entries (rounded up to a power of two); entries older than `ageing_ns` are ignored
-  // and reused.
-  MacTable(size_t capacity, uint64_t ageing_ns);
+  // and reused. `hash_key` keys the slot hash (the appliance draws a random one per start).
+  MacTable(size_t capacity, uint64_t ageing_ns, uint64_t hash_key = 0);
 
   // Learns the source address of a frame that came in on `port` (unicast sources only, not the
-  // all-zero address).
+  // all-zero address). A live sticky entry on another port is not moved (moves_refused).
   void learn(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
+  // The same for a frame the engine vouched for (a registered rank's, from its pinned port): the
+  // entry becomes sticky, moves to `port` if it was elsewhere, and takes the oldest non-sticky
+  // entry of its neighbourhood when that is full of live ones.
+  void learn_vouched(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
 
   // Where a frame to `dst_mac` arriving on `in_port` goes: a port, kFlood or kDrop.
   // Broadcast and multicast destinations flood.
@@ -31,9 +41,11 @@ class MacTable {
 
   size_t size(uint64_t now_ns) const;  // live entries
   uint64_t learned() const { return learned_; }
-  uint64_t moves() const { return moves_; }  // an address seen on a new port
-  uint64_t full() const { return full_; }    // could not learn: table full of live entries
+  uint64_t moves() const { return moves_; }                  // an address seen on a new port
+  uint64_t full() const { return full_; }                    // could not learn: table full of live entries
+  uint64_t moves_refused() const { return moves_refused_; }  // a sticky address claimed from another port
 
+  size_t slot(const uint8_t* mac) const { return slot_of(key(mac)); }  // where its neighbourhood starts
   static uint64_t key(const uint8_t* mac);          // the table's key of an address (the lcore caches use it too)
   static constexpr uint64_t kZeroKey = 1ull << 63;  // key(00:00:00:00:00:00)
 
@@ -42,13 +54,15 @@ class MacTable {
     uint64_t mac = 0;  // 48 bits; 0 = empty
     uint64_t seen_ns = 0;
     uint16_t port = 0;
+    bool sticky = false;  // learned from a frame the engine vouched for
   };
   size_t slot_of(uint64_t k) const;
 
   std::vector<Entry> entries_;
   size_t mask_;
   uint64_t ageing_ns_;
-  uint64_t learned_ = 0, moves_ = 0, full_ = 0;
+  uint64_t hash_key_;
+  uint64_t learned_ = 0, moves_ = 0, full_ = 0, moves_refused_ = 0;
   static constexpr size_t kMaxProbe = 16;
 };
 
@@ -64,8 +78,13 @@ inline uint64_t MacTable::key(const uint8_t* mac) {
   return lo | uint64_t{hi} << 32 | (1ull << 63);  // never 0, so 0 can mean "empty"
 }
 
+// Keyed: the key enters before two multiply-xorshift rounds, so every bit of the address and of the
+// key reaches the slot bits (one multiply alone left addresses differing only in their last byte's
+// high bits in one slot, whatever the key). Not a cryptographic hash; the key is never shown.
 inline size_t MacTable::slot_of(uint64_t k) const {
-  uint64_t h = k * 0x9e3779b97f4a7c15ull;
+  uint64_t h = (k ^ hash_key_) * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
   return static_cast<size_t>(h >> 32) & mask_;
 }
 
@@ -80,7 +99,14 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
   for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
     Entry& e = entries_[s];
     if (e.mac == k) {
-      if (e.port != port) ++moves_;
+      if (e.port != port) {
+        if (e.sticky && now_ns - e.seen_ns <= ageing_ns_) {
+          ++moves_refused_;
+          return;
+        }
+        ++moves_;
+        e.sticky = false;
+      }
       e.port = port;
       e.seen_ns = now_ns;
       return;
@@ -92,7 +118,7 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
     ++full_;
     return;
   }
-  entries_[free_slot] = {k, now_ns, port};
+  entries_[free_slot] = {k, now_ns, port, false};
   ++learned_;
 }
 
