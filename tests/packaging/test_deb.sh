@@ -123,6 +123,8 @@ command_of() {
   line=$(sed -n "s/^$1=//p" "$unit" | grep -F -e "$2" | head -n 1)
   [ -n "$line" ] || fail "the unit has no $1 line with '$2'"
   line=${line//%i/inagg}
+  # systemd's prefixes before the executable ('+' full privileges, '-' failure ignored, ...).
+  while [[ $line =~ ^[-+@:!] ]]; do line=${line:1}; done
   line=${line//\$\{INAGG_HUGEPAGES\}/$hugepages}
   line=${line//\$INAGG_EAL_ARGS/$eal_args}
   cmd=()
