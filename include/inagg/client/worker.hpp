@@ -142,7 +142,8 @@ class Worker {
   // Returns once every rank called it with the same `what` (Transport::barrier): after local work
   // whose length differs between ranks (a fill, a reference) and before the next allreduce through
   // the appliance, so that no rank's RC retry budget is spent waiting for a slower one. A no-op
-  // once the XDP tier has taken over. False with error() set.
+  // in auto mode (a rank falling over must not wait for one that has not) and once the XDP tier
+  // has taken over. False with error() set.
   bool barrier(const std::string& what);
 
   // Between allreduces: keeps the transport running for up to `wait_ms` (ACKs for the predecessor,
