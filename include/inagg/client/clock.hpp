@@ -12,4 +12,13 @@ inline uint64_t now_ns() {
           .count());
 }
 
+// Milliseconds from now until deadline_ns (rounded up, at most 1,000,000; 0 once it has passed), for
+// poll().
+inline int ms_until(uint64_t deadline_ns) {
+  const uint64_t t = now_ns();
+  if (t >= deadline_ns) return 0;
+  const uint64_t ms = (deadline_ns - t) / 1'000'000 + 1;
+  return static_cast<int>(ms < 1'000'000 ? ms : 1'000'000);
+}
+
 }  // namespace inagg::client
