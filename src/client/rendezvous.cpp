@@ -23,8 +23,6 @@ namespace {
 
 constexpr size_t kMaxLine = 4096;
 
-int ms_left(uint64_t deadline_ns) { return ms_until(deadline_ns); }
-
 sockaddr_in address_of(const util::IpAddr& ip, uint16_t port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -39,7 +37,7 @@ std::string where(const RendezvousConfig& c) { return util::ip_text(c.host) + ":
 
 bool Rendezvous::wait_for(int fd, short events) const {
   while (true) {
-    const int left = ms_left(cfg_.deadline_ns);
+    const int left = ms_until(cfg_.deadline_ns);
     pollfd p{fd, events, 0};
     if (!idle_) return left > 0 && ::poll(&p, 1, left) > 0;
     if (::poll(&p, 1, 0) > 0) return true;
@@ -197,8 +195,8 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
       }
     std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
     for (const Peer& p : pending) fds.push_back({p.fd, POLLIN, 0});
-    int wait = ms_left(cfg_.deadline_ns);
-    for (const Peer& p : pending) wait = std::min(wait, ms_left(p.deadline_ns));
+    int wait = ms_until(cfg_.deadline_ns);
+    for (const Peer& p : pending) wait = std::min(wait, ms_until(p.deadline_ns));
     if (::poll(fds.data(), fds.size(), idle_ ? 0 : wait) <= 0) {
       if (idle_) idle_(std::min(std::max(wait, 0), kIdleMs));
       continue;
@@ -308,7 +306,7 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
       return false;
     }
     // A blocking connect gives up after SO_SNDTIMEO instead of the kernel's SYN retries (minutes).
-    const timeval tv{std::max(1, std::min(5, ms_left(cfg_.deadline_ns) / 1000)), 0};
+    const timeval tv{std::max(1, std::min(5, ms_until(cfg_.deadline_ns) / 1000)), 0};
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
       std::string challenge;
@@ -348,7 +346,7 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
     }
     last = std::strerror(errno);
     ::close(fd);
-    if (ms_left(cfg_.deadline_ns) <= 0) {
+    if (ms_until(cfg_.deadline_ns) <= 0) {
       *error = "rank " + std::to_string(cfg_.rank) + ": could not reach rank 0 at " + where(cfg_) + " (" + last +
                ") before the deadline: is rank 0 started, and is --ip-base right?";
       return false;

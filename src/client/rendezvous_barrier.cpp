@@ -19,8 +19,6 @@ namespace {
 
 constexpr size_t kMaxLine = 4096;
 
-int ms_left(uint64_t deadline_ns) { return ms_until(deadline_ns); }
-
 }  // namespace
 
 std::string Rendezvous::barrier_mac(const Kept& k, const char* label, uint64_t seq, const std::string& text) const {
@@ -68,7 +66,7 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
     std::string answer;
     if (!write_all(k.fd, barrier_mac(k, "barrier", k.sent++, line) + " " + line + "\n") ||
         !read_until(k.fd, "\n", &answer)) {
-      const std::string why = ms_left(cfg_.deadline_ns) <= 0
+      const std::string why = ms_until(cfg_.deadline_ns) <= 0
                                   ? "rank 0 did not end the barrier '" + what + "' before the deadline"
                                   : "rank 0's connection closed in the barrier '" + what + "' (its process ended?)";
       drop_peers(why);
@@ -102,7 +100,7 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
         fds.push_back({peers_[r].fd, POLLIN, 0});
         rank_of.push_back(r);
       }
-    const int left = ms_left(cfg_.deadline_ns);
+    const int left = ms_until(cfg_.deadline_ns);
     if (left <= 0) {
       std::string missing;
       for (unsigned r = 1; r < cfg_.workers; ++r)

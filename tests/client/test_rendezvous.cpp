@@ -27,6 +27,19 @@ namespace {
 
 const std::string kSecret = "the job's secret, 0123456789";
 
+// Rank r of n on 127.0.0.1:port, with the job's secret and `seconds` to its deadline.
+RendezvousConfig config_of(unsigned r, unsigned n, uint16_t port, uint64_t seconds = 5,
+                           const std::string& secret = kSecret) {
+  RendezvousConfig c;
+  c.rank = r;
+  c.workers = n;
+  c.host = *util::parse_ip("127.0.0.1");
+  c.port = port;
+  c.deadline_ns = now_ns() + seconds * 1'000'000'000ull;
+  c.secret = secret;
+  return c;
+}
+
 uint16_t test_port(unsigned k) { return static_cast<uint16_t>(30000 + (::getpid() * 7 + k * 101) % 20000); }
 
 RankEndpoint endpoint_of(unsigned r, uint32_t payload = 1024) {
@@ -68,13 +81,7 @@ std::vector<std::string> run_ranks(unsigned n, uint16_t port, const std::vector<
   for (unsigned r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       Rendezvous rv;
-      RendezvousConfig c;
-      c.rank = r;
-      c.workers = n;
-      c.host = *util::parse_ip("127.0.0.1");
-      c.port = port;
-      c.deadline_ns = now_ns() + 5'000'000'000ull;
-      c.secret = kSecret;
+      const RendezvousConfig c = config_of(r, n, port);
       if (!rv.exchange(c, endpoint_of(r, payloads[r]), &(*tables)[r], &errors[r])) return;
       if (barrier && !rv.barrier("connected", &errors[r])) return;
       if (barrier && !rv.barrier("done", &errors[r])) return;
@@ -109,13 +116,7 @@ TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
   for (unsigned r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       auto rv = std::make_unique<Rendezvous>();
-      RendezvousConfig c;
-      c.rank = r;
-      c.workers = n;
-      c.host = *util::parse_ip("127.0.0.1");
-      c.port = test_port(5);
-      c.deadline_ns = now_ns() + 30'000'000'000ull;
-      c.secret = kSecret;
+      const RendezvousConfig c = config_of(r, n, test_port(5), 30);
       std::vector<RankEndpoint> table;
       if (!rv->exchange(c, endpoint_of(r, 1024), &table, &errors[r])) return;
       if (!rv->barrier("one", &errors[r])) return;
@@ -141,13 +142,7 @@ TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
   for (unsigned r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       Rendezvous rv;
-      RendezvousConfig c;
-      c.rank = r;
-      c.workers = 2;
-      c.host = *util::parse_ip("127.0.0.1");
-      c.port = test_port(6);
-      c.deadline_ns = now_ns() + 30'000'000'000ull;
-      c.secret = kSecret;
+      const RendezvousConfig c = config_of(r, 2, test_port(6), 30);
       std::vector<RankEndpoint> table;
       if (!rv.exchange(c, endpoint_of(r, 1024), &table, &errors[r])) return;
       rv.barrier(r == 0 ? "size 4096" : "size 8192", &errors[r]);
@@ -192,13 +187,7 @@ TEST(Rendezvous, TheIdleFunctionRunsWhileARankWaits) {
   for (unsigned r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       Rendezvous rv;
-      RendezvousConfig c;
-      c.rank = r;
-      c.workers = 2;
-      c.host = *util::parse_ip("127.0.0.1");
-      c.port = port;
-      c.deadline_ns = now_ns() + 5'000'000'000ull;
-      c.secret = kSecret;
+      const RendezvousConfig c = config_of(r, 2, port);
       std::vector<RankEndpoint> all;
       if (!rv.exchange(c, endpoint_of(r), &all, &errors[r])) return;
       rv.set_idle([&, r](int wait_ms) {
@@ -273,13 +262,7 @@ std::thread run_rank(unsigned r, unsigned n, uint16_t port, RankRun* out, const 
                      unsigned claims = ~0u) {
   return std::thread([=] {
     Rendezvous rv;
-    RendezvousConfig c;
-    c.rank = r;
-    c.workers = n;
-    c.host = *util::parse_ip("127.0.0.1");
-    c.port = port;
-    c.deadline_ns = now_ns() + 5'000'000'000ull;
-    c.secret = secret;
+    const RendezvousConfig c = config_of(r, n, port, 5, secret);
     if (rv.exchange(c, endpoint_of(claims == ~0u ? r : claims), &out->table, &out->error))
       rv.barrier("connected", &out->error);
     out->refused = rv.refused();
