@@ -1,7 +1,6 @@
 // inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf.
 #include <rte_eal.h>
 #include <rte_errno.h>
-#include <rte_pdump.h>
 
 #include <boost/program_options.hpp>
 
@@ -27,6 +26,7 @@
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/eal_args.hpp"
 #include "inagg/dataplane/events.hpp"
+#include "inagg/dataplane/live_capture.hpp"
 #include "inagg/dataplane/metrics.hpp"
 #include "inagg/dataplane/selftest.hpp"
 #include "inagg/dataplane/telemetry.hpp"
@@ -313,10 +313,11 @@ int main(int argc, char** argv) {
   }
   dataplane::route_logs_to_rte_log();
   // dpdk-dumpcap and dpdk-pdump attach as secondary processes and capture from any port.
-  const bool pdump = rte_pdump_init() == 0;
+  std::string capture_error;
+  const bool pdump = dataplane::start_live_capture(&capture_error);
   if (!pdump)
     util::log(util::LogModule::dataplane, util::LogLevel::warning, "packet capture (rte_pdump) unavailable: %s",
-              rte_strerror(rte_errno));
+              capture_error.c_str());
   int status = 0;
   if (opt.selftest) {
     dataplane::SelftestReport report;
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
   } else {
     status = run_appliance(opt, jobs);
   }
-  if (pdump) rte_pdump_uninit();
+  if (pdump) dataplane::stop_live_capture();
   rte_eal_cleanup();
   return status;
 }

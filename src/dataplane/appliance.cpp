@@ -214,6 +214,7 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   Impl& I = *impl_;
   if (I.cfg.wait_link_ms) I.ports.wait_for_links(I.cfg.wait_link_ms);
   for (auto& l : I.lcores) l->serving.store(true, std::memory_order_release);
+  set_live_capture_lcores(&I.dp.lcores);
   const ControlTick tick{control_tick, arg, tick_ms};
   util::log(util::LogModule::dataplane, util::LogLevel::info, "forwarding on %zu ports with %zu datapath lcore(s), %s",
             I.ports.ids().size(), I.lcores.size(),
@@ -226,11 +227,13 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
             rte_ctrl_thread_create(&ctl, "inagg-ctl", nullptr, control_thread_main, const_cast<ControlTick*>(&tick));
         rc != 0) {
       I.lcores[0]->serving.store(false, std::memory_order_release);
+      set_live_capture_lcores(nullptr);
       *error = std::string("cannot start the control thread: ") + std::strerror(rc);
       return false;
     }
     run_lcore_loop(I.dp, *I.lcores[0]);
     pthread_join(ctl, nullptr);
+    set_live_capture_lcores(nullptr);
     return true;
   }
   bool ok = true;
@@ -247,6 +250,7 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   if (ok) tick.run();
   rte_eal_mp_wait_lcore();
   for (auto& l : I.lcores) l->serving.store(false, std::memory_order_release);  // those never launched
+  set_live_capture_lcores(nullptr);
   return ok;
 }
 

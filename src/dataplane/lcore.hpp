@@ -102,6 +102,8 @@ struct alignas(64) LcoreState {
   // True from start() until this lcore's loop has returned and answered its last request; then
   // the control side applies requests itself (nothing else touches the engine any more).
   alignas(64) std::atomic<bool> serving{false};
+  // Loop iterations begun; live_capture.cpp waits for it to move (no lcore inside a removed callback).
+  std::atomic<uint64_t> loops{0};
 };
 
 // What every loop reads and nobody writes while the loops run.
@@ -116,6 +118,9 @@ struct Datapath {
   uint16_t job_lcores = 1;          // > 1: RX waits for ring room
   bool shards = false;              // job_lcores > 1: ordered rings, release turns
 };
+
+// live_capture.cpp: the lcores a removed RX/TX callback waits for (nullptr: none run).
+void set_live_capture_lcores(const std::vector<LcoreState*>* lcores);
 
 // lcore_loop.cpp: the run-to-completion loop, until Appliance::stop_requested().
 void run_lcore_loop(const Datapath& dp, LcoreState& l);

@@ -116,6 +116,7 @@ void LcoreLoop::run() {
   const double ns_per_tsc = 1e9 / static_cast<double>(dp_.tsc_hz);
 
   while (!g_force_quit.load(std::memory_order_relaxed)) {
+    l.loops.store(l.loops.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     const uint64_t t0 = rte_rdtsc();
     const uint64_t now_ns = static_cast<uint64_t>(static_cast<double>(t0) * ns_per_tsc);
     bool work = false;
