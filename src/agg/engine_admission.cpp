@@ -32,7 +32,7 @@ Engine::Job* Engine::find_job(uint32_t id) {
   return nullptr;
 }
 
-bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const ShardOf& shard) {
+bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const ShardOf& shard, JobStart start) {
   control::JobSpec s = spec_in;
   for (control::ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
     c.src_ip = util::gid_address(c.src_ip);
@@ -155,6 +155,10 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   }
   job->shift = wire::Crc32Shift(s.payload_bytes);
   choose_path(*job);
+  if (start == JobStart::resume && !s.replay) {  // until it finds the message it resumes at (engine_resume.cpp)
+    job->on_data = job->shards ? &Engine::resume_data<true> : &Engine::resume_data<false>;
+    job->on_ack = &Engine::resume_ack;
+  }
   job->memory = mem;
   job->mbufs = mbufs;
   job->last_progress_ns = now_ns_;

@@ -6,6 +6,7 @@
 //   engine_release.cpp     sums, releases in PSN order, retained copies; frame helpers
 //   engine_shards.cpp      what only a shard of a spread job does: ticket, ordered path, shared ACKs
 //   engine_recovery.cpp    NAKs, resends, timers
+//   engine_resume.cpp      a job reloaded after a restart, until it finds where its ranks are
 #pragma once
 
 #include <cstring>

@@ -20,6 +20,7 @@
 #include "inagg/agg/job_status.hpp"
 #include "inagg/agg/kernels.hpp"
 #include "inagg/control/job_file.hpp"
+#include "inagg/control/job_store.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/refused_jobs.hpp"
 #include "inagg/control/socket.hpp"
@@ -47,6 +48,9 @@ dataplane::Appliance* g_app = nullptr;  // the control thread's; telemetry goes 
 
 void on_signal(int) { dataplane::Appliance::request_stop(); }
 
+// The jobs registered at run time, kept across restarts (--state-dir); null without one.
+control::JobStore* g_store = nullptr;
+
 // Refused adds, shown by `list` for a while so that every rank of the job learns of the refusal.
 control::RefusedJobs g_refused;
 
@@ -60,6 +64,15 @@ std::string handle_request(const control::Request& r) {
         return control::format_error(err);
       }
       g_refused.forget(r.job.id);
+      // Kept before the client hears ok: an added job it was told of survives a restart.
+      if (std::string serr; g_store && !g_store->save(r.job, &serr)) {
+        std::string rerr;
+        g_app->remove_job(r.job.id, &rerr);
+        err = "job " + std::to_string(r.job.id) + " not added: its registration cannot be kept in the state directory (" +
+              serr + ")";
+        util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+        return control::format_error(err);
+      }
       util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id,
                 r.job.workers, std::string(util::dtype_name(r.job.dtype)).c_str());
       return control::format_job_added(r.job.id);
@@ -70,6 +83,12 @@ std::string handle_request(const control::Request& r) {
         return g_refused.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
       g_refused.forget(r.id);
       util::log(util::LogModule::control, util::LogLevel::info, "job %u removed", r.id);
+      if (std::string serr; g_store && !g_store->erase(r.id, &serr)) {
+        err = "job " + std::to_string(r.id) + " removed, but " + serr +
+              ": it would be registered again at the next start; remove the file by hand";
+        util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+        return control::format_error(err);
+      }
       return control::format_job_removed(r.id);
     }
     case control::Request::Verb::list: {
@@ -139,6 +158,35 @@ std::string describe_spec(const control::JobSpec& j) {
          "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "");
 }
 
+// The jobs of the state directory, registered again before the loops forward anything: resumed
+// (agg::JobStart::resume), their ranks having gone on meanwhile. A job a job file registers too is
+// the job file's (its state file goes). Any job that cannot be registered again stops the start.
+bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
+                         const std::vector<control::JobSpec>& saved, const std::vector<control::JobSpec>& configured,
+                         std::string* error) {
+  for (const control::JobSpec& spec : saved) {
+    const std::string path = store.path_of(spec.id);
+    if (std::any_of(configured.begin(), configured.end(), [&](const auto& j) { return j.id == spec.id; })) {
+      util::log(util::LogModule::control, util::LogLevel::warning,
+                "state file %s: job %u is also given by a job file (--job), which wins; the state file is removed",
+                path.c_str(), spec.id);
+      std::string err;
+      if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+      continue;
+    }
+    std::string err;
+    if (!app.add_job(spec, &err, agg::JobStart::resume)) {
+      *error = "state file " + path + ": job " + std::to_string(spec.id) + " cannot be registered again: " + err +
+               "; remove the file to start without it (its ranks must then register it again)";
+      return false;
+    }
+    util::log(util::LogModule::control, util::LogLevel::info,
+              "job %u registered again from %s (%s); it resumes at the first message a rank begins", spec.id,
+              path.c_str(), describe_spec(spec).c_str());
+  }
+  return true;
+}
+
 // --check-config: what can be checked without EAL, with the checks start-up makes.
 int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, std::span<char* const> eal_args) {
   std::string err;
@@ -168,6 +216,16 @@ int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, 
               kPools[static_cast<int>(opt.app.pools)], opt.app.burst, datapath, opt.app.engine.mbuf_budget,
               opt.app.engine.memory_budget_bytes >> 20, jobs.size());
   for (const control::JobSpec& j : jobs) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
+  if (!opt.state_dir.empty()) {
+    control::JobStore store;
+    std::vector<control::JobSpec> saved;
+    if (!store.open(opt.state_dir, &err, control::JobStore::Mode::check) || !store.load(&saved, &err)) {
+      std::cerr << "inagg: " << err << "\n";
+      return 2;
+    }
+    std::printf("state directory %s: %zu job(s) to register again\n", opt.state_dir.c_str(), saved.size());
+    for (const control::JobSpec& j : saved) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
+  }
   return 0;
 }
 
@@ -193,6 +251,17 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
     }
     util::log(util::LogModule::control, util::LogLevel::info, "job %u registered (%s)", spec.id,
               describe_spec(spec).c_str());
+  }
+  control::JobStore store;
+  if (status == 0 && !opt.state_dir.empty()) {
+    std::vector<control::JobSpec> saved;
+    if (!store.open(opt.state_dir, &err) || !store.load(&saved, &err) ||
+        !register_saved_jobs(app, store, saved, jobs, &err)) {
+      util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+      status = 2;
+    } else {
+      g_store = &store;
+    }
   }
   control::ControlServer server;
   if (status == 0 && !opt.socket_path.empty() && !server.open(opt.socket_path, &err)) {
@@ -266,6 +335,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
                 opt.control_tcp.c_str(), tcp_server.refused(), tcp_server.dropped());
   tcp_server.close();
   std::fflush(stdout);
+  g_store = nullptr;
   g_app = nullptr;
   return status;
 }

@@ -34,6 +34,11 @@ po::options_description make_options(Options& o) {
       "comma-separated DPDK port ids to switch between (default: every port EAL probed)")(
       "job", po::value<std::vector<std::string>>(&o.job_files)->composing(),
       "job file to register at start (repeatable); see conf/jobs/")(
+      "state-dir", po::value<std::string>(&o.state_dir)->value_name("DIR"),
+      "keep the jobs registered at run time in DIR (one file each, written when a job is added, removed with it) "
+      "and register them again at start, before forwarding, so a restart does not forget them; a file that is not "
+      "exactly what inagg wrote stops the start with its name (off by default; the systemd unit gives "
+      "/var/lib/inagg/NAME)")(
       "socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path),
       "control socket (root only, 0600); \"\" disables it")(
       "control-tcp", po::value<std::string>(&o.control_tcp)->value_name("ADDR:PORT"),

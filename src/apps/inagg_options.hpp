@@ -13,6 +13,7 @@ namespace inagg::apps {
 struct Options {
   dataplane::ApplianceConfig app;
   std::vector<std::string> job_files;
+  std::string state_dir;  // "" = no state directory: jobs registered at run time are lost on a restart
   std::string socket_path = control::kDefaultSocketPath;
   std::string metrics_listen;  // "" = no metrics endpoint
   std::string control_tcp;     // "" = no TCP control listener

@@ -260,8 +260,8 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
 // packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
 // once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
 // place, and where a PMD refuses them, the lcores hand the job's packets on.
-bool Appliance::add_job(const control::JobSpec& spec, std::string* error) {
-  if (!impl_->jobs.add(spec, error)) return false;
+bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start) {
+  if (!impl_->jobs.add(spec, error, start)) return false;
   if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
     std::vector<uint16_t> data_queue(spec.workers);
     for (unsigned rank = 0; rank < spec.workers; ++rank)

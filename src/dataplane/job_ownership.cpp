@@ -41,7 +41,8 @@ void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& sp
 
 // Slots sharded by index: shard i's engine on the i-th lcore from the owner, all sharing one
 // JobShards whose ordered path is the owner's ordered ring. All shards take the job or none does.
-bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, std::string* error) {
+bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start,
+                               std::string* error) {
   const unsigned k = job_lcores_;
   auto shared = std::make_shared<agg::JobShards>(k, agg::OrderedTx{lcores_[owner]->ordered, ordered_send});
   std::vector<uint16_t> ls;
@@ -50,6 +51,7 @@ bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, std
     LcoreRequest r{LcoreRequest::Kind::add_job};
     r.spec = &spec;
     r.shard = {shared, i};
+    r.start = start;
     call_lcore(*lcores_[ls[i]], r);
     if (r.ok) continue;
     // Undo the shards already added (their engines keep the connections closed a while, as after
@@ -87,7 +89,7 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
-bool JobOwnership::add(const control::JobSpec& spec, std::string* error) {
+bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::JobStart start) {
   // Bounded before any lcore hears of it: the holds below cost every lcore time per connection.
   if (spec.workers < 1 || spec.workers > 64 || spec.conns.size() != spec.workers) {
     *error = "job " + std::to_string(spec.id) + ": needs 1..64 workers and one conn line each (" +
@@ -111,10 +113,11 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error) {
   const bool sharded = job_lcores_ > 1;
   bool ok = true;
   if (sharded) {
-    ok = add_sharded(spec, owner, error);
+    ok = add_sharded(spec, owner, start, error);
   } else {
     LcoreRequest r{LcoreRequest::Kind::add_job};
     r.spec = &spec;
+    r.start = start;
     call_lcore(*lcores_[owner], r);
     ok = r.ok;
     if (!ok) *error = r.error;

@@ -27,7 +27,8 @@ class JobOwnership {
 
   // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
   // whose engine decides. Refused when one of its connections belongs to another job.
-  bool add(const control::JobSpec& spec, std::string* error);
+  // `start`: JobStart::resume for a job registered before the appliance restarted (engine.hpp).
+  bool add(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh);
   bool remove(uint32_t id, std::string* error);
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);
@@ -37,7 +38,7 @@ class JobOwnership {
 
  private:
   bool conflicts(const control::JobSpec& spec, std::string* error) const;
-  bool add_sharded(const control::JobSpec& spec, uint16_t owner, std::string* error);
+  bool add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error);
   void remove_parts(uint32_t id);  // with mutex_ held
   // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
   bool remove_from(uint16_t lcore, uint32_t id, std::string* error);

@@ -153,6 +153,7 @@ struct LcoreRequest {
   uint16_t owner = 0;                      // set_owner
   std::vector<uint16_t> shard_lcores;      // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
   agg::ShardOf shard;                      // add_job: the part of a sharded job this lcore's engine takes
+  agg::JobStart start = agg::JobStart::fresh;  // add_job: a fresh job or one resumed after a restart
   uint64_t linger_ns = 0;                  // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;

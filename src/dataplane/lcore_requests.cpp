@@ -19,7 +19,7 @@ constexpr unsigned kRingSize = 64;  // one request in flight per lcore; room to 
 void apply(LcoreState& l, LcoreRequest& r) {
   switch (r.kind) {
     case LcoreRequest::Kind::add_job:
-      r.ok = l.engine->add_job(*r.spec, &r.error, r.shard);
+      r.ok = l.engine->add_job(*r.spec, &r.error, r.shard, r.start);
       break;
     case LcoreRequest::Kind::remove_job:
       r.ok = l.engine->remove_job(r.id, &r.error);

@@ -120,6 +120,8 @@ class TxList {
   X(err_not_rc, "dropped (rule 'RC only'): a UC WRITE on a data QP")                                                   \
   X(timeouts, "jobs aborted after their no-progress timeout")                                                          \
   X(generations, "replay jobs restarted at their start PSN")                                                           \
+  X(drop_resuming,                                                                                                     \
+    "packets of a job reloaded after a restart that came before the first message begun after it, dropped")            \
   X(tx_full, "packets freed because the TX list was full")
 
 struct EngineCounters {
@@ -243,9 +245,24 @@ class JobShards {
   std::atomic<uint64_t> handed_{0};
   alignas(64) std::atomic<uint64_t> gen_length_{0};  // replay: the capture's sequences, agreed after its first loop
   std::atomic<int> fail_state_{0};
+  // A resumed job (JobStart::resume): the PSN offset from the start PSNs at which shard 0 found the
+  // message it resumes at, or -1 while it has found none; the other shards count from it too.
+  std::atomic<int64_t> resume_at_{-1};
   std::string error_;
   std::array<Highest, kMaxShards> highest_;  // replay: one past each shard's highest sequence
   std::array<Acked, 64> acked_;              // by rank
+};
+
+// Engine::add_job's `start`: where a job's ranks are.
+enum class JobStart : uint8_t {
+  fresh,  // at their start PSNs: the job counts from there
+  // Somewhere past them: a job registered before the appliance restarted (reloaded from its state
+  // directory), whose ranks went on. Its packets are dropped (drop_resuming) until a rank's WRITE
+  // that begins a message (FIRST or ONLY, of the job's size, from its registered source) arrives;
+  // the job then counts from that message, as if every rank's start PSN were that message's, and
+  // whatever is older is stale. A spread job resumes at such a message of shard 0 (a PSN offset
+  // from the start PSN that is a multiple of the shards). Replay jobs always start fresh.
+  resume,
 };
 
 // Engine::add_job's `shard`: which part of a spread job this engine takes (none: all of it).
@@ -266,7 +283,8 @@ class alignas(64) Engine {
   // this engine takes shard `index` of a job spread over shared->count() engines (JobShards): its
   // share of the slots, memory and mbufs is 1/count of the job's. Every shard's engine must be
   // given the same spec and the same JobShards.
-  bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {});
+  bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {},
+               JobStart start = JobStart::fresh);
   // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
   bool job_info(uint32_t id, JobInfo* out) const;
@@ -354,6 +372,12 @@ class alignas(64) Engine {
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   template <bool kSharded>
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
+  // A resumed job until it finds the message it resumes at (engine_resume.cpp).
+  template <bool kSharded>
+  void resume_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns,
+                   TxList& tx);
+  void resume_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  void resume_at(Job& job, uint32_t offset);
   // Sums and releases (engine_release.cpp).
   void sum_slot(Job& job, uint64_t seq);
   void emit_data(Job& job, const PacketRef& p, TxList& tx);

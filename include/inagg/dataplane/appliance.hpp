@@ -116,7 +116,7 @@ class Appliance {
 
   // Control side; any thread, serialised among themselves, applied by the owning lcores between
   // bursts (or here while no loop runs).
-  bool add_job(const control::JobSpec& spec, std::string* error);
+  bool add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh);
   bool remove_job(uint32_t id, std::string* error);
   // Jobs as the control protocol describes them (control::JobStatus: the engine's figures and
   // counters, the spec's dtype and workers), by id.
