@@ -36,7 +36,7 @@ class ShardedTest : public ::testing::Test {
   agg::TxList tx{1 << 12};
   uint64_t now = 1'000'000;
 
-  void make(unsigned k, const JobFixture& j) {
+  void make(unsigned k, const JobFixture& j, agg::JobStart start = agg::JobStart::fresh) {
     agg::OrderedTx otx;
     otx.ctx = this;
     otx.send = [](void* ctx, const PacketRef* pkts, unsigned n) {
@@ -50,7 +50,7 @@ class ShardedTest : public ::testing::Test {
     for (unsigned i = 0; i < k; ++i) {
       engines.push_back(std::make_unique<agg::Engine>(cfg, pool.ops));
       std::string err;
-      ASSERT_TRUE(engines.back()->add_job(j.spec, &err, {shared, i})) << err;
+      ASSERT_TRUE(engines.back()->add_job(j.spec, &err, {shared, i}, start)) << err;
     }
   }
   void TearDown() override {
@@ -560,3 +560,23 @@ TEST_F(ShardedTest, AnotherShardsSequenceIsDroppedAndCounted) {
 }
 
 }  // namespace
+
+// A spread job reloaded after a restart (JobStart::resume): shard 0 finds the message it resumes
+// at, the other shards drop their packets until then and count from it after; every sum exact, in
+// PSN order, nothing of the message before out.
+TEST_F(ShardedTest, AResumedSpreadJobResumesWhereShardZeroFindsAMessageBeginning) {
+  JobFixture j(1, 3, Dtype::fp32, 4 * 256, 256, 2);
+  make(2, j, agg::JobStart::resume);
+  const uint64_t at = 4 * 3000;  // the ranks are at message 3000
+  // Shard 1's sequences before shard 0 found anything: dropped.
+  for (unsigned r = 0; r < 3; ++r) EXPECT_TRUE(send_data(j, r, at - 1).empty());
+  EXPECT_EQ(info(1).counters.drop_resuming, 3u);
+  for (uint64_t seq = at; seq < at + 8; ++seq)
+    for (unsigned r = 0; r < 3; ++r) EXPECT_TRUE(send_data(j, r, seq).empty());
+  for (unsigned i = 0; i < 2; ++i) engines[i]->release_turns(now, tx);
+  engines[0]->release_turns(now, tx);
+  std::vector<uint64_t> seqs;
+  for (uint64_t seq = at; seq < at + 8; ++seq) seqs.push_back(seq);
+  expect_in_order(j, seqs, take_ordered());
+  EXPECT_EQ(info(0).counters.drop_resuming + info(1).counters.drop_resuming, 3u);
+}
