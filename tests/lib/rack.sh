@@ -39,12 +39,19 @@ start_rack() {
 # $tmp/inagg.log.
 start_inagg() {
   rm -f "$tmp/ctl.sock"
-  # shellcheck disable=SC2046
-  "$inagg" -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $(rack_cmd vdevs) \
-    -- --socket "$tmp/ctl.sock" --mtu "${inagg_mtu:-1500}" --mbufs 16384 --mbuf-budget 4096 --resend-us 2000 \
-    --idle-sleep-us "${idle_sleep_us:-1000}" "$@" >"$tmp/inagg.log" 2>&1 &
+  inagg_argv "$@"
+  "$inagg" "${argv[@]}" >"$tmp/inagg.log" 2>&1 &
   pid=$!
   wait_alive "$pid" 30 "inagg's control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start"
+}
+
+# inagg_argv [INAGG_ARGS...]: sets argv to start_inagg's arguments of inagg (for a start that must
+# fail: "$inagg" "${argv[@]}").
+inagg_argv() {
+  # shellcheck disable=SC2207
+  argv=(-l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $(rack_cmd vdevs)
+    -- --socket "$tmp/ctl.sock" --mtu "${inagg_mtu:-1500}" --mbufs 16384 --mbuf-budget 4096 --resend-us 2000
+    --idle-sleep-us "${idle_sleep_us:-1000}" "$@")
 }
 
 # stop_inagg: SIGTERM, and wait until it has exited (its final stats are then in $tmp/inagg.log).
