@@ -155,7 +155,8 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   }
   job->shift = wire::Crc32Shift(s.payload_bytes);
   choose_path(*job);
-  if (start == JobStart::resume && !s.replay) {  // until it finds the message it resumes at (engine_resume.cpp)
+  if (start == JobStart::resume && !s.replay) {  // until it finds where its ranks are (engine_resume.cpp)
+    if (!job->shards) job->resume.resize(s.workers);
     job->on_data = job->shards ? &Engine::resume_data<true> : &Engine::resume_data<false>;
     job->on_ack = &Engine::resume_ack;
   }

@@ -159,6 +159,14 @@ struct alignas(64) Engine::Job {
   std::vector<Conn> conns;
   wire::Crc32Shift shift;
   uint64_t cursor = 0;   // next sequence to release (a shard: next of its own)
+  uint64_t floor = 0;    // sequences below it are stale: 0, or where a job resumed after a restart
+  // A resumed job of one engine (JobStart::resume), per rank, until it resumes (engine_resume.cpp).
+  struct ResumeTrack {
+    bool seen = false, back = false;
+    uint32_t highest = 0;  // the highest offset from the start PSN seen from the rank
+    uint32_t point = 0;    // where it went back to: the first packet its receiver does not have
+  };
+  std::vector<ResumeTrack> resume;
   uint64_t highest = 0;  // one past the highest sequence any packet has claimed
   size_t held_count = 0, retained_count = 0;
   uint64_t last_progress_ns = 0, last_release_ns = 0;

@@ -101,7 +101,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   }
 
   const int64_t sseq = static_cast<int64_t>(conn.expected) + sext24(psn - (conn.spec.start_psn + conn.expected));
-  if (sseq < 0) {  // before the job's start PSN
+  if (sseq < static_cast<int64_t>(job.floor)) {  // before the job's start PSN, or where it resumed
     ++conn.before_start;
     conn.before_start_psn = psn;
     return drop(&job, pkt, &EngineCounters::stale);

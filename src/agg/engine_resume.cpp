@@ -1,11 +1,18 @@
 // A job reloaded after the appliance restarted (JobStart::resume): its ranks went on past their
 // start PSNs while the appliance was away, and what it knew of them (slots, retained sums, the
-// release cursor) is gone. Until a rank's WRITE begins a message, nothing of the job can be placed,
-// so its packets are dropped (never forwarded raw); that WRITE's message becomes the job's first,
-// as if every rank's start PSN were its own PSN there, and the job takes its usual way from then on.
-// Every rank sends the same messages at the same PSN offsets from its start PSN (the job contract),
-// so the offset found on one rank names the same message on all of them. Messages older than it are
-// stale: a rank that still needs one of them never gets its sum and fails, never a wrong one.
+// release cursor, what each receiver has) is gone. Until it knows where to resume, its packets are
+// dropped, never forwarded raw. Every rank sends the same messages at the same PSN offsets from its
+// start PSN (the job contract), so one offset names the same packet on every rank.
+//
+// One engine: the drops make every sender's RC retransmission go back to the first packet its
+// receiver lacks (go-back-N), which shows as a step back in the rank's offsets. Once every rank
+// went back, the job resumes at the furthest of those points: a slot can be summed only when every
+// sender sends it, and each sends only from its own point on. Ranks caught with their receivers at
+// the same point (the appliance released each slot to all of them at once) all go on; a receiver
+// that lacked more than the others never gets those sums and its rank fails, never with a wrong one.
+// Ranks between two allreduces lose nothing: their next message is where they all go back to.
+// A spread job resumes at the first message that begins on shard 0 instead (its lcores route by
+// offsets from the start PSN, and only shard 0's engine could see every rank go back).
 #include "inagg/agg/engine.hpp"
 
 #include "engine_internal.hpp"
@@ -16,14 +23,42 @@ namespace inagg::agg {
 using wire::Layout;
 using namespace engine_detail;
 
-// The job counts from `offset` past every rank's start PSN: a fresh job of those start PSNs.
+namespace {
+
+// The packet fits the job (its size and position at this offset, a WRITE over RC, a good ICRC).
+bool fits(const control::JobSpec& spec, uint32_t ppm, uint32_t offset, const PacketRef& pkt, const Layout& l) {
+  return wire::is_rdma_write(l.opcode) && (l.opcode & 0xe0) == wire::op::kRc &&
+         l.info->position == expected_position(offset % ppm, ppm) && l.payload_len == spec.payload_bytes &&
+         l.pad == 0 && wire::icrc_verify(pkt.data, l);
+}
+
+}  // namespace
+
+// A spread job: counts from `offset` past every rank's start PSN, a fresh job of those start PSNs.
 void Engine::resume_at(Job& job, uint32_t offset) {
   for (Job::Conn& c : job.conns) c.spec.start_psn = wire::psn_add(c.spec.start_psn, offset);
   choose_path(job);
 }
 
+// A job of one engine: everything below `seq` went out before the restart, as far as it knows.
+void Engine::resume_from(Job& job, uint64_t seq) {
+  job.cursor = job.highest = job.floor = seq;
+  for (Job::Conn& c : job.conns) {
+    c.expected = c.filled = c.nak_seq = c.nak_target = c.acked = seq;
+    if (seq > 0) {  // the next packet after `seq` - 1: a step over `seq` is a loss to NAK
+      c.last_seq = seq - 1;
+      c.data_seen = true;
+    }
+  }
+  std::vector<Job::ResumeTrack>().swap(job.resume);
+  choose_path(job);
+}
+
 template <bool kSharded>
 void Engine::resume_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
+  const Job::Conn& conn = job.conns[rank];
+  const uint32_t psn = wire::bth_of(pkt.data, l).psn();
+  const uint32_t offset = (psn - conn.spec.start_psn) & wire::kPsnMask;
   if constexpr (kSharded) {
     if (job.shard != 0) {  // shard 0 finds the message; the others follow it
       const int64_t at = job.shards->resume_at_.load(std::memory_order_acquire);
@@ -31,30 +66,43 @@ void Engine::resume_data(Job& job, unsigned rank, const PacketRef& pkt, const La
       resume_at(job, static_cast<uint32_t>(at));
       return (this->*job.on_data)(job, rank, pkt, l, now_ns, tx);
     }
+    // A WRITE that begins a message (a FIRST, or an ONLY), at an offset that is a multiple of the
+    // shards: only such an offset keeps every packet on its shard's lcore.
+    if ((offset & (job.nshards - 1)) != 0 || !fits(job.spec, job.ppm, 0, pkt, l))
+      return drop(&job, pkt, &EngineCounters::drop_resuming);
+    job.shards->resume_at_.store(offset, std::memory_order_release);
+    resume_at(job, offset);
+  } else {
+    if (!fits(job.spec, job.ppm, offset, pkt, l)) return drop(&job, pkt, &EngineCounters::drop_resuming);
+    Job::ResumeTrack& t = job.resume[rank];
+    if (!t.seen || (!t.back && sext24(offset - t.highest) > 0)) {
+      t.seen = true;
+      t.highest = offset;
+    } else if (!t.back) {
+      t.back = true;
+      t.point = offset;
+    }
+    uint32_t furthest = job.resume[0].point;
+    for (const Job::ResumeTrack& r : job.resume) {
+      if (!r.back) return drop(&job, pkt, &EngineCounters::drop_resuming);
+      if (sext24(r.point - furthest) > 0) furthest = r.point;
+    }
+    resume_from(job, furthest);
   }
-  const Job::Conn& conn = job.conns[rank];
-  const wire::OpPosition pos = l.info->position;
-  const bool begins = (pos == wire::OpPosition::first || pos == wire::OpPosition::only) &&
-                      wire::is_rdma_write(l.opcode) && (l.opcode & 0xe0) == wire::op::kRc &&
-                      l.payload_len == job.spec.payload_bytes && l.pad == 0;
-  const uint32_t psn = wire::bth_of(pkt.data, l).psn();
-  const uint32_t offset = (psn - conn.spec.start_psn) & wire::kPsnMask;
-  // A spread job's lcores route a data packet by its PSN's offset from the start PSN modulo the
-  // shards: only an offset that is a multiple of them keeps every packet on its shard's lcore.
-  if (!begins || (kSharded && (offset & (job.nshards - 1)) != 0) || !wire::icrc_verify(pkt.data, l))
-    return drop(&job, pkt, &EngineCounters::drop_resuming);
-  if constexpr (kSharded) job.shards->resume_at_.store(offset, std::memory_order_release);
-  resume_at(job, offset);
+  // (A spread job's start PSNs moved to where it resumed; one engine's stay, its floor moved.)
+  const uint32_t at = job.shards ? offset : static_cast<uint32_t>(job.floor);
   util::log(util::LogModule::engine, util::LogLevel::info,
-            "job %u: resumed after a restart at rank %u's PSN %u (%u past its start PSN); %llu earlier packets dropped",
-            job.spec.id, rank, psn, offset, static_cast<unsigned long long>(job.c.drop_resuming));
+            "job %u: resumed after a restart %u packets past the registered start PSNs (rank %u's PSN %u); %llu "
+            "packets dropped until then",
+            job.spec.id, at, rank, job.shards ? conn.spec.start_psn : wire::psn_add(conn.spec.start_psn, at),
+            static_cast<unsigned long long>(job.c.drop_resuming));
   (this->*job.on_data)(job, rank, pkt, l, now_ns, tx);
 }
 
 // ACKs before the job resumed acknowledge what the appliance released before it restarted (or
 // nothing): what they would tell the senders cannot be checked, so they are dropped; the first
-// sums released after it acknowledge everything before them.
-// (A spread job's ACKs go to shard 0, which resumes the job itself.)
+// sums released after it acknowledge everything before them. (A spread job's ACKs go to shard 0,
+// which resumes the job itself.)
 void Engine::resume_ack(Job& job, unsigned, const PacketRef& pkt, const Layout&, uint64_t, TxList&) {
   drop(&job, pkt, &EngineCounters::drop_resuming);
 }

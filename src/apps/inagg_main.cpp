@@ -181,7 +181,7 @@ bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& sto
       return false;
     }
     util::log(util::LogModule::control, util::LogLevel::info,
-              "job %u registered again from %s (%s); it resumes at the first message a rank begins", spec.id,
+              "job %u registered again from %s (%s); it resumes where its ranks are once they go back", spec.id,
               path.c_str(), describe_spec(spec).c_str());
   }
   return true;

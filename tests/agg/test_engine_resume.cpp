@@ -1,6 +1,7 @@
 // A job reloaded after the appliance restarted (JobStart::resume): its ranks are far past their
-// start PSNs. Nothing of it is forwarded before a rank begins a message; from that message on it is
-// summed exactly (checked against a plain loop), and what is older never leaves, summed or raw.
+// start PSNs. Nothing of it is forwarded until every rank went back (its RC retransmission after
+// the drops); from the furthest of those points it is summed exactly (checked against a plain
+// loop), and what is older never leaves, summed or raw.
 #include <gtest/gtest.h>
 
 #include "engine_harness.hpp"
@@ -22,11 +23,15 @@ class Resume : public EngineTest {
     std::string err;
     ASSERT_TRUE(engine->add_job(j.spec, &err, {}, agg::JobStart::resume)) << err;
   }
-  // Every rank sends `seq` on its port (port = rank); the last one releases the sum.
+  uint16_t port(unsigned r) const { return static_cast<uint16_t>(r); }
+  // Rank r sends seqs [from, to) on its port; nothing may come out.
+  void pass(unsigned r, uint64_t from, uint64_t to) {
+    for (uint64_t s = from; s < to; ++s) ASSERT_TRUE(send(j.data_frame(r, s), port(r)).empty()) << "seq " << s;
+  }
+  // Every rank sends `seq` (rank 0 last): the sum comes out.
   void complete(uint64_t seq) {
-    for (unsigned r = 1; r < j.spec.workers; ++r)
-      ASSERT_TRUE(send(j.data_frame(r, seq), static_cast<uint16_t>(r)).empty()) << "seq " << seq;
-    expect_released(j, seq, send(j.data_frame(0, seq), 0));
+    for (unsigned r = 1; r < j.spec.workers; ++r) pass(r, seq, seq + 1);
+    expect_released(j, seq, send(j.data_frame(0, seq), port(0)));
   }
 };
 
@@ -40,64 +45,89 @@ TEST_F(Resume, AFreshJobRefusesRanksPastItsStartPsn) {
   EXPECT_EQ(info(1).counters.err_ahead_of_window, 1u);
 }
 
-TEST_F(Resume, AResumedJobIsSummedFromTheFirstMessageARankBegins) {
+// Ranks between two allreduces: each begins its next message, is dropped, and sends it again.
+TEST_F(Resume, RanksBetweenAllreducesResumeAtTheirNextMessage) {
   add_resumed();
-  // The tail of the message before (a retransmission) and an ACK of it: nothing can be placed yet.
-  EXPECT_TRUE(send(j.data_frame(2, kAt - 1), 2).empty());
+  for (unsigned r = 0; r < 4; ++r) pass(r, kAt, kAt + 2);  // the first try of message 5000: dropped
+  EXPECT_TRUE(send(j.ack_frame(1, kAt - 1), port(2)).empty());
+  EXPECT_EQ(info(1).counters.drop_resuming, 9u);
   EXPECT_FALSE(last_trusted) << "a frame that pinned nothing vouched for its source";
-  EXPECT_TRUE(send(j.ack_frame(1, kAt - 1), 2).empty());
-  EXPECT_EQ(info(1).counters.drop_resuming, 2u);
-  EXPECT_EQ(info(1).held_packets, 0u);
-  // Message 5000 and the next ones, each summed exactly; the receivers' ACKs pass.
-  for (uint64_t seq = kAt; seq < kAt + 8; ++seq) {
+  for (unsigned r = 0; r < 3; ++r) pass(r, kAt, kAt + 1);  // they go back; rank 3 last
+  EXPECT_EQ(info(1).counters.drop_resuming, 12u);
+  pass(3, kAt, kAt + 1);  // every rank went back: the job resumes at message 5000, with this packet
+  EXPECT_EQ(info(1).counters.drop_resuming, 12u);
+  EXPECT_EQ(info(1).held_packets, 1u);
+  // The others' packets of message 5000 again (their retransmissions), then on as usual.
+  for (unsigned r = 1; r < 3; ++r) pass(r, kAt, kAt + 1);
+  expect_released(j, kAt, send(j.data_frame(0, kAt), port(0)));
+  for (uint64_t seq = kAt + 1; seq < kAt + 8; ++seq) {
     complete(seq);
-    for (unsigned r = 0; r < j.spec.workers; ++r)
-      EXPECT_EQ(send(j.ack_frame(r, seq), static_cast<uint16_t>((r + 1) % j.spec.workers)).size(), 1u);
+    for (unsigned r = 0; r < 4; ++r) EXPECT_EQ(send(j.ack_frame(r, seq), port((r + 1) % 4)).size(), 1u);
   }
   const agg::JobInfo i = info(1);
   EXPECT_EQ(i.state, agg::JobState::active);
   EXPECT_EQ(i.counters.slots_released, 8u);
-  EXPECT_EQ(i.counters.drop_resuming, 2u);
   EXPECT_EQ(i.retained_packets, 0u);
-  // Older than the message it resumed at: stale, never answered (it has no sum for it).
-  EXPECT_TRUE(send(j.data_frame(3, kAt - 2), 3).empty());
+  // Older than where it resumed: stale, never answered (it has no sum for it).
+  EXPECT_TRUE(send(j.data_frame(3, kAt - 1), port(3)).empty());
   EXPECT_EQ(info(1).counters.stale, 1u);
 }
 
-// Ranks caught in different places: one begins message 5000, the others still resend the end of
-// message 4999, whose sum is gone with the appliance's memory. Nothing of 4999 leaves; message
-// 5000 does once all are in.
-TEST_F(Resume, RanksCaughtMidMessageGetNoPartialOrStaleSum) {
+// The appliance died mid-message: every receiver holds message 5000's first packet, the senders
+// had sent more. They go back to the second packet; the job resumes there, inside the message.
+TEST_F(Resume, RanksCaughtMidMessageResumeWhereTheirReceiversAre) {
   add_resumed();
-  EXPECT_TRUE(send(j.data_frame(0, kAt), 0).empty());  // rank 0 begins message 5000: the job resumes there
-  for (unsigned r = 1; r < j.spec.workers; ++r) {
-    EXPECT_TRUE(send(j.data_frame(r, kAt - 2), static_cast<uint16_t>(r)).empty());
-    EXPECT_TRUE(send(j.data_frame(r, kAt - 1), static_cast<uint16_t>(r)).empty());
-  }
-  EXPECT_EQ(info(1).counters.stale, 6u);
-  EXPECT_EQ(info(1).counters.slots_released, 0u);
-  for (unsigned r = 1; r < j.spec.workers - 1; ++r)
-    EXPECT_TRUE(send(j.data_frame(r, kAt), static_cast<uint16_t>(r)).empty());
-  expect_released(j, kAt, send(j.data_frame(3, kAt), 3));
+  for (unsigned r = 0; r < 4; ++r) pass(r, kAt + 2, kAt + 4);  // what they send next: dropped
+  for (unsigned r = 0; r < 4; ++r) pass(r, kAt + 1, kAt + 2);  // the go-back
+  EXPECT_EQ(info(1).held_packets, 1u) << "only the last go-back packet is held";
+  for (unsigned r = 1; r < 3; ++r) pass(r, kAt + 1, kAt + 2);
+  expect_released(j, kAt + 1, send(j.data_frame(0, kAt + 1), port(0)));
+  complete(kAt + 2);
+  complete(kAt + 3);
+  EXPECT_TRUE(send(j.data_frame(0, kAt), port(0)).empty());  // below where it resumed
+  EXPECT_EQ(info(1).counters.stale, 1u);
+  EXPECT_EQ(info(1).counters.slots_released, 3u);
 }
 
-// Only a WRITE that begins a message, of the job's size, with a good ICRC, from the rank's own
-// address resumes the job: anything else is dropped and resumes nothing.
-TEST_F(Resume, OnlyAValidMessageBeginningFromARankResumesTheJob) {
+// Receivers at different points: the job resumes at the furthest (a slot needs every sender, and
+// each sends only from its own point). What rank 3's receiver lacks below it never leaves.
+TEST_F(Resume, ReceiversAtDifferentPointsResumeAtTheFurthest) {
   add_resumed();
+  for (unsigned r = 0; r < 4; ++r) pass(r, kAt + 2, kAt + 4);
+  pass(3, kAt, kAt + 1);  // rank 3's receiver lacks kAt
+  for (unsigned r = 0; r < 3; ++r) pass(r, kAt + 1, kAt + 2);
+  pass(3, kAt + 1, kAt + 2);  // rank 3 goes on with its go-back pass
+  for (unsigned r = 1; r < 3; ++r) pass(r, kAt + 1, kAt + 2);
+  expect_released(j, kAt + 1, send(j.data_frame(0, kAt + 1), port(0)));
+  pass(3, kAt, kAt + 1);  // rank 3 tries again from kAt: stale
+  EXPECT_EQ(info(1).counters.stale, 1u);
+  EXPECT_EQ(info(1).counters.slots_released, 1u);
+}
+
+// Only a WRITE of the job's size and position, with a good ICRC, from the rank's own address
+// counts: anything else is dropped and tells nothing of where the rank is.
+TEST_F(Resume, OnlyPacketsThatFitCount) {
+  add_resumed();
+  for (unsigned r = 0; r < 4; ++r) pass(r, kAt, kAt + 1);
   auto bad_icrc = j.data_frame(0, kAt);
   bad_icrc.back() ^= 1;
   EXPECT_TRUE(send(bad_icrc, 0).empty());
   auto s = j.frame_spec(0, kAt);
   EXPECT_TRUE(send(JobFixture::build(s, std::vector<uint8_t>(32, 1)), 0).empty());  // short: not the job's size
-  s.src_ip = util::IpAddr::v4(0x0a0001c8);                                          // 10.0.1.200: not rank 0
+  auto mid = j.frame_spec(0, kAt);
+  mid.opcode = wire::op::kRc | wire::op::kWriteMiddle;  // a MIDDLE where a message begins
+  EXPECT_TRUE(send(JobFixture::build(mid, j.payload(0, kAt)), 0).empty());
+  s.src_ip = util::IpAddr::v4(0x0a0001c8);  // 10.0.1.200: not rank 0
   EXPECT_TRUE(send(JobFixture::build(s, j.payload(0, kAt)), 0).empty());
   EXPECT_EQ(info(1).counters.drop_wrong_source, 1u);
-  EXPECT_EQ(info(1).counters.drop_resuming, 2u);
-  // Still not resumed: a message that begins two later is where it resumes.
-  complete(kAt + 4);
-  complete(kAt + 5);
-  EXPECT_EQ(info(1).counters.slots_released, 2u);
+  EXPECT_EQ(info(1).counters.drop_resuming, 7u);
+  // None of them counted as rank 0 going back: the ranks still have to.
+  for (unsigned r = 1; r < 4; ++r) pass(r, kAt, kAt + 1);
+  EXPECT_EQ(info(1).counters.drop_resuming, 10u);
+  EXPECT_TRUE(send(j.data_frame(0, kAt), 0).empty());  // rank 0 goes back: resumed, held
+  EXPECT_EQ(info(1).held_packets, 1u);
+  for (unsigned r = 1; r < 3; ++r) pass(r, kAt, kAt + 1);
+  expect_released(j, kAt, send(j.data_frame(3, kAt), port(3)));
 }
 
 // A replayed capture starts over at its start PSN: it is never resumed elsewhere.

@@ -4,14 +4,20 @@
 # message arrives at each rank holding its predecessor's data. Every rank must stop with an error
 # (the tally's, "arrived without the appliance's sum", on at least one), and none may print a
 # checked row with wrong elements, or finish as if its sums were right.
-#   test_appliance_restart.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
+# With `state`, the appliance keeps its jobs in a state directory and restarts with it: it knows job
+# 1 again at once (nobody registers it again) and resumes it at the first message a rank begins.
+# The allreduce caught by the restart may fail (its in-flight messages' sums are gone) or go on;
+# either way no rank may print a wrong row or take a wrong sum, and a rank that fails says why.
+#   test_appliance_restart.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR [state]
 set -uo pipefail
-inagg=$1 ctl=$2 worker=$3 src=$4
+inagg=$1 ctl=$2 worker=$3 src=$4 mode=${5:-}
 n=4
 # shellcheck source=../lib/rack.sh
 . "$src/tests/lib/rack.sh"
 C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
-start_rack --
+state_args=()
+[ "$mode" = state ] && state_args=(--state-dir "$tmp/state")
+start_rack -- "${state_args[@]}"
 # Every allreduce checked (-n 0 timed, -c 400 checked; the first wrong one ends a row's checks).
 # The retry budget, 40 x 250 ms, outlasts the restart: the ranks go on through it, as they would
 # through a restart by systemd (Restart=on-failure), instead of failing on silence.
@@ -32,8 +38,13 @@ pid=""
 for r in $(seq 0 $((n - 1))); do
   kill -0 "${wpids[$r]}" 2>/dev/null || fail "rank $r ended before the appliance was killed (the run is too short)"
 done
-start_inagg
-C list | grep -q "id=1 " && fail "the restarted appliance lists job 1: $(C list)"
+start_inagg "${state_args[@]}"
+if [ "$mode" = state ]; then
+  C list | grep -q "^id=1 state=active" || fail "the appliance restarted with its state directory does not list job 1: $(C list)"
+else
+  C list | grep -q "id=1 " && fail "the restarted appliance lists job 1: $(C list)"
+fi
+finished=0
 for r in $(seq 0 $((n - 1))); do
   wait "${wpids[$r]}"
   rc=$?
@@ -42,9 +53,22 @@ for r in $(seq 0 $((n - 1))); do
   awk '/^ / && NF >= 9 && $9 != "0" {bad = 1} END {exit !bad}' "$log" &&
     fail "rank $r printed a checked row with wrong elements: $(grep -v '^#' "$log" | tail -n 2)"
   grep -q "differs from the reference sum" "$log" && fail "rank $r received a wrong sum: $(grep -m 1 differs "$log")"
+  if [ "$rc" = 0 ] && [ "$mode" = state ]; then
+    table_exact "$log" || fail "rank $r finished without an exact table: $(grep -v '^#' "$log" | tail -n 2)"
+    finished=$((finished + 1))
+    continue
+  fi
   [ "$rc" != 0 ] || fail "rank $r finished (exit 0) although the appliance forgot its job mid-run"
   grep -q "^inagg-worker: rank $r: " "$log" || fail "rank $r (exit $rc) gave no reason: $(tail -n 2 "$log")"
 done
+reasons=$(grep -h '^inagg-worker:' "$tmp"/w*.log | cut -c1-100 | paste -sd';' -)
+if [ "$mode" = state ]; then
+  echo "ok: appliance restarted with its state directory after $released slots of job 1: job 1 known again" \
+    "without a registration ($(C stats 1 | awk '$1 == "drop_resuming" {print $2}') packets dropped until it resumed," \
+    "$(C stats 1 | awk '$1 == "slots_released" {print $2}') slots released since); $finished of $n ranks finished" \
+    "every checked allreduce exact${reasons:+, the others stopped: $reasons}; no rank took a wrong sum"
+  exit 0
+fi
 # Each rank stops on the tally, unless its predecessor stopped on it first and sends nothing more
 # (then its RC requester or the deadline ends it, as after any rank's failure).
 tallied=$(grep -l "arrived without the appliance's sum (\(first\|last\) tally 1, want 4)" "$tmp"/w*.log | wc -l)

@@ -257,11 +257,13 @@ class JobShards {
 enum class JobStart : uint8_t {
   fresh,  // at their start PSNs: the job counts from there
   // Somewhere past them: a job registered before the appliance restarted (reloaded from its state
-  // directory), whose ranks went on. Its packets are dropped (drop_resuming) until a rank's WRITE
-  // that begins a message (FIRST or ONLY, of the job's size, from its registered source) arrives;
-  // the job then counts from that message, as if every rank's start PSN were that message's, and
-  // whatever is older is stale. A spread job resumes at such a message of shard 0 (a PSN offset
-  // from the start PSN that is a multiple of the shards). Replay jobs always start fresh.
+  // directory), whose ranks went on. Its packets are dropped (drop_resuming) until it knows where
+  // to resume: a job of one engine once every rank went back (its RC retransmission after the
+  // drops: the first packet its receiver lacks), at the furthest of those points; a spread job at
+  // the first WRITE that begins a message (FIRST or ONLY) on shard 0 (an offset from the start PSN
+  // that is a multiple of the shards). Only packets that fit (a WRITE of the job's size and
+  // position, a good ICRC, from the rank's registered source) count. Whatever is older is stale.
+  // Replay jobs always start fresh.
   resume,
 };
 
@@ -378,6 +380,7 @@ class alignas(64) Engine {
                    TxList& tx);
   void resume_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void resume_at(Job& job, uint32_t offset);
+  void resume_from(Job& job, uint64_t seq);
   // Sums and releases (engine_release.cpp).
   void sum_slot(Job& job, uint64_t seq);
   void emit_data(Job& job, const PacketRef& p, TxList& tx);
