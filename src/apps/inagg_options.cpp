@@ -77,6 +77,9 @@ po::options_description make_options(Options& o) {
       "busy-poll, for a dedicated server")("no-flow",
                                            "do not try rte_flow steering of UDP 4791 (software classification only)")(
       "mac-ageing", po::value<double>()->default_value(300), "seconds before a learned MAC address is forgotten")(
+      "mac-limit-per-port", po::value<size_t>(&o.app.mac_limit_per_port)->default_value(0),
+      "learned MAC addresses each port may hold; frames from new addresses beyond it are forwarded (flooded to "
+      "them) but not learned, and counted (mac_limit_refused); a job rank's address is always learned (0: no limit)")(
       "mbuf-budget", po::value<size_t>(&o.app.engine.mbuf_budget)->default_value(8192),
       "packet buffers the jobs of one lcore may hold (held + retained); the rest stays for forwarding")(
       "memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")(

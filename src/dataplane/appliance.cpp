@@ -171,7 +171,8 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     l->engine = std::make_unique<agg::Engine>(cfg.engine, ops);
     // A random hash key per start: which addresses collide cannot be worked out offline.
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns,
-                                         (uint64_t{std::random_device{}()} << 32) | std::random_device{}());
+                                         (uint64_t{std::random_device{}()} << 32) | std::random_device{}(),
+                                         cfg.mac_limit_per_port);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
     if (cfg.job_lcores > 1)  // the sharded jobs this lcore owns release onto it, in PSN order; it sends from it

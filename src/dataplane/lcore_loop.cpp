@@ -298,9 +298,10 @@ void LcoreLoop::learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now
   LcoreState& l = l_;
   const uint64_t src = MacTable::key(src_mac);
   if (src != l.learn_cache_mac || port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
-    const uint64_t refused = l.macs->moves_refused();
+    const uint64_t refused = l.macs->moves_refused(), limited = l.macs->port_limit_refused();
     l.macs->learn(src_mac, port, now_ns);
     l.c.mac_moves_refused += l.macs->moves_refused() - refused;
+    l.c.mac_limit_refused += l.macs->port_limit_refused() - limited;
     l.learn_cache_mac = src;
     l.learn_cache_port = port;
     l.learn_cache_ns = now_ns;

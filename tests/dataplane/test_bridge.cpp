@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "inagg/dataplane/bridge.hpp"
+#include "inagg/util/log.hpp"
 
 using namespace inagg::dataplane;
 
@@ -158,4 +159,66 @@ TEST(MacTable, TheSlotHashIsKeyed) {
     high.insert(k2.slot(m));
   }
   EXPECT_GT(high.size(), 8u);
+}
+
+// ---- port security: a per-port limit of learned addresses, claims logged once a second ----------
+
+namespace {
+std::array<uint8_t, 6> nth(unsigned i) {
+  return {2, 0, 0x77, static_cast<uint8_t>(i >> 16), static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i)};
+}
+std::vector<std::string> g_lines;
+void keep_line(inagg::util::LogModule, inagg::util::LogLevel, const char* m) { g_lines.emplace_back(m); }
+}  // namespace
+
+TEST(MacTable, ABurstOfAddressesFromOnePortStopsAtItsLimitOthersStillLearn) {
+  MacTable t(4096, kAgeing, 0x1234, 8);
+  for (unsigned i = 0; i < 1000; ++i) t.learn(nth(i).data(), 3, 1);  // one port sends 1000 source addresses
+  EXPECT_EQ(t.on_port(3), 8u);
+  EXPECT_EQ(t.port_limit_refused(), 992u);
+  EXPECT_EQ(t.lookup(nth(0).data(), 0, 2), 3);
+  EXPECT_EQ(t.lookup(nth(8).data(), 0, 2), kFlood) << "an address past the port's limit was learned";
+  // Stations on the other ports are still learned, and a rank's vouched address on the full port too.
+  t.learn(A, 1, 3);
+  t.learn(B, 2, 3);
+  t.learn_vouched(R, 3, 3);
+  EXPECT_EQ(t.lookup(A, 0, 4), 1);
+  EXPECT_EQ(t.lookup(B, 0, 4), 2);
+  EXPECT_EQ(t.lookup(R, 0, 4), 3);
+  // A known station moving onto the full port is not moved there either.
+  t.learn(A, 3, 5);
+  EXPECT_EQ(t.lookup(A, 0, 6), 1);
+  EXPECT_EQ(t.port_limit_refused(), 993u);
+  // Once its addresses aged, the port learns again.
+  t.learn(nth(500).data(), 3, 3 * kAgeing);
+  EXPECT_EQ(t.lookup(nth(500).data(), 0, 3 * kAgeing + 1), 3);
+  EXPECT_EQ(t.on_port(3), 1u);
+}
+
+TEST(MacTable, WithoutALimitAPortLearnsWhatFits) {
+  MacTable t(4096, kAgeing, 0x1234);
+  for (unsigned i = 0; i < 1000; ++i) t.learn(nth(i).data(), 3, 1);
+  EXPECT_EQ(t.port_limit_refused(), 0u);
+  EXPECT_GT(t.on_port(3), 900u);
+}
+
+TEST(MacTable, AFloodOfClaimsIsCountedEveryFrameAndLoggedOnceASecond) {
+  g_lines.clear();
+  inagg::util::set_log_sink(keep_line);
+  MacTable t(64, 10 * kAgeing, 0x1234);
+  t.learn_vouched(R, 1, 0);
+  uint64_t now = 1;
+  for (int i = 0; i < 30000; ++i, now += 100'000) {  // 3 s of claims, one every 100 us, refreshed by the rank
+    t.learn(R, 2, now);
+    if (i % 1000 == 0) t.learn_vouched(R, 1, now);
+  }
+  inagg::util::set_log_sink(nullptr);
+  EXPECT_EQ(t.moves_refused(), 30000u);
+  EXPECT_EQ(t.lookup(R, 0, now), 1);
+  EXPECT_GE(g_lines.size(), 3u);
+  EXPECT_LE(g_lines.size(), 4u) << "a claim flood floods the log";
+  ASSERT_FALSE(g_lines.empty());
+  EXPECT_NE(g_lines[0].find("claims 02:00:00:00:10:01, a job rank's address on port 1"), std::string::npos)
+      << g_lines[0];
+  EXPECT_NE(g_lines[1].find("more claims refused since the last line"), std::string::npos) << g_lines[1];
 }

@@ -36,6 +36,7 @@ struct ApplianceConfig {
   bool flow_steering = true;  // try rte_flow for UDP 4791 (falls back to software)
   uint64_t mac_ageing_ns = 300'000'000'000ull;
   size_t mac_table_size = 4096;
+  size_t mac_limit_per_port = 0;  // learned MAC addresses a port may hold (0: no limit)
   agg::EngineConfig engine;  // per lcore; budgets are per lcore too
   std::string capture_path;  // pcap of every RoCEv2 packet the engines emit; "" = off
   // Per capture file; later packets are skipped and counted.
@@ -59,6 +60,7 @@ struct ApplianceConfig {
   X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")                                \
   X(same_port_drops, "frames whose destination is behind their ingress port")                         \
   X(mac_moves_refused, "frames claiming a rank's sticky MAC from another port, not learned")          \
+  X(mac_limit_refused, "frames from a new MAC on a port at its --mac-limit-per-port, not learned")    \
   X(roce, "RoCEv2 packets given to an engine")                                                        \
   X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")                           \
   X(handover_in, "packets received from other lcores")                                                \

@@ -7,6 +7,10 @@
 // source, on the port it is pinned to), are sticky: a frame the engine did not vouch for cannot
 // move them (refused, counted) and a flood of other addresses cannot evict them; and the slot hash
 // is keyed with a random key per table, so which addresses collide cannot be worked out offline.
+// Port security: each port may hold at most a given number of learned addresses (frames from new
+// ones beyond it are forwarded, not learned, and counted; a rank's vouched address is always
+// learned), and claims of a sticky address from another port are counted on every frame but
+// logged at most once a second, with the count of those not logged.
 #pragma once
 
 #include <array>
@@ -14,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "inagg/util/log.hpp"
 
 namespace inagg::dataplane {
 
@@ -25,10 +31,12 @@ class MacTable {
  public:
   // `capacity` entries (rounded up to a power of two); entries older than `ageing_ns` are ignored
   // and reused. `hash_key` keys the slot hash (the appliance draws a random one per start).
-  MacTable(size_t capacity, uint64_t ageing_ns, uint64_t hash_key = 0);
+  // `per_port_limit`: learned addresses a port may hold (0: as many as fit).
+  MacTable(size_t capacity, uint64_t ageing_ns, uint64_t hash_key = 0, size_t per_port_limit = 0);
 
   // Learns the source address of a frame that came in on `port` (unicast sources only, not the
-  // all-zero address). A live sticky entry on another port is not moved (moves_refused).
+  // all-zero address). A live sticky entry on another port is not moved (moves_refused); a new
+  // address, or one moving, on a port at its limit is not learned (port_limit_refused).
   void learn(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
   // The same for a frame the engine vouched for (a registered rank's, from its pinned port): the
   // entry becomes sticky, moves to `port` if it was elsewhere, and takes the oldest non-sticky
@@ -44,6 +52,8 @@ class MacTable {
   uint64_t moves() const { return moves_; }                  // an address seen on a new port
   uint64_t full() const { return full_; }                    // could not learn: table full of live entries
   uint64_t moves_refused() const { return moves_refused_; }  // a sticky address claimed from another port
+  uint64_t port_limit_refused() const { return port_limit_refused_; }  // not learned: its port at its limit
+  size_t on_port(uint16_t port) const { return port < per_port_.size() ? per_port_[port] : 0; }  // entries held
 
   size_t slot(const uint8_t* mac) const { return slot_of(key(mac)); }  // where its neighbourhood starts
   static uint64_t key(const uint8_t* mac);          // the table's key of an address (the lcore caches use it too)
@@ -57,13 +67,23 @@ class MacTable {
     bool sticky = false;  // learned from a frame the engine vouched for
   };
   size_t slot_of(uint64_t k) const;
+  // Off the per-frame path (bridge.cpp).
+  void refuse_move(uint64_t k, uint16_t owner, uint16_t port, uint64_t now_ns);
+  bool port_full(uint16_t port, uint64_t k, uint64_t now_ns);  // at its limit after forgetting aged entries
+  void take(Entry& e, uint64_t k, uint64_t now_ns, uint16_t port, bool sticky);  // (re)fills e, counts per port
 
   std::vector<Entry> entries_;
   size_t mask_;
   uint64_t ageing_ns_;
   uint64_t hash_key_;
-  uint64_t learned_ = 0, moves_ = 0, full_ = 0, moves_refused_ = 0;
+  uint32_t limit_;                 // per port; UINT32_MAX: none
+  std::vector<uint32_t> per_port_;  // entries (live or aged, not yet reused) per port id
+  uint64_t learned_ = 0, moves_ = 0, full_ = 0, moves_refused_ = 0, port_limit_refused_ = 0;
+  uint64_t swept_ns_ = 0;
+  bool swept_ = false;
+  util::LogRateLimit move_log_{1}, limit_log_{1};
   static constexpr size_t kMaxProbe = 16;
+  static constexpr size_t kPortIds = 1024;  // DPDK's RTE_MAX_ETHPORTS is at most this
 };
 
 // The per-frame calls, inline: they run twice for every forwarded frame (~3 ns each when the
@@ -100,14 +120,12 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
     Entry& e = entries_[s];
     if (e.mac == k) {
       if (e.port != port) {
-        if (e.sticky && now_ns - e.seen_ns <= ageing_ns_) {
-          ++moves_refused_;
-          return;
-        }
+        if (e.sticky && now_ns - e.seen_ns <= ageing_ns_) return refuse_move(k, e.port, port, now_ns);
+        if (on_port(port) >= limit_ && port_full(port, k, now_ns)) return;
         ++moves_;
-        e.sticky = false;
+        take(e, k, now_ns, port, false);
+        return;
       }
-      e.port = port;
       e.seen_ns = now_ns;
       return;
     }
@@ -118,8 +136,15 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
     ++full_;
     return;
   }
-  entries_[free_slot] = {k, now_ns, port, false};
+  if (on_port(port) >= limit_ && port_full(port, k, now_ns)) return;
+  take(entries_[free_slot], k, now_ns, port, false);
   ++learned_;
+}
+
+inline void MacTable::take(Entry& e, uint64_t k, uint64_t now_ns, uint16_t port, bool sticky) {
+  if (e.mac != 0 && e.port < per_port_.size()) --per_port_[e.port];
+  e = {k, now_ns, port, sticky};
+  if (port < per_port_.size()) ++per_port_[port];
 }
 
 inline uint16_t MacTable::lookup(const uint8_t* dst_mac, uint16_t in_port, uint64_t now_ns) const {
