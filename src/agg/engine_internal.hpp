@@ -158,8 +158,8 @@ struct alignas(64) Engine::Job {
   uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned
   std::vector<Conn> conns;
   wire::Crc32Shift shift;
-  uint64_t cursor = 0;   // next sequence to release (a shard: next of its own)
-  uint64_t floor = 0;    // sequences below it are stale: 0, or where a job resumed after a restart
+  uint64_t cursor = 0;  // next sequence to release (a shard: next of its own)
+  uint64_t floor = 0;   // sequences below it are stale: 0, or where a job resumed after a restart
   // A resumed job of one engine (JobStart::resume), per rank, until it resumes (engine_resume.cpp).
   struct ResumeTrack {
     bool seen = false, back = false;

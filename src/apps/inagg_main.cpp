@@ -68,8 +68,8 @@ std::string handle_request(const control::Request& r) {
       if (std::string serr; g_store && !g_store->save(r.job, &serr)) {
         std::string rerr;
         g_app->remove_job(r.job.id, &rerr);
-        err = "job " + std::to_string(r.job.id) + " not added: its registration cannot be kept in the state directory (" +
-              serr + ")";
+        err = "job " + std::to_string(r.job.id) +
+              " not added: its registration cannot be kept in the state directory (" + serr + ")";
         util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
         return control::format_error(err);
       }

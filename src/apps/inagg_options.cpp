@@ -37,10 +37,9 @@ po::options_description make_options(Options& o) {
       "state-dir", po::value<std::string>(&o.state_dir)->value_name("DIR"),
       "keep the jobs registered at run time in DIR (one file each, written when a job is added, removed with it) "
       "and register them again at start, before forwarding, so a restart does not forget them; a file that is not "
-      "exactly what inagg wrote stops the start with its name (off by default; the systemd unit gives "
-      "/var/lib/inagg/NAME)")(
-      "socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path),
-      "control socket (root only, 0600); \"\" disables it")(
+      "exactly what inagg wrote stops the start with its name (off by default; conf/inagg.conf sets "
+      "/var/lib/inagg/inagg)")("socket", po::value<std::string>(&o.socket_path)->default_value(o.socket_path),
+                               "control socket (root only, 0600); \"\" disables it")(
       "control-tcp", po::value<std::string>(&o.control_tcp)->value_name("ADDR:PORT"),
       "also serve the control protocol over TCP at IPv4 ADDR:PORT, for workers on other hosts (off by default); "
       "every request must carry a tenant's HMAC over the connection's nonce, anything else is refused and counted; "

@@ -105,7 +105,7 @@ bool JobStore::open(const std::string& dir, std::string* error, Mode mode) {
     return false;
   }
   dir_ = dir;
-  struct stat st{};
+  struct stat st {};
   if (mode == Mode::check) {
     missing_ = ::stat(dir.c_str(), &st) != 0 && errno == ENOENT;
     if (missing_ || S_ISDIR(st.st_mode)) return true;

@@ -41,8 +41,7 @@ void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& sp
 
 // Slots sharded by index: shard i's engine on the i-th lcore from the owner, all sharing one
 // JobShards whose ordered path is the owner's ordered ring. All shards take the job or none does.
-bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start,
-                               std::string* error) {
+bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error) {
   const unsigned k = job_lcores_;
   auto shared = std::make_shared<agg::JobShards>(k, agg::OrderedTx{lcores_[owner]->ordered, ordered_send});
   std::vector<uint16_t> ls;

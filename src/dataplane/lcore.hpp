@@ -154,7 +154,7 @@ struct LcoreRequest {
   std::vector<uint16_t> shard_lcores;      // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
   agg::ShardOf shard;                      // add_job: the part of a sharded job this lcore's engine takes
   agg::JobStart start = agg::JobStart::fresh;  // add_job: a fresh job or one resumed after a restart
-  uint64_t linger_ns = 0;                  // release_closed, clear_owner: how long the connections stay closed
+  uint64_t linger_ns = 0;                      // release_closed, clear_owner: how long the connections stay closed
   // The answer.
   bool ok = false;
   std::string error;

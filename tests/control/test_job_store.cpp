@@ -62,7 +62,7 @@ TEST_F(JobStoreTest, JobsComeBackAsTheyWereSavedAndGoWithTheirRemoval) {
   JobStore s;
   std::string err;
   ASSERT_TRUE(s.open(dir, &err)) << err;
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   JobSpec other = job;
@@ -151,7 +151,11 @@ TEST_F(JobStoreTest, AFileThatIsNotExactlyWhatInaggWroteRefusesTheDirectory) {
       {"another id", other_id, "it holds job 8, its name says job 7"},
       {"another format", v2, "state format 2"},
       {"a job file", kJob, "does not begin with inagg's state header"},
-      {"binary", std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10), "does not begin with inagg's state header"},
+      {"binary",
+       std::string("\x7f"
+                   "ELF\x02\x01\x01\0\0\0",
+                   10),
+       "does not begin with inagg's state header"},
   };
   for (const Case& c : cases) {
     write(path, c.text);

@@ -48,7 +48,7 @@ start_inagg() {
 # inagg_argv [INAGG_ARGS...]: sets argv to start_inagg's arguments of inagg (for a start that must
 # fail: "$inagg" "${argv[@]}").
 inagg_argv() {
-  # shellcheck disable=SC2207
+  # shellcheck disable=SC2207,SC2054  # "-l 0,1" is one word
   argv=(-l 0,1 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error $(rack_cmd vdevs)
     -- --socket "$tmp/ctl.sock" --mtu "${inagg_mtu:-1500}" --mbufs 16384 --mbuf-budget 4096 --resend-us 2000
     --idle-sleep-us "${idle_sleep_us:-1000}" "$@")

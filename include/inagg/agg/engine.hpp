@@ -376,8 +376,7 @@ class alignas(64) Engine {
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
   // A resumed job until it finds the message it resumes at (engine_resume.cpp).
   template <bool kSharded>
-  void resume_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns,
-                   TxList& tx);
+  void resume_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void resume_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void resume_at(Job& job, uint32_t offset);
   void resume_from(Job& job, uint64_t seq);

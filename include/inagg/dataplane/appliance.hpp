@@ -37,8 +37,8 @@ struct ApplianceConfig {
   uint64_t mac_ageing_ns = 300'000'000'000ull;
   size_t mac_table_size = 4096;
   size_t mac_limit_per_port = 0;  // learned MAC addresses a port may hold (0: no limit)
-  agg::EngineConfig engine;  // per lcore; budgets are per lcore too
-  std::string capture_path;  // pcap of every RoCEv2 packet the engines emit; "" = off
+  agg::EngineConfig engine;       // per lcore; budgets are per lcore too
+  std::string capture_path;       // pcap of every RoCEv2 packet the engines emit; "" = off
   // Per capture file; later packets are skipped and counted.
   uint64_t capture_max_bytes = 1ull << 30;
   uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up

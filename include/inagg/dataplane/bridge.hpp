@@ -49,9 +49,9 @@ class MacTable {
 
   size_t size(uint64_t now_ns) const;  // live entries
   uint64_t learned() const { return learned_; }
-  uint64_t moves() const { return moves_; }                  // an address seen on a new port
-  uint64_t full() const { return full_; }                    // could not learn: table full of live entries
-  uint64_t moves_refused() const { return moves_refused_; }  // a sticky address claimed from another port
+  uint64_t moves() const { return moves_; }                            // an address seen on a new port
+  uint64_t full() const { return full_; }                              // could not learn: table full of live entries
+  uint64_t moves_refused() const { return moves_refused_; }            // a sticky address claimed from another port
   uint64_t port_limit_refused() const { return port_limit_refused_; }  // not learned: its port at its limit
   size_t on_port(uint16_t port) const { return port < per_port_.size() ? per_port_[port] : 0; }  // entries held
 
@@ -76,7 +76,7 @@ class MacTable {
   size_t mask_;
   uint64_t ageing_ns_;
   uint64_t hash_key_;
-  uint32_t limit_;                 // per port; UINT32_MAX: none
+  uint32_t limit_;                  // per port; UINT32_MAX: none
   std::vector<uint32_t> per_port_;  // entries (live or aged, not yet reused) per port id
   uint64_t learned_ = 0, moves_ = 0, full_ = 0, moves_refused_ = 0, port_limit_refused_ = 0;
   uint64_t swept_ns_ = 0;
