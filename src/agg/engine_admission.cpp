@@ -152,6 +152,11 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     job->conns[r].spec = job->spec.conns[r];
     job->conns[r].resend_interval_ns = cfg_.resend_timeout_ns;
     job->conns[r].filled = shard.index;
+    static_assert(control::kAnyPort == kUnknownPort, "a port the registration does not name is not pinned");
+    // Ports the registration names are pinned from the start: the rank's data comes from its own,
+    // its receiver's ACKs from its successor's.
+    job->conns[r].data_port = s.conns[r].port;
+    job->conns[r].ack_port = s.conns[(r + 1) % s.workers].port;
   }
   job->shift = wire::Crc32Shift(s.payload_bytes);
   choose_path(*job);

@@ -35,7 +35,7 @@ constexpr std::array<util::KeySpec, 8> kKeys{{
     {"conn", true, true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
 }};
 
-constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN";
+constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT]";
 
 // "<what>'<text>' is not a number ..." and friends; `range` is what the caller may write.
 std::string number_text(std::string_view what, std::string_view text, NumberError e, std::string_view range) {
@@ -65,12 +65,13 @@ bool parse_number_field(std::string_view what, std::string_view text, uint64_t m
 
 bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem) {
   const std::vector<std::string_view> f = split_fields(value);
-  if (f.size() != 6) {
-    *problem = "expected 6 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
+  if (f.size() != 6 && f.size() != 7) {
+    *problem =
+        "expected 6 or 7 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
     return false;
   }
-  static constexpr std::array<std::string_view, 6> kNames = {"RANK",   "SRC_IP",  "SRC_QPN",
-                                                             "DST_IP", "DST_QPN", "START_PSN"};
+  static constexpr std::array<std::string_view, 7> kNames = {"RANK",    "SRC_IP",    "SRC_QPN", "DST_IP",
+                                                             "DST_QPN", "START_PSN", "PORT"};
   for (size_t i = 0; i < f.size(); ++i) {
     if (f[i].empty()) {
       *problem = "field " + std::to_string(i + 1) + " (" + std::string(kNames[i]) + ") is empty; write " +
@@ -78,7 +79,7 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
       return false;
     }
   }
-  uint64_t rank = 0, src_qpn = 0, dst_qpn = 0, psn = 0;
+  uint64_t rank = 0, src_qpn = 0, dst_qpn = 0, psn = 0, port = kAnyPort;
   if (!parse_number_field("rank ", f[0], 0, kMaxWorkers - 1, "0..63", &rank, problem)) return false;
   // A GID written as an IPv4-mapped IPv6 address (::ffff:10.0.0.1, as rdma-core and Soft-RoCE show
   // RoCEv2 GIDs) is the IPv4 address: the packets of such a QP are IPv4.
@@ -93,6 +94,9 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
       !parse_number_field("QPN ", f[4], 0, kMax24, "0..0xffffff (QPNs are 24-bit)", &dst_qpn, problem) ||
       !parse_number_field("PSN ", f[5], 0, kMax24, "0..0xffffff (PSNs are 24-bit)", &psn, problem))
     return false;
+  if (f.size() == 7 &&
+      !parse_number_field("port ", f[6], 0, kAnyPort - 1, "0..65534 (the appliance's DPDK port id)", &port, problem))
+    return false;
   if (src->version != dst->version) {
     *problem = "source " + std::string(f[1]) + " and destination " + std::string(f[3]) +
                " are of different IP versions; use IPv4 for both or IPv6 for both";
@@ -104,6 +108,7 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
   c->src_qpn = static_cast<uint32_t>(src_qpn);
   c->dst_qpn = static_cast<uint32_t>(dst_qpn);
   c->start_psn = static_cast<uint32_t>(psn);
+  c->port = static_cast<uint16_t>(port);
   return true;
 }
 
@@ -211,9 +216,11 @@ std::string format_job(const JobSpec& s) {
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
   out += "# conn = " + std::string(kConnFields) + "\n";
   for (const ConnectionSpec& c : s.conns) {
-    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x\n", c.rank,
+    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank,
                   util::ip_text(c.src_ip).c_str(), c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
+    if (c.port != kAnyPort) out += ", " + std::to_string(c.port);  // (so a job naming none keeps its digest)
+    out += "\n";
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf_dyn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -262,6 +263,16 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
 // once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
 // place, and where a PMD refuses them, the lcores hand the job's packets on.
 bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start) {
+  const std::vector<uint16_t>& ids = impl_->dp.port_ids;
+  for (const control::ConnectionSpec& c : spec.conns)
+    if (c.port != control::kAnyPort && std::find(ids.begin(), ids.end(), c.port) == ids.end()) {
+      std::string have;
+      for (uint16_t p : ids) have += (have.empty() ? "" : ", ") + std::to_string(p);
+      *error = "job " + std::to_string(spec.id) + ": rank " + std::to_string(c.rank) + " names port " +
+               std::to_string(c.port) + ", which is not one of this appliance's ports (" + have +
+               "); name one of them or leave the port out";
+      return false;
+    }
   if (!impl_->jobs.add(spec, error, start)) return false;
   if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
     std::vector<uint16_t> data_queue(spec.workers);

@@ -448,6 +448,25 @@ TEST_F(FailClosed, ForgersBeforeTheFirstRealPacketPinNothing) {
   EXPECT_EQ(info(1).counters.drop_wrong_port, 2u);
 }
 
+// A registration that names each rank's port (IP source guard): the rank's packets from any other
+// port are dropped from the very first one, so no forger can pin a port first.
+TEST_F(FailClosed, PortsNamedInTheRegistrationArePinnedFromTheFirstPacket) {
+  JobFixture k(2, 3, Dtype::fp32, 2 * 64, 64, 2);
+  for (unsigned r = 0; r < 3; ++r) k.spec.conns[r].port = static_cast<uint16_t>(10 + r);
+  add(k);
+  // Before any real packet: rank 1's exact WRITE from port 0, its receiver's ACK from port 12.
+  EXPECT_TRUE(send(k.data_frame(1, 0), 0).empty());
+  EXPECT_TRUE(send(k.ack_frame(0, 0), 12).empty());
+  EXPECT_EQ(info(2).counters.drop_wrong_port, 2u);
+  EXPECT_EQ(info(2).held_packets, 0u);
+  EXPECT_FALSE(last_trusted);
+  // The ranks from their own ports: summed as usual; rank 0's receiver (rank 1) ACKs from port 11.
+  for (unsigned r = 1; r < 3; ++r) EXPECT_TRUE(send(k.data_frame(r, 0), static_cast<uint16_t>(10 + r)).empty());
+  expect_released(k, 0, send(k.data_frame(0, 0), 10));
+  EXPECT_EQ(send(k.ack_frame(0, 0), 11).size(), 1u);
+  EXPECT_EQ(info(2).counters.drop_wrong_port, 2u);
+}
+
 TEST_F(FailClosed, ForgersOfEachKindOnThePinnedPortAreDroppedAndCounted) {
   complete(0);
   for (unsigned r = 0; r < j.spec.workers; ++r) send(j.ack_frame(r, 0), static_cast<uint16_t>((r + 1) % 3));

@@ -182,6 +182,29 @@ TEST(JobFile, FormatRoundTrips) {
   EXPECT_TRUE(operator_eq(v6, *back)) << canon;
 }
 
+// A rank's port (IP source guard): optional, read back identically; a job naming none formats as
+// before, so its digest, which clients compare, is unchanged.
+TEST(JobFile, ARanksPortIsOptionalAndRoundTrips) {
+  std::string err;
+  auto s = parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0, 3"),
+                     &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->conns[0].port, kAnyPort);
+  EXPECT_EQ(s->conns[1].port, 3);
+  const std::string canon = format_job(*s);
+  EXPECT_NE(canon.find("0xabcdef, 0x000000, 3\n"), std::string::npos) << canon;
+  auto back = parse_job(canon, &err);
+  ASSERT_TRUE(back) << err;
+  EXPECT_EQ(back->conns[1].port, 3);
+  EXPECT_EQ(format_job(*back), canon);
+  auto plain = parse_job(kGood, &err);
+  ASSERT_TRUE(plain) << err;
+  EXPECT_EQ(format_job(*plain).find(", 3\n"), std::string::npos);
+  EXPECT_NE(job_digest(*plain), job_digest(*s));
+  back->conns[1].port = kAnyPort;
+  EXPECT_EQ(job_digest(*back), job_digest(*plain));
+}
+
 TEST(JobFile, ShippedExamplesLoadAndTheEngineAcceptsThem) {
   agg::EngineConfig cfg;
   agg::BufferOps ops;  // add_job never touches buffers
@@ -250,7 +273,7 @@ TEST(JobFile, ErrorMessages) {
        "missing required keys; add lines like `id = 7`, `workers = 4`, `message_bytes = 65536`, "
        "`payload_bytes = 1024`, `window = 8`, `conn = "},
       {std::string(kGood).substr(0, std::string(kGood).find("conn")),
-       "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN)"},
+       "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT])"},
       {with("id = 7", "id = 7x"), "line 3: id: '7x' is not a number (hex 0x... or decimal)"},
       {with("id = 7", "id = 4294967296"), "line 3: id: '4294967296' is out of range; write a number in 0..4294967295"},
       {with("id = 7", "id = 99999999999999999999999"), "is out of range"},
@@ -267,8 +290,13 @@ TEST(JobFile, ErrorMessages) {
       {with("dtype = bf16", "dtype = fp64"), "line 4: dtype: unknown dtype 'fp64'; valid: fp32, fp16, bf16, int32"},
       {with("replay = true", "replay = yes"), "line 9: replay: 'yes' is not a boolean; write true or false"},
       {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF"),
-       "line 11: conn: expected 6 comma-separated fields RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN, got 5"},
-      {with(conn1, conn1 + ",7"), "got 7"},
+       "line 11: conn: expected 6 or 7 comma-separated fields RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT], "
+       "got 5"},
+      {with(conn1, conn1 + ",65535"),
+       "line 11: conn: port '65535' is out of range; write a number in 0..65534 (the appliance's DPDK port id)"},
+      {with(conn1, conn1 + ",p1"), "line 11: conn: port 'p1' is not a number"},
+      {with(conn1, conn1 + ",1,2"), "expected 6 or 7 comma-separated fields"},
+      {with(conn1, conn1 + ",7,8"), "got 8"},
       {with(conn1, "conn = 1,,19,10.0.0.1,0xABCDEF,0"), "line 11: conn: field 2 (SRC_IP) is empty"},
       {with(conn1, "conn = 1,10.0.0.256,19,10.0.0.1,0xABCDEF,0"),
        "line 11: conn: '10.0.0.256' is not an IPv4 or IPv6 address (e.g. 10.0.0.1 or fd00::1)"},

@@ -12,13 +12,19 @@
 
 namespace inagg::control {
 
+// ConnectionSpec::port when the registration names none.
+inline constexpr uint16_t kAnyPort = 0xffff;
+
 // One rank's connection: it RDMA-WRITEs from (src_ip, src_qpn) to (dst_ip, dst_qpn), its
-// successor's receive QP, starting at start_psn.
+// successor's receive QP, starting at start_psn. `port`, when named: the appliance port (DPDK port
+// id) the rank's host is behind, so its packets from any other port are dropped from the first
+// one on (IP source guard); kAnyPort: pinned by its first packet that fits.
 struct ConnectionSpec {
   unsigned rank = 0;
   util::IpAddr src_ip, dst_ip;
   uint32_t src_qpn = 0, dst_qpn = 0;
   uint32_t start_psn = 0;
+  uint16_t port = kAnyPort;
 };
 
 struct JobSpec {

@@ -9,10 +9,13 @@
 //   payload_bytes = 1024                    >= 1
 //   window        = 8                       >= 1, messages outstanding per QP
 //   replay        = false                   optional: true | false
-//   conn = RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN     one line per worker
+//   conn = RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT]     one line per worker
 //   conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0
+//   conn = 1, 10.0.0.2, 0x000013, 10.0.0.1, 0x000014, 0, 1     (rank 1's host behind port 1)
 //
-// Numbers are decimal or 0x-hex; QPNs and PSNs are 24-bit; addresses IPv4 or IPv6 (one version per
+// PORT, optional: the appliance port (DPDK port id, 0..65534) the rank's host is behind; its
+// packets from any other port are dropped from the first one on. Without it the rank's first
+// packet that fits pins its port. Numbers are decimal or 0x-hex; QPNs and PSNs are 24-bit; addresses IPv4 or IPv6 (one version per
 // conn line; an IPv4-mapped GID such as ::ffff:10.0.0.1 means the IPv4 address 10.0.0.1). Only
 // syntax and per-field ranges are checked here: how fields relate (ranks below workers, one conn
 // per rank, sizes that divide, a ring) is the appliance's engine's to check, so both the
