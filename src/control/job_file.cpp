@@ -216,8 +216,8 @@ std::string format_job(const JobSpec& s) {
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
   out += "# conn = " + std::string(kConnFields) + "\n";
   for (const ConnectionSpec& c : s.conns) {
-    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank,
-                  util::ip_text(c.src_ip).c_str(), c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
+    std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank, util::ip_text(c.src_ip).c_str(),
+                  c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
     if (c.port != kAnyPort) out += ", " + std::to_string(c.port);  // (so a job naming none keeps its digest)
     out += "\n";

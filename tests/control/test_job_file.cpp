@@ -186,8 +186,8 @@ TEST(JobFile, FormatRoundTrips) {
 // before, so its digest, which clients compare, is unchanged.
 TEST(JobFile, ARanksPortIsOptionalAndRoundTrips) {
   std::string err;
-  auto s = parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0, 3"),
-                     &err);
+  auto s =
+      parse_job(with("conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0", "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0, 3"), &err);
   ASSERT_TRUE(s) << err;
   EXPECT_EQ(s->conns[0].port, kAnyPort);
   EXPECT_EQ(s->conns[1].port, 3);

@@ -15,11 +15,11 @@
 //
 // PORT, optional: the appliance port (DPDK port id, 0..65534) the rank's host is behind; its
 // packets from any other port are dropped from the first one on. Without it the rank's first
-// packet that fits pins its port. Numbers are decimal or 0x-hex; QPNs and PSNs are 24-bit; addresses IPv4 or IPv6 (one version per
-// conn line; an IPv4-mapped GID such as ::ffff:10.0.0.1 means the IPv4 address 10.0.0.1). Only
-// syntax and per-field ranges are checked here: how fields relate (ranks below workers, one conn
-// per rank, sizes that divide, a ring) is the appliance's engine's to check, so both the
-// file and the control socket get the same answer.
+// packet that fits pins its port. Numbers are decimal or 0x-hex; QPNs and PSNs are 24-bit;
+// addresses IPv4 or IPv6 (one version per conn line; an IPv4-mapped GID such as ::ffff:10.0.0.1
+// means the IPv4 address 10.0.0.1). Only syntax and per-field ranges are checked here: how fields
+// relate (ranks below workers, one conn per rank, sizes that divide, a ring) is the appliance's
+// engine's to check, so both the file and the control socket get the same answer.
 #pragma once
 
 #include <cstdint>
