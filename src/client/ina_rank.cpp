@@ -138,10 +138,11 @@ bool InaRank::allreduce(uint8_t* data, uint64_t bytes, std::string* error) {
     if (const Outcome r = ina_allreduce(*exchange_, geometry_, data + off, n); !r.ok()) {
       const TransportCounters t = transport_.counters();
       error_ = "allreduce " + std::to_string(allreduces_ + 1) + " (" + std::to_string(bytes) + " bytes of " +
-               std::string(util::dtype_name(plan_.dtype)) + "): " + r.error + " [this rank so far: " +
-               std::to_string(t.packets_sent) + " packets sent, " + std::to_string(t.retransmitted) + " again, " +
-               std::to_string(t.timeouts) + " ACK timeouts, " + std::to_string(t.naks_received) + " NAKs; " +
-               std::to_string(t.accepted) + " received, " + std::to_string(t.duplicates) + " duplicates]";
+               std::string(util::dtype_name(plan_.dtype)) + "): " + r.error +
+               " [this rank so far: " + std::to_string(t.packets_sent) + " packets sent, " +
+               std::to_string(t.retransmitted) + " again, " + std::to_string(t.timeouts) + " ACK timeouts, " +
+               std::to_string(t.naks_received) + " NAKs; " + std::to_string(t.accepted) + " received, " +
+               std::to_string(t.duplicates) + " duplicates]";
       *error = error_;
       return false;
     }

@@ -86,10 +86,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::allreduce(std::vector<at::Tens
   count(appliance ? Counter::allreduce_appliance : Counter::allreduce_gloo);
   if (!appliance && !is_sum_or_average(opts.reduceOp)) {  // MIN, MAX, PRODUCT ...: Gloo's own
     auto o = opts;
-    return enqueue(c10d::OpType::ALLREDUCE, tensors, [this, tensors, o]() mutable { wait_gloo(gloo_->allreduce(tensors, o)); });
+    return enqueue(c10d::OpType::ALLREDUCE, tensors,
+                   [this, tensors, o]() mutable { wait_gloo(gloo_->allreduce(tensors, o)); });
   }
   const bool average = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
-  return enqueue(c10d::OpType::ALLREDUCE, tensors, [this, t, appliance, average]() mutable { sum(t, appliance, average); });
+  return enqueue(c10d::OpType::ALLREDUCE, tensors,
+                 [this, t, appliance, average]() mutable { sum(t, appliance, average); });
 }
 
 // reduce_scatter: the whole input summed (through the appliance when it can), each rank keeps its
@@ -158,8 +160,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::allgather(std::vector<std::vec
 c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                   const c10d::AllgatherOptions& opts) {
   if (output.numel() != input.numel() * getSize() || !output.is_contiguous())
-    throw std::invalid_argument("inagg: all_gather_into_tensor's output must be contiguous and hold the group's size (" +
-                                std::to_string(getSize()) + ") times the input's elements");
+    throw std::invalid_argument(
+        "inagg: all_gather_into_tensor's output must be contiguous and hold the group's size (" +
+        std::to_string(getSize()) + ") times the input's elements");
   std::vector<std::vector<at::Tensor>> outputs{output.reshape({-1}).chunk(getSize())};
   for (at::Tensor& o : outputs[0]) o = o.view(input.sizes());
   std::vector<at::Tensor> inputs{input};

@@ -60,12 +60,13 @@ std::optional<util::IpAddr> address_of(const ProcessGroupOptions& o, std::string
   if (!o.master_addr.empty()) {
     std::optional<util::IpAddr> a = client::source_address_toward(o.master_addr, why);
     if (a && a->bytes[0] == 127)
-      *why = "the route toward the master " + o.master_addr + " leaves from the loopback address " +
-             util::ip_text(*a) + ": name the interface toward the appliance (INAGG_IFNAME) or the address (INAGG_ADDRESS)";
+      *why = "the route toward the master " + o.master_addr + " leaves from the loopback address " + util::ip_text(*a) +
+             ": name the interface toward the appliance (INAGG_IFNAME) or the address (INAGG_ADDRESS)";
     return a && a->bytes[0] != 127 ? a : std::nullopt;
   }
-  *why = "no address for this rank: name the interface toward the appliance (INAGG_IFNAME) or the address "
-         "(INAGG_ADDRESS)";
+  *why =
+      "no address for this rank: name the interface toward the appliance (INAGG_IFNAME) or the address "
+      "(INAGG_ADDRESS)";
   return std::nullopt;
 }
 
@@ -151,8 +152,8 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     }
     const std::string v = text_of(store->get("inagg/job"));
     if (v.rfind(kError, 0) == 0)
-      throw std::runtime_error("inagg rank " + std::to_string(rank) + ": rank 0 could not register the job: " +
-                               v.substr(std::string(kError).size()));
+      throw std::runtime_error("inagg rank " + std::to_string(rank) +
+                               ": rank 0 could not register the job: " + v.substr(std::string(kError).size()));
     job_id_ = static_cast<uint32_t>(std::stoul(v));
     job_text_ = rank_->job_text(job_id_);
   }
@@ -184,8 +185,8 @@ std::string ProcessGroupInagg::register_job() {
     std::fprintf(stderr, "inagg rank 0: removed job %u (%s), left by an earlier run on these addresses\n", job_id_,
                  left->state.c_str());
   }
-  const client::Registration r = control.register_job(
-      true, job_text_, job_id_, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
+  const client::Registration r =
+      control.register_job(true, job_text_, job_id_, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
   switch (r.outcome) {
     case client::Registration::Outcome::active:
       return "";
@@ -295,9 +296,7 @@ void ProcessGroupInagg::note(const std::string& what) const {
   std::fprintf(stderr, "inagg rank %d: %s\n", getRank(), what.c_str());
 }
 
-std::string ProcessGroupInagg::address() const {
-  return rank_ ? util::ip_text(rank_->options().address) : "";
-}
+std::string ProcessGroupInagg::address() const { return rank_ ? util::ip_text(rank_->options().address) : ""; }
 
 std::map<std::string, uint64_t> ProcessGroupInagg::counters() const {
   std::map<std::string, uint64_t> m;

@@ -49,13 +49,13 @@
 namespace inagg::torchdist {
 
 struct ProcessGroupOptions {
-  std::string control;              // the appliance's control socket, or tcp://HOST:PORT
-  std::string control_secret_file;  // tcp://: the tenant's credential ($INAGG_CONTROL_SECRET first)
-  uint32_t job_id = 0;              // 0: derived from the job's connections
-  std::string dtype = "fp32";       // what the appliance sums
-  std::string address;              // this rank's address; "": interface's, or the route's toward master_addr
-  std::string interface;            // the interface that holds this rank's address
-  std::string master_addr;          // where the route is taken toward when neither is given
+  std::string control;                    // the appliance's control socket, or tcp://HOST:PORT
+  std::string control_secret_file;        // tcp://: the tenant's credential ($INAGG_CONTROL_SECRET first)
+  uint32_t job_id = 0;                    // 0: derived from the job's connections
+  std::string dtype = "fp32";             // what the appliance sums
+  std::string address;                    // this rank's address; "": interface's, or the route's toward master_addr
+  std::string interface;                  // the interface that holds this rank's address
+  std::string master_addr;                // where the route is taken toward when neither is given
   uint32_t message = 65536, payload = 0;  // payload 0: from the link's MTU
   unsigned window = 2;
   double ack_timeout_ms = 250;
@@ -67,20 +67,20 @@ struct ProcessGroupOptions {
 };
 
 // What counters() counts: which way each call went. X(name, text).
-#define INAGG_PG_COUNTERS(X)                                                                                    \
-  X(allreduce_appliance, "all_reduce summed by the appliance")                                                  \
-  X(allreduce_gloo, "all_reduce through Gloo (a dtype or op the job does not sum, or no appliance)")            \
-  X(reduce_scatter_appliance, "reduce_scatter: the whole input summed by the appliance, each rank its shard")   \
-  X(reduce_scatter_gloo, "reduce_scatter: the whole input summed by Gloo's allreduce, each rank its shard")     \
-  X(allgather_gloo, "all_gather, list and tensor forms, through Gloo")                                          \
-  X(broadcast_gloo, "broadcast through Gloo")                                                                   \
-  X(barrier_gloo, "barrier through Gloo")                                                                       \
-  X(reduce_gloo, "reduce through Gloo")                                                                         \
-  X(gather_scatter_gloo, "gather and scatter through Gloo")                                                     \
-  X(alltoall_gloo, "all_to_all through Gloo")                                                                   \
-  X(coalesced_gloo, "allreduce_coalesced and allgather_coalesced through Gloo")                                 \
-  X(send_recv_gloo, "send and recv through Gloo")                                                               \
-  X(appliance_bytes, "bytes summed by the appliance")                                                           \
+#define INAGG_PG_COUNTERS(X)                                                                                  \
+  X(allreduce_appliance, "all_reduce summed by the appliance")                                                \
+  X(allreduce_gloo, "all_reduce through Gloo (a dtype or op the job does not sum, or no appliance)")          \
+  X(reduce_scatter_appliance, "reduce_scatter: the whole input summed by the appliance, each rank its shard") \
+  X(reduce_scatter_gloo, "reduce_scatter: the whole input summed by Gloo's allreduce, each rank its shard")   \
+  X(allgather_gloo, "all_gather, list and tensor forms, through Gloo")                                        \
+  X(broadcast_gloo, "broadcast through Gloo")                                                                 \
+  X(barrier_gloo, "barrier through Gloo")                                                                     \
+  X(reduce_gloo, "reduce through Gloo")                                                                       \
+  X(gather_scatter_gloo, "gather and scatter through Gloo")                                                   \
+  X(alltoall_gloo, "all_to_all through Gloo")                                                                 \
+  X(coalesced_gloo, "allreduce_coalesced and allgather_coalesced through Gloo")                               \
+  X(send_recv_gloo, "send and recv through Gloo")                                                             \
+  X(appliance_bytes, "bytes summed by the appliance")                                                         \
   X(failed, "calls that raised")
 
 enum class Counter : uint8_t {
@@ -129,8 +129,8 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
@@ -140,8 +140,7 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
                                         const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
-                                         std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
