@@ -108,6 +108,8 @@ class Options:
                   "ack_timeout_ms", "retry", "chunk_bytes", "timeout_s", "debug"):
             setattr(o, k, getattr(self, k))
         o.control = "" if self.control == "none" else self.control
+        if self.control == "none":
+            o.gloo_only = "no appliance (INAGG_CONTROL=none)"
         o.master_addr = master_addr or ""
         return o
 
@@ -141,8 +143,13 @@ def _create_process_group(backend_options, pg_options):
         # new_group(): this process's software endpoint (UDP 4791 at its address) is the default group's.
         options.gloo_only = "a group made by new_group() (the default group holds this rank's endpoint)"
         warnings.warn(f"inagg: {options.gloo_only}: every call of this group goes through Gloo", stacklevel=3)
-    gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
-    pg = _backend.ProcessGroupInagg(store, rank, size, gloo, options, timeout)
+    # Keys of this initialisation only: torch gives a group made again (destroy, then init) the
+    # same prefix, and the store keeps the earlier one's keys. Every rank makes its groups in the
+    # same order, so its own count of them is the same on every rank.
+    generation = store.add(f"inagg/generation/{rank}", 1)
+    prefix = f"inagg/{generation}/"
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "gloo/", store), rank, size, timeout)
+    pg = _backend.ProcessGroupInagg(dist.PrefixStore(prefix, store), rank, size, gloo, options, timeout)
     _live.append(pg)
     return pg
 

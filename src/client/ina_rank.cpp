@@ -26,17 +26,11 @@ std::string field_names(std::string why) {
   return why;
 }
 
-bool is_loopback(const util::IpAddr& a) { return a.version == util::IpVersion::v4 && a.bytes[0] == 127; }
-
 }  // namespace
 
 std::string InaRank::configure(const InaRankOptions& o) {
   o_ = o;
   if (o.address.version != util::IpVersion::v4) return "the rank's address must be IPv4 (RoCEv2 over IPv4)";
-  if (is_loopback(o.address))
-    return "the rank's address " + util::ip_text(o.address) +
-           " is a loopback address: the ranks must reach each other through the appliance; name the interface "
-           "toward it";
   if (o.workers >= 2 && o.rank >= o.workers) return "rank must be below the number of ranks";
   if (o.window == 0) return "window must be at least 1";
   if (!(o.ack_timeout_ms > 0) || !(o.stall_s > 0)) return "ack_timeout_ms and the stall timeout must be positive";

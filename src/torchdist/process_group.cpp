@@ -22,15 +22,15 @@ constexpr const char* kError = "error: ";
 std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
-// Every rank publishes `mine` (a value, or "error: why") under inagg/PHASE/RANK and reads every
-// rank's; a rank whose value is an error makes every rank raise with its reason.
+// Every rank publishes `mine` (a value, or "error: why") under PHASE/RANK and reads every rank's;
+// a rank whose value is an error makes every rank raise with its reason.
 std::vector<std::string> all_publish(c10d::Store& store, int rank, int size, const std::string& phase,
                                      const std::string& mine, std::chrono::milliseconds timeout) {
   const std::string me = "inagg rank " + std::to_string(rank) + ": ";
-  store.set("inagg/" + phase + "/" + std::to_string(rank), bytes_of(mine));
+  store.set(phase + "/" + std::to_string(rank), bytes_of(mine));
   if (mine.rfind(kError, 0) == 0) throw std::runtime_error(me + mine.substr(std::string(kError).size()));
   std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("inagg/" + phase + "/" + std::to_string(r));
+  for (int r = 0; r < size; ++r) keys.push_back(phase + "/" + std::to_string(r));
   try {
     store.wait(keys, timeout);
   } catch (const std::exception& e) {
@@ -56,7 +56,13 @@ std::optional<util::IpAddr> address_of(const ProcessGroupOptions& o, std::string
     if (!a || a->version != util::IpVersion::v4) *why = "address (INAGG_ADDRESS) '" + o.address + "' is not IPv4";
     return a && a->version == util::IpVersion::v4 ? a : std::nullopt;
   }
-  if (!o.interface.empty()) return client::interface_address(o.interface, why);
+  if (!o.interface.empty()) {
+    std::optional<util::IpAddr> a = client::interface_address(o.interface, why);
+    if (a && a->bytes[0] == 127)
+      *why = "interface (INAGG_IFNAME) " + o.interface + " holds the loopback address " + util::ip_text(*a) +
+             ": name the interface toward the appliance";
+    return a && a->bytes[0] != 127 ? a : std::nullopt;
+  }
   if (!o.master_addr.empty()) {
     std::optional<util::IpAddr> a = client::source_address_toward(o.master_addr, why);
     if (a && a->bytes[0] == 127)
@@ -141,16 +147,16 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     why.clear();
   if (rank == 0) {
     if (why.empty()) why = register_job();
-    store->set("inagg/job", bytes_of(why.empty() ? std::to_string(job_id_) : kError + why));
+    store->set("job", bytes_of(why.empty() ? std::to_string(job_id_) : kError + why));
     if (!why.empty()) throw std::runtime_error("inagg rank 0: " + why);
   } else {
     try {
-      store->wait({"inagg/job"}, timeout);
+      store->wait({"job"}, timeout);
     } catch (const std::exception& e) {
       throw std::runtime_error("inagg rank " + std::to_string(rank) + ": rank 0 did not say whether job registration " +
                                "succeeded within " + std::to_string(timeout.count() / 1000) + " s (" + e.what() + ")");
     }
-    const std::string v = text_of(store->get("inagg/job"));
+    const std::string v = text_of(store->get("job"));
     if (v.rfind(kError, 0) == 0)
       throw std::runtime_error("inagg rank " + std::to_string(rank) +
                                ": rank 0 could not register the job: " + v.substr(std::string(kError).size()));
@@ -342,13 +348,13 @@ void ProcessGroupInagg::shutdown() {
     // Rank 0 removes the job once every rank has finished (or the deadline passed: a rank that
     // died never will), answering its own peers meanwhile.
     try {
-      const int64_t finished = store_->add("inagg/finished", 1);
+      const int64_t finished = store_->add("finished", 1);
       if (getRank() == 0 && !job_removed_) {
         int64_t seen = finished;
         for (uint64_t next_check = 0; seen < getSize() && client::now_ns() < deadline;) {
           rank_->poll(1);
           if (client::now_ns() < next_check) continue;
-          seen = store_->add("inagg/finished", 0);
+          seen = store_->add("finished", 0);
           next_check = client::now_ns() + 20'000'000;
         }
         remove_job(seen < getSize() ? "shutdown: only " + std::to_string(seen) + " of " + std::to_string(getSize()) +

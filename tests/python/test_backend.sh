@@ -3,7 +3,9 @@
 # per worker namespace (python3 -m inagg.torchrun --nnodes 4 --nproc_per_node 1 --node_rank R,
 # the store at rank 0's address), backend="inagg", the appliance's control socket in
 # $INAGG_CONTROL, every rank's address from its own interface (needs root: namespaces, veths).
-#  1. Collectives (backend_collectives.py check): every collective against a reference computed
+#  1. Collectives (backend_collectives.py check), rank 0 registering the job over the appliance's
+#     TCP control listener (--control-tcp, a tenant's credential in INAGG_CONTROL_SECRET_FILE; a
+#     veth from worker 0's namespace to this one carries it): every collective against a reference computed
 #     from every rank's input, all_reduce of 16 MiB bit for bit through the appliance, the process
 #     group's counters exact (which calls went through the appliance, which through Gloo), the
 #     appliance's counters for the job; after destroy_process_group the job is gone.
@@ -32,10 +34,24 @@ C() { "$ctl" --socket "$tmp/ctl.sock" "$@"; }
 # job_listed ID: the appliance lists job ID.
 job_listed() { C list | grep -q "^id=$1 "; }
 
-start_rack --
+rack_cmd up --workers "$n" >"$tmp/rack.log" 2>&1 || fail "rack up: $(cat "$tmp/rack.log")"
+# The control network: a veth from here (10.78.S.1) to worker 0's namespace (10.78.S.2), S of
+# this run; the rack's teardown (its namespaces) removes it, and so does this script's exit.
+subnet="10.78.$(($$ % 250))"
+trap 'ip link del "$rack-c" 2>/dev/null; cleanup' EXIT
+ip link add "$rack-c" type veth peer name ctl0 netns "$(ns_w 0)" &&
+  ip addr add "$subnet.1/30" dev "$rack-c" && ip link set "$rack-c" up &&
+  ip netns exec "$(ns_w 0)" ip addr add "$subnet.2/30" dev ctl0 && ip netns exec "$(ns_w 0)" ip link set ctl0 up ||
+  fail "the control network's veth"
+secret=$(head -c 24 /dev/urandom | base64)
+echo "torch * $secret" >"$tmp/tenants"
+echo "torch $secret" >"$tmp/credential"
+chmod 600 "$tmp/tenants" "$tmp/credential"
+start_inagg --control-tcp "$subnet.1:18590" --control-secret-file "$tmp/tenants"
 
 # launch NAME PORT SCRIPT ARGS...: one torchrun agent per namespace, rank R's output in
-# $tmp/NAME.R.log; their PIDs in agents[].
+# $tmp/NAME.R.log; their PIDs in agents[]. The appliance's control socket: $control (default the
+# Unix socket), with $credential_file.
 agents=()
 launch() {
   local name=$1 port=$2 r
@@ -43,7 +59,8 @@ launch() {
   agents=()
   for r in $(seq 0 $((n - 1))); do
     ip netns exec "$(ns_w "$r")" env PYTHONPATH="$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 \
-      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 INAGG_CONTROL="$tmp/ctl.sock" \
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 INAGG_CONTROL="${control:-$tmp/ctl.sock}" \
+      INAGG_CONTROL_SECRET_FILE="${credential_file:-}" \
       "$python" -m inagg.torchrun --nnodes $n --nproc_per_node 1 --node_rank "$r" --master_addr 10.77.0.1 \
       --master_port "$port" --monitor_interval 1 "$@" >"$tmp/$name.$r.log" 2>&1 &
     agents+=($!)
@@ -59,9 +76,10 @@ finish() {
   fi
 }
 
-# 1. Collectives.
-launch check 29541 "$src/tests/python/backend_collectives.py" check "$tmp"
-finish check 240
+# 1. Collectives, the job registered over TCP.
+control="tcp://$subnet.1:18590" credential_file="$tmp/credential" \
+  launch check 29541 "$src/tests/python/backend_collectives.py" check "$tmp"
+finish check 900
 for r in $(seq 0 $((n - 1))); do
   wait "${agents[$r]}" || fail "collectives: rank $r's torchrun exited with $?: $(grep -E 'FAIL|Error|error' "$tmp/check.$r.log" | head -n 5)"
   grep -q "^rank $r: passed" "$tmp/check.$r.log" || fail "collectives: rank $r did not pass: $(tail -n 5 "$tmp/check.$r.log")"
@@ -70,19 +88,20 @@ grep -h "^rank" "$tmp"/check.*.log
 job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$tmp/check.0.json") ||
   fail "rank 0 wrote no job id"
 job_listed "$job" && fail "collectives: job $job is still on the appliance after destroy_process_group: $(C list)"
-echo "ok: collectives: every result as the reference, the counters exact, job $job removed at destroy_process_group"
+grep -q "^inagg: job $job added" "$tmp/inagg.log" || fail "collectives: the appliance did not log job $job's registration"
+echo "ok: collectives: every result as the reference, the counters exact; job $job registered over tcp://$subnet.1:18590, removed at destroy_process_group"
 
 # 2. A rank killed in a loop of all_reduce.
 rm -f "$tmp"/pid.*
 launch loop 29542 "$src/tests/python/backend_collectives.py" loop "$tmp"
 for r in $(seq 0 $((n - 1))); do
-  wait_for 120 "rank $r to start its sums" test -s "$tmp/pid.$r" ||
+  wait_for 400 "rank $r to start its sums" test -s "$tmp/pid.$r" ||
     fail "loop: rank $r never started: $(tail -n 5 "$tmp/loop.$r.log")"
 done
 read -r victim job <"$tmp/pid.3"
 wait_for 60 "job $job to release 2000 slots" released_over "$job" 2000 || fail "loop: job $job never got going: $(C stats "$job" 2>&1 | head -n 5)"
 kill -9 "$victim"
-finish loop 120
+finish loop 300
 for r in 0 1 2; do
   grep -q '"error": "' "$tmp/loop.$r.json" 2>/dev/null ||
     fail "loop: rank $r did not raise after rank 3 was killed: $(tail -n 5 "$tmp/loop.$r.log")"
@@ -96,7 +115,7 @@ train() {
   local comm=$1 port=$2 r
   launch "train-$comm" "$port" "$src/examples/train_digits.py" train --comm "$comm" --job-id 0 --hidden 256 --depth 1 \
     --epochs 5 --batch 32 --lr 0.1 --out "$tmp/$comm.json"
-  finish "train-$comm" 300
+  finish "train-$comm" 900
   for r in $(seq 0 $((n - 1))); do
     wait "${agents[$r]}" || fail "training with $comm: rank $r exited with $?: $(tail -n 5 "$tmp/train-$comm.$r.log")"
   done

@@ -11,7 +11,8 @@
 // the appliance does not yet release a shard to its rank only. counters() says which way each
 // call went; with `debug` every call prints one line saying where it went and why.
 //
-// Set-up, through the c10d store the process group was created with (keys under "inagg/"): every
+// Set-up, through the c10d store the process group was created with (inagg.torch gives it one
+// prefixed for this process group and this initialisation: inagg/GENERATION/): every
 // rank takes its address from its own interface, publishes its endpoint and reads the others';
 // each binds its transport and says so; rank 0 registers the job with the appliance (replacing a
 // job that an earlier run on these same addresses left behind) and publishes the job's id once it
