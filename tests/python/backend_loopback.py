@@ -9,7 +9,7 @@ backend several times in one run.
   2. Set-up errors reach every rank, each raising with the failing rank's reason instead of
      waiting: two ranks with one address; an unreachable control socket (rank 0's registration);
      a TCP control listener without a credential; a route toward the master that leaves from
-     loopback; a dtype the appliance does not sum.
+     loopback; a dtype the appliance does not sum; UDP 4791 at rank 0's address already held.
 
     backend_loopback.py            the test: runs torchrun on itself, checks both ranks' output
     backend_loopback.py rank       one rank (what torchrun starts)
@@ -96,10 +96,18 @@ def rank_main():
         ("a dtype the appliance does not sum", {"INAGG_CONTROL": "/nonexistent/ctl.sock", "INAGG_ADDRESS": local,
                                                 "INAGG_DTYPE": "fp64"}, "dtype must be fp32, fp16, bf16 or int32"),
     ]
+    # UDP 4791 at rank 0's address already held (by the kernel's RoCE driver, or another worker).
+    cases.append(("UDP 4791 already held at rank 0's address", {"INAGG_CONTROL": "/nonexistent/ctl.sock",
+                                                               "INAGG_ADDRESS": local},
+                  "cannot bind 127.79.5.1 UDP port 4791: Address already in use (is another worker or the kernel's "
+                  "RoCE driver using this address?)"))
     for what, env, want in cases:
         for k in ("INAGG_ADDRESS", "INAGG_DTYPE", "INAGG_CONTROL_SECRET"):
             os.environ.pop(k, None)
         os.environ.update(env)
+        holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if rank == 0 and what.startswith("UDP 4791"):
+            holder.bind(("127.79.5.1", 4791))
         try:
             dist.init_process_group("inagg", timeout=timedelta(seconds=30))
             failed.append(f"{what}: init_process_group returned")
@@ -109,6 +117,7 @@ def rank_main():
                 failed.append(f"{what}: raised '{e}', not '{want}'")
             else:
                 print(f"rank {rank}: ok: {what}: {e}", flush=True)
+        holder.close()
     for why in failed:
         print(f"rank {rank}: FAIL: {why}", flush=True)
     print(f"rank {rank}: {'FAILED' if failed else 'passed'}", flush=True)
