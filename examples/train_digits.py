@@ -2,21 +2,26 @@
 """Data-parallel training of a classifier on scikit-learn's bundled digits (8x8 images, 10
 classes; no download), with the gradients summed by Gloo or by inagg.
 
-    train_digits.py train --rank R --world-size N --master ADDR:PORT --comm gloo|inagg|inagg-bf16 \
+    train_digits.py train [--rank R --world-size N --master ADDR:PORT] --comm gloo|backend|inagg|inagg-bf16 \
         [--control SOCKET --job-id ID] [--hidden 2048 --depth 2 --epochs 10 ...] --out RUN.json
     train_digits.py report RUN.json... [--plot FILE.png] [--loss-tolerance 1e-3] [--min-accuracy 0.9]
 
-`train` is one rank: a Gloo process group for everything but the gradients (DDP's broadcast of
-the initial weights, evaluation, the final gathering of results), and the gradient buckets summed
-by a DDP communication hook: PyTorch's own allreduce_hook on Gloo (--comm gloo), inagg's
-allreduce_hook (--comm inagg: fp32 through the appliance) or inagg's bf16_compress_hook
-(--comm inagg-bf16). The model is an MLP 64 -> hidden (x depth) -> 10; the same seed gives every
-run the same initial weights, the same train/test split and the same data order (each global batch
-is split into world-size slices, one per rank). Rank 0 writes RUN.json: the global mean loss of
-every step, its time and the time its buckets spent in communication (from the hook handing a
-bucket over to its mean being ready, the union over the step's buckets; it overlaps the backward
-pass), the sizes of the buckets, and
-per epoch the training loss and the test accuracy.
+`train` is one rank, started by hand (--rank, --world-size, --master) or by torchrun (which sets
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; on Debian 12 `python3 -m inagg.torchrun`). With
+--comm backend the process group is inagg's torch.distributed backend
+(init_process_group(backend="inagg")) and DDP runs as it would on any backend, no hook: its
+gradient buckets are summed by the appliance, everything else (DDP's broadcast of the initial
+weights, evaluation, the final gathering of results) goes through the backend's Gloo group.
+Otherwise the process group is Gloo and the gradient buckets are summed by a DDP communication
+hook: PyTorch's own allreduce_hook on Gloo (--comm gloo), inagg's allreduce_hook (--comm inagg:
+fp32 through the appliance) or inagg's bf16_compress_hook (--comm inagg-bf16). The model is an
+MLP 64 -> hidden (x depth) -> 10; the same seed gives every run the same initial weights, the same
+train/test split and the same data order (each global batch is split into world-size slices, one
+per rank). Rank 0 writes RUN.json: the global mean loss of every step, its time and (hook runs)
+the time its buckets spent in communication (from the hook handing a bucket over to its mean being
+ready, the union over the step's buckets; it overlaps the backward pass), the sizes of the
+buckets, per epoch the training loss and the test accuracy, and (backend runs) the process
+group's counters and the appliance's counters for its job.
 
 `report` prints the runs side by side and checks them: every run's last test accuracy at least
 --min-accuracy, and the loss curve of every fp32 run within --loss-tolerance of the first run's
@@ -36,11 +41,13 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="run one rank")
-    t.add_argument("--rank", type=int, required=True)
-    t.add_argument("--world-size", type=int, required=True)
-    t.add_argument("--master", required=True, help="rank 0's ADDRESS:PORT for the Gloo rendezvous (TCP)")
-    t.add_argument("--comm", choices=["gloo", "inagg", "inagg-bf16"], required=True)
-    t.add_argument("--control", help="the appliance's control socket (inagg runs: rank 0 registers the job there)")
+    t.add_argument("--rank", type=int, help="this rank (default: $RANK, as torchrun sets it)")
+    t.add_argument("--world-size", type=int, help="the number of ranks (default: $WORLD_SIZE)")
+    t.add_argument("--master", help="rank 0's ADDRESS:PORT for the rendezvous (TCP; default: torchrun's "
+                   "$MASTER_ADDR:$MASTER_PORT)")
+    t.add_argument("--comm", choices=["gloo", "backend", "inagg", "inagg-bf16"], required=True)
+    t.add_argument("--control", help="the appliance's control socket (inagg runs: rank 0 registers the job there; "
+                   "backend runs: default $INAGG_CONTROL)")
     t.add_argument("--job-id", type=int, default=1)
     t.add_argument("--ip-base", default="10.77.0.0", help="rank r's address is this + r + 1 (the virtual rack's)")
     t.add_argument("--message", type=int, default=65536, help="RDMA WRITE message bytes")
@@ -127,8 +134,17 @@ def train(a):
     from torch.nn.parallel import DistributedDataParallel
 
     torch.set_num_threads(a.threads)
-    addr, port = a.master.rsplit(":", 1)
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=a.rank, world_size=a.world_size)
+    if a.rank is None or a.world_size is None:
+        a.rank, a.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    init = {"init_method": f"tcp://{a.master}"} if a.master else {"init_method": "env://"}
+    if a.comm == "backend":
+        import inagg.torch
+        options = inagg.torch.Options(control=a.control, job_id=a.job_id, message=a.message, payload=a.payload,
+                                      window=a.window, ack_timeout_ms=a.ack_timeout_ms, retry=a.retry)
+        dist.init_process_group("inagg", rank=a.rank, world_size=a.world_size, pg_options=options, **init)
+        a.payload = dist.group.WORLD.payload  # what auto chose, for the report
+    else:
+        dist.init_process_group("gloo", rank=a.rank, world_size=a.world_size, **init)
     world, rank = a.world_size, a.rank
 
     x_train, x_test, y_train, y_test = load_data(a.seed)
@@ -139,8 +155,10 @@ def train(a):
     model = build_model(torch, a.hidden, a.depth)
     params = sum(p.numel() for p in model.parameters())
 
-    state = None
-    if a.comm == "gloo":
+    state = hook = None
+    if a.comm == "backend":
+        pass  # DDP as on any backend: its reducer hands the buckets to the process group
+    elif a.comm == "gloo":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hook, hook_state = default_hooks.allreduce_hook, None
     else:
@@ -156,7 +174,8 @@ def train(a):
 
     ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
     timer = CommTimer(hook)
-    ddp.register_comm_hook(hook_state, timer.hook)
+    if hook is not None:
+        ddp.register_comm_hook(hook_state, timer.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -180,8 +199,10 @@ def train(a):
             loss = loss_fn(ddp(x_train[idx]), y_train[idx])
             loss.backward()
             opt.step()
-            steps.append({"loss": loss.item(), "step_s": time.perf_counter() - t0, "comm_s": timer.seconds(),
-                          "buckets": list(timer.buckets)})
+            step = {"loss": loss.item(), "step_s": time.perf_counter() - t0}
+            if hook is not None:  # the backend's time in communication is not seen from here
+                step.update(comm_s=timer.seconds(), buckets=list(timer.buckets))
+            steps.append(step)
         # Evaluation: each rank a slice of the test set, the counts summed over Gloo (which also
         # keeps the ranks together, so the next epoch's first allreduce starts without skew).
         ddp.eval()
@@ -196,12 +217,19 @@ def train(a):
             recent = steps[first:]
             print(f"{epoch + 1:>5} {epochs[-1]['train_loss']:>10.5f} {epochs[-1]['test_accuracy']:>8.4f} "
                   f"{1e3 * sum(st['step_s'] for st in recent) / len(recent):>8.1f} "
-                  f"{1e3 * sum(st['comm_s'] for st in recent) / len(recent):>8.1f}", flush=True)
+                  f"{ms(mean_comm(recent)):>8}", flush=True)
 
-    transport = None
+    transport = backend = None
     if state is not None:
         state.close()
         transport = state.comm.counters()
+    if a.comm == "backend":
+        pg = dist.group.WORLD
+        transport = pg.counters()
+        # The bucket sizes DDP settled on (bytes), for a check of the appliance's counters.
+        sizes = ddp._get_ddp_logging_data().get("bucket_sizes", "")
+        backend = {"job_id": pg.job_id, "address": pg.address,
+                   "bucket_bytes": [int(b) for b in str(sizes).split(",") if b.strip()]}
     # Every rank's per-step losses, for the global mean loss of each step, and its transport's counters.
     gathered = [None] * world
     dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport))
@@ -209,17 +237,23 @@ def train(a):
     job_stats = None
     if state is not None and rank == 0 and a.control:
         job_stats = state.comm.job_stats()
+    if backend is not None and rank == 0:
+        job_stats = {}
+        for line in dist.group.WORLD.job_stats().splitlines():
+            k, _, v = line.partition(" ")
+            job_stats[k] = int(v) if v.isdigit() else v
     if rank == 0:
         for i, st in enumerate(steps):
             st["loss"] = sum(l[i] for l in losses) / world
         measured = steps[2:] if len(steps) > 4 else steps  # the first steps build DDP's buckets
         run = {"comm": a.comm, "world_size": world, "parameters": params, "hidden": a.hidden, "depth": a.depth,
                "batch": a.batch, "seed": a.seed, "message": a.message, "payload": a.payload,
-               "steps": steps, "epochs": epochs, "job_id": a.job_id if state is not None else None,
-               "job_stats": job_stats, "transport": [g[1] for g in gathered],
+               "steps": steps, "epochs": epochs, "job_id": backend["job_id"] if backend else (
+                   a.job_id if state is not None else None),
+               "job_stats": job_stats, "transport": [g[1] for g in gathered], "backend": backend,
                "mean_step_s": sum(st["step_s"] for st in measured) / len(measured),
-               "mean_comm_s": sum(st["comm_s"] for st in measured) / len(measured)}
-        print(f"# {a.comm}: mean step {1e3 * run['mean_step_s']:.1f} ms, communication {1e3 * run['mean_comm_s']:.1f} ms "
+               "mean_comm_s": mean_comm(measured)}
+        print(f"# {a.comm}: mean step {1e3 * run['mean_step_s']:.1f} ms, communication {ms(run['mean_comm_s'])} ms "
               f"per step (steps 3..{len(steps)}); last test accuracy {epochs[-1]['test_accuracy']:.4f}", flush=True)
         if a.out:
             with open(a.out + ".tmp", "w") as f:
@@ -231,9 +265,22 @@ def train(a):
     # GIL the destroying thread holds (gdb: Reducer::~Reducer -> ~ProcessGroupGloo -> thread::join,
     # the worker in PyEval_AcquireThread): the rank never exits. Nothing is left to write.
     dist.barrier()
+    if a.comm == "backend":
+        dist.destroy_process_group()  # inagg's: the transport quiet, then rank 0 removes the job
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def mean_comm(steps):
+    """Mean communication time per step, None when the steps do not record it (backend runs)."""
+    if not steps or any("comm_s" not in st for st in steps):
+        return None
+    return sum(st["comm_s"] for st in steps) / len(steps)
+
+
+def ms(seconds):
+    return "-" if seconds is None else f"{1e3 * seconds:.1f}"
 
 
 # ---------------------------------------------------------------- report
@@ -248,7 +295,7 @@ def report(a):
     print(f"{'run':<11} {'params':>9} {'steps':>5} {'step ms':>8} {'comm ms':>8} {'last loss':>10} {'test acc':>8}")
     for r in runs:
         print(f"{r['comm']:<11} {r['parameters']:>9} {len(r['steps']):>5} {1e3 * r['mean_step_s']:>8.1f} "
-              f"{1e3 * r['mean_comm_s']:>8.1f} {r['epochs'][-1]['train_loss']:>10.5f} {r['epochs'][-1]['test_accuracy']:>8.4f}")
+              f"{ms(r['mean_comm_s']):>8} {r['epochs'][-1]['train_loss']:>10.5f} {r['epochs'][-1]['test_accuracy']:>8.4f}")
     print("per epoch (train loss / test accuracy):")
     print("epoch " + " ".join(f"{r['comm']:>20}" for r in runs))
     for e in range(max(len(r["epochs"]) for r in runs)):
@@ -258,7 +305,7 @@ def report(a):
             cells.append(f"{ep['train_loss']:>11.5f} / {ep['test_accuracy']:.4f}" if ep else " " * 20)
         print(f"{e + 1:>5} " + " ".join(cells))
     for r in runs:
-        if r.get("transport") and all(r["transport"]):
+        if r.get("transport") and all(r["transport"]) and "packets_sent" in r["transport"][0]:
             tot = {k: sum(t[k] for t in r["transport"]) for k in r["transport"][0]}
             print(f"{r['comm']}: the ranks' transports: {tot['packets_sent']} packets sent, {tot['retransmitted']} again, "
                   f"{tot['timeouts']} ACK timeouts, {tot['naks_received']} NAKs, {tot['duplicates']} duplicates received")
@@ -270,7 +317,7 @@ def report(a):
         speed = ref["mean_step_s"] / r["mean_step_s"]
         print(f"{r['comm']} vs {ref['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "
               f"{'faster' if speed >= 1 else 'slower'} ({1e3 * r['mean_step_s']:.0f} vs {1e3 * ref['mean_step_s']:.0f} ms), "
-              f"communication {1e3 * r['mean_comm_s']:.0f} vs {1e3 * ref['mean_comm_s']:.0f} ms per step")
+              f"communication {ms(r['mean_comm_s'])} vs {ms(ref['mean_comm_s'])} ms per step")
     for r in runs:
         acc = r["epochs"][-1]["test_accuracy"]
         if acc < a.min_accuracy:
@@ -305,8 +352,9 @@ def report(a):
                      linestyle=["-", "--", ":"][i % 3])
             ax2.plot(x, [1e3 * s["step_s"] for s in r["steps"]], color=color, linewidth=1,
                      label=f"{r['comm']}: step (mean {1e3 * r['mean_step_s']:.0f} ms)")
-            ax2.plot(x, [1e3 * s["comm_s"] for s in r["steps"]], color=color, linestyle=":", linewidth=1,
-                     label=f"{r['comm']}: communication (mean {1e3 * r['mean_comm_s']:.0f} ms)")
+            if r["mean_comm_s"] is not None:
+                ax2.plot(x, [1e3 * s["comm_s"] for s in r["steps"]], color=color, linestyle=":", linewidth=1,
+                         label=f"{r['comm']}: communication (mean {1e3 * r['mean_comm_s']:.0f} ms)")
         ax1.set_ylabel("training loss (mean over ranks)")
         ax1.set_yscale("log")
         ax1.legend()

@@ -15,14 +15,19 @@ namespace inagg::client {
 std::string RackPlan::job_text() const {
   char buf[256];
   std::string t;
-  std::snprintf(buf, sizeof buf,
-                "# inagg-worker --print-job: %u workers, rank r at %s + r + 1\nid = %u\ndtype = %s\nworkers = %u\n",
-                workers, util::ip_text(ip_base).c_str(), job_id, std::string(util::dtype_name(dtype)).c_str(), workers);
+  const bool exchanged = connections.size() == workers;
+  if (exchanged)
+    std::snprintf(buf, sizeof buf, "# %u workers, connections as the ranks exchanged them\n", workers);
+  else
+    std::snprintf(buf, sizeof buf, "# inagg-worker --print-job: %u workers, rank r at %s + r + 1\n", workers,
+                  util::ip_text(ip_base).c_str());
+  t += buf;
+  std::snprintf(buf, sizeof buf, "id = %u\ndtype = %s\nworkers = %u\n", job_id,
+                std::string(util::dtype_name(dtype)).c_str(), workers);
   t += buf;
   std::snprintf(buf, sizeof buf, "message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", message, payload, window);
   t += buf;
-  if (connections.size() == workers) {
-    t += "# connections as the transport made them (the device's QPNs)\n";
+  if (exchanged) {
     for (unsigned r = 0; r < workers; ++r) {
       const RankConnection &c = connections[r], &s = connections[(r + 1) % workers];
       std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(c.ip).c_str(), c.send_qpn,

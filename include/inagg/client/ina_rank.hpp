@@ -1,0 +1,98 @@
+// One rank of an ina job (the appliance sums, docs/protocol.md §1) whose ranks found each other
+// through a channel the caller owns, such as PyTorch's c10d store (src/torchdist/), instead of the
+// rack plan's fixed addresses. Each rank takes its own address (from its own interface), tells
+// the others its endpoint, and connects the software RoCEv2 transport to the endpoints of its
+// successor and predecessor; rank 0 registers job_text() with the appliance. The QPNs and first
+// PSNs are the rack plan's for the rank (RackPlan::send_qpn ...), so that only the addresses
+// travel; the receive region is UdpRcTransport's fixed one.
+//
+//   InaRank r;
+//   r.configure(options)                     // checks; the payload from the link's MTU
+//   publish(format_endpoint(r.endpoint()))   // then read every rank's endpoint: `all`
+//   r.open(all, &error)                      // binds UDP 4791 at the address, connects the ring
+//   rank 0: register r.job_text(id); every rank starts once the job is active
+//   r.allreduce(data, bytes, &error) ...     // r.poll(1) between allreduces, as a NIC would
+//   r.finish(deadline_ns)
+//
+// Single-threaded, like the transport it drives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inagg/client/algorithms.hpp"
+#include "inagg/client/plan.hpp"
+#include "inagg/client/rendezvous.hpp"
+#include "inagg/client/udp_transport.hpp"
+
+namespace inagg::client {
+
+struct InaRankOptions {
+  unsigned rank = 0, workers = 0;
+  util::IpAddr address;  // this rank's own IPv4 address, on the interface toward the appliance
+  std::string dtype = "fp32";
+  uint32_t message = 65536, payload = 0;  // payload 0: from the MTU of the address's interface
+  unsigned window = 2;
+  double ack_timeout_ms = 250;  // (retry + 1) x ack_timeout_ms: the skew the ranks may have
+  unsigned retry = 15;
+  uint64_t chunk_bytes = 8u << 20;  // the registered regions; a larger buffer goes in pieces
+  double stall_s = 60;              // an allreduce fails when nothing arrives for this long
+};
+
+class InaRank {
+ public:
+  // Checks the options and fills in the plan (payload auto). "" or why, naming the options'
+  // fields (message, payload, dtype, workers ...).
+  std::string configure(const InaRankOptions& o);
+
+  const InaRankOptions& options() const { return o_; }
+  util::Dtype dtype() const { return plan_.dtype; }
+  size_t element() const { return geometry_.element(); }
+  uint32_t payload() const { return plan_.payload; }
+
+  // What this rank tells the others (rendezvous.hpp's endpoint line).
+  RankEndpoint endpoint() const;
+  // Every rank's endpoint, indexed by rank: checks that they agree with this rank (payload, rank
+  // count, one address each, IPv4), binds the transport and connects it to the successor and the
+  // predecessor. False with *error.
+  bool open(const std::vector<RankEndpoint>& all, std::string* error);
+  // The appliance's job file for the ring open() connected (every rank's connection).
+  std::string job_text(uint32_t id) const;
+
+  // Sums `bytes` (whole elements) at `data` over every rank, in place, chunk by chunk. After a
+  // failure every later allreduce fails with the same reason.
+  bool allreduce(uint8_t* data, uint64_t bytes, std::string* error);
+  // Between allreduces: acknowledges the predecessor's retransmissions and the appliance's
+  // resends, sends our own retransmissions; waits up to wait_ms for something to arrive.
+  void poll(int wait_ms);
+  // After the last allreduce: keeps answering until the predecessor has been quiet for a few ACK
+  // timeouts, or until deadline_ns.
+  void finish(uint64_t deadline_ns);
+
+  const std::string& error() const { return error_; }
+  TransportCounters transport_counters() const { return transport_.counters(); }
+  uint64_t allreduces() const { return allreduces_; }
+  uint64_t bytes() const { return bytes_; }
+  uint64_t messages() const { return messages_; }
+
+ private:
+  InaRankOptions o_;
+  RackPlan plan_;
+  Geometry geometry_;
+  uint64_t chunk_ = 0;
+  UdpRcTransport transport_;
+  std::unique_ptr<RingExchange> exchange_;
+  std::string error_;
+  uint64_t allreduces_ = 0, bytes_ = 0, messages_ = 0;
+};
+
+// The first IPv4 address of interface `name`; nullopt with *error when it has none.
+std::optional<util::IpAddr> interface_address(const std::string& name, std::string* error);
+// The address this host sends from toward `host` (a name or an IPv4 address): its route's
+// source. nullopt with *error when `host` does not resolve or has no route.
+std::optional<util::IpAddr> source_address_toward(const std::string& host, std::string* error);
+
+}  // namespace inagg::client

@@ -1,0 +1,371 @@
+// The process group's life: set-up through the store, the queue and its thread, counters, the
+// job's removal. The collectives themselves (which way each goes) are in collectives.cpp.
+#include "inagg/torchdist/process_group.hpp"
+
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "inagg/client/clock.hpp"
+#include "inagg/client/control_client.hpp"
+#include "inagg/control/job_file.hpp"
+#include "inagg/control/socket.hpp"
+#include "inagg/util/dtype.hpp"
+
+namespace inagg::torchdist {
+namespace {
+
+constexpr const char* kError = "error: ";
+
+std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+// Every rank publishes `mine` (a value, or "error: why") under PHASE/RANK and reads every rank's;
+// a rank whose value is an error makes every rank raise with its reason.
+std::vector<std::string> all_publish(c10d::Store& store, int rank, int size, const std::string& phase,
+                                     const std::string& mine, std::chrono::milliseconds timeout) {
+  const std::string me = "inagg rank " + std::to_string(rank) + ": ";
+  store.set(phase + "/" + std::to_string(rank), bytes_of(mine));
+  if (mine.rfind(kError, 0) == 0) throw std::runtime_error(me + mine.substr(std::string(kError).size()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(phase + "/" + std::to_string(r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const std::exception& e) {
+    std::string missing;
+    for (int r = 0; r < size; ++r)
+      if (!store.check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw std::runtime_error(me + "rank(s) " + missing + " did not publish their " + phase + " within " +
+                             std::to_string(timeout.count() / 1000) + " s (" + e.what() + ")");
+  }
+  std::vector<std::string> values;
+  for (int r = 0; r < size; ++r) {
+    values.push_back(text_of(store.get(keys[r])));
+    if (values.back().rfind(kError, 0) == 0)
+      throw std::runtime_error(me + "rank " + std::to_string(r) + " failed (" + phase +
+                               "): " + values.back().substr(std::string(kError).size()));
+  }
+  return values;
+}
+
+std::optional<util::IpAddr> address_of(const ProcessGroupOptions& o, std::string* why) {
+  if (!o.address.empty()) {
+    const std::optional<util::IpAddr> a = util::parse_ip(o.address);
+    if (!a || a->version != util::IpVersion::v4) *why = "address (INAGG_ADDRESS) '" + o.address + "' is not IPv4";
+    return a && a->version == util::IpVersion::v4 ? a : std::nullopt;
+  }
+  if (!o.interface.empty()) {
+    std::optional<util::IpAddr> a = client::interface_address(o.interface, why);
+    if (a && a->bytes[0] == 127)
+      *why = "interface (INAGG_IFNAME) " + o.interface + " holds the loopback address " + util::ip_text(*a) +
+             ": name the interface toward the appliance";
+    return a && a->bytes[0] != 127 ? a : std::nullopt;
+  }
+  if (!o.master_addr.empty()) {
+    std::optional<util::IpAddr> a = client::source_address_toward(o.master_addr, why);
+    if (a && a->bytes[0] == 127)
+      *why = "the route toward the master " + o.master_addr + " leaves from the loopback address " + util::ip_text(*a) +
+             ": name the interface toward the appliance (INAGG_IFNAME) or the address (INAGG_ADDRESS)";
+    return a && a->bytes[0] != 127 ? a : std::nullopt;
+  }
+  *why =
+      "no address for this rank: name the interface toward the appliance (INAGG_IFNAME) or the address "
+      "(INAGG_ADDRESS)";
+  return std::nullopt;
+}
+
+}  // namespace
+
+QueuedWork::QueuedWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs)
+    : Work(rank, op),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+void QueuedWork::complete(std::exception_ptr error) {
+  finish(error);  // wait() returns, or raises the error
+  if (error)
+    future_->setError(error);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+ProcessGroupInagg::ProcessGroupInagg(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                     c10::intrusive_ptr<c10d::ProcessGroup> gloo, ProcessGroupOptions options,
+                                     std::chrono::milliseconds rendezvous_timeout)
+    : ProcessGroup(rank, size), o_(std::move(options)), store_(store), gloo_(std::move(gloo)) {
+  if (!gloo_) throw std::invalid_argument("inagg: the process group needs an inner Gloo group");
+  if (o_.gloo_only.empty() && size < 2) o_.gloo_only = "a group of one rank";
+  if (o_.gloo_only.empty() && o_.control.empty()) o_.gloo_only = "no appliance was named (INAGG_CONTROL)";
+  if (o_.gloo_only.empty()) set_up(store, rendezvous_timeout);
+  if (o_.debug)
+    note(rank_ ? "job " + std::to_string(job_id_) + " active at " + o_.control + ", this rank at " + address() +
+                     " (payload " + std::to_string(rank_->payload()) + ")"
+               : "every call through Gloo: " + o_.gloo_only);
+  worker_ = std::thread([this] { serve(); });
+}
+
+void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) {
+  const int rank = getRank(), size = getSize();
+  rank_ = std::make_unique<client::InaRank>();
+  std::string why;
+  // 1. Endpoints: this rank's address from its own interface.
+  std::string mine;
+  const std::optional<util::IpAddr> address = address_of(o_, &why);
+  if (address) {
+    client::InaRankOptions r;
+    r.rank = static_cast<unsigned>(rank);
+    r.workers = static_cast<unsigned>(size);
+    r.address = *address;
+    r.dtype = o_.dtype;
+    r.message = o_.message;
+    r.payload = o_.payload;
+    r.window = o_.window;
+    r.ack_timeout_ms = o_.ack_timeout_ms;
+    r.retry = o_.retry;
+    r.chunk_bytes = o_.chunk_bytes;
+    r.stall_s = o_.timeout_s;
+    why = rank_->configure(r);
+  }
+  mine = why.empty() ? client::format_endpoint(rank_->endpoint()) : kError + why;
+  std::vector<client::RankEndpoint> all;
+  for (const std::string& line : all_publish(*store, rank, size, "endpoint", mine, timeout)) {
+    const std::optional<client::RankEndpoint> e = client::parse_endpoint(line, &why);
+    if (!e) throw std::runtime_error("inagg rank " + std::to_string(rank) + ": " + why);
+    all.push_back(*e);
+  }
+  // 2. Every rank binds its transport (UDP 4791 at its address) before anyone registers or sends.
+  const bool opened = rank_->open(all, &why);
+  all_publish(*store, rank, size, "open", opened ? "ok" : kError + why, timeout);
+  // 3. Rank 0 registers the job and says when it is active.
+  if (o_.control.rfind(control::kTcpScheme, 0) == 0 &&
+      !control::load_secret_file(o_.control_secret_file, &credential_, &why) && rank == 0)
+    why = "control " + o_.control +
+          " needs a tenant's credential (INAGG_CONTROL_SECRET_FILE, or $INAGG_CONTROL_SECRET): " + why;
+  else
+    why.clear();
+  if (rank == 0) {
+    if (why.empty()) why = register_job();
+    store->set("job", bytes_of(why.empty() ? std::to_string(job_id_) : kError + why));
+    if (!why.empty()) throw std::runtime_error("inagg rank 0: " + why);
+  } else {
+    try {
+      store->wait({"job"}, timeout);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("inagg rank " + std::to_string(rank) + ": rank 0 did not say whether job registration " +
+                               "succeeded within " + std::to_string(timeout.count() / 1000) + " s (" + e.what() + ")");
+    }
+    const std::string v = text_of(store->get("job"));
+    if (v.rfind(kError, 0) == 0)
+      throw std::runtime_error("inagg rank " + std::to_string(rank) +
+                               ": rank 0 could not register the job: " + v.substr(std::string(kError).size()));
+    job_id_ = static_cast<uint32_t>(std::stoul(v));
+    job_text_ = rank_->job_text(job_id_);
+  }
+}
+
+std::string ProcessGroupInagg::register_job() {
+  const client::ControlClient control(o_.control, 5000, credential_);
+  std::string why;
+  const auto digest_of = [&](uint32_t id) {
+    const std::optional<control::JobSpec> spec = control::parse_job(rank_->job_text(id), &why);
+    return spec ? std::optional<uint32_t>(control::job_digest(*spec)) : std::nullopt;
+  };
+  job_id_ = o_.job_id;
+  if (job_id_ == 0) {  // the same ranks at the same addresses get the same id
+    const std::optional<uint32_t> d = digest_of(1);
+    if (!d) return "the job's description does not parse: " + why;
+    job_id_ = 1 + *d % 0x7ffffffeu;
+  }
+  job_text_ = rank_->job_text(job_id_);
+  const std::optional<uint32_t> own = digest_of(job_id_);
+  if (!own) return "the job's description does not parse: " + why;
+  // A job with this very description can only be one that an earlier run on these addresses left
+  // (its ranks were killed): this run's ranks hold UDP 4791 at every one of them. It goes.
+  const std::optional<control::JobListLine> left = control.job_state(job_id_, &why);
+  if (!left && !why.empty()) return "the appliance cannot be reached at " + o_.control + ": " + why;
+  if (left && left->spec_digest == own) {
+    std::string reply;
+    control.request("remove " + std::to_string(job_id_) + "\n", &reply, &why);
+    std::fprintf(stderr, "inagg rank 0: removed job %u (%s), left by an earlier run on these addresses\n", job_id_,
+                 left->state.c_str());
+  }
+  const client::Registration r =
+      control.register_job(true, job_text_, job_id_, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
+  switch (r.outcome) {
+    case client::Registration::Outcome::active:
+      return "";
+    case client::Registration::Outcome::unreachable:
+      return "the appliance cannot be reached at " + o_.control + ": " + r.reason;
+    case client::Registration::Outcome::refused: {
+      std::string reason = r.reason.substr(0, r.reason.find('\n'));
+      if (reason.find("already belongs to job") != std::string::npos)
+        reason += " (a job an earlier run on these addresses left with other parameters? remove it with inagg-ctl)";
+      return "the appliance refused job " + std::to_string(job_id_) + ": " + reason;
+    }
+    case client::Registration::Outcome::not_active:
+      break;
+  }
+  return "job " + std::to_string(job_id_) + " did not become active on " + o_.control + " within " +
+         std::to_string(o_.timeout_s) + " s";
+}
+
+ProcessGroupInagg::~ProcessGroupInagg() {
+  // The last reference may be dropped by a future's callback on the queue's own thread (DDP's
+  // reducer going away): that thread cannot join itself.
+  if (worker_.joinable() && worker_.get_id() == std::this_thread::get_id()) {
+    worker_.detach();
+    return;
+  }
+  try {
+    // From Python the destructor runs with the GIL held, which the queue's thread may need for a
+    // future's callback (a Python hook's then()).
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      shutdown();
+    } else {
+      shutdown();
+    }
+  } catch (...) {  // nothing may leave a destructor; shutdown() reports what it can
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::enqueue(c10d::OpType op, std::vector<at::Tensor> outputs, Body body) {
+  auto work = c10::make_intrusive<QueuedWork>(getRank(), op, std::move(outputs));
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw std::runtime_error("inagg: the process group was shut down (destroy_process_group)");
+    queue_.push_back({work, std::move(body)});
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void ProcessGroupInagg::serve() {
+  while (true) {
+    Task t;
+    {
+      std::unique_lock lock(mutex_);
+      if (queue_.empty()) {
+        if (stop_) return;
+        if (!rank_) {
+          cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+          continue;
+        }
+        lock.unlock();
+        rank_->poll(1);  // answers the peers between calls, as a NIC does
+        const std::lock_guard snap(snapshot_mutex_);
+        snapshot_ = rank_->transport_counters();
+        continue;
+      }
+      t = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      t.body();
+    } catch (...) {
+      error = std::current_exception();
+      count(Counter::failed);
+    }
+    if (rank_) {
+      const std::lock_guard snap(snapshot_mutex_);
+      snapshot_ = rank_->transport_counters();
+    }
+    t.work->complete(error);
+  }
+}
+
+void ProcessGroupInagg::wait_gloo(const c10::intrusive_ptr<c10d::Work>& work) {
+  while (rank_ && !work->isCompleted()) rank_->poll(1);
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    // Gloo's communication failed (a rank went away): the job cannot go on either.
+    remove_job(std::string("a call through Gloo failed: ") + e.what());
+    throw;
+  }
+}
+
+void ProcessGroupInagg::remove_job(const std::string& why) {
+  if (!rank_ || job_id_ == 0 || job_removed_.exchange(true)) return;
+  std::string reply, error;
+  const bool ok = client::ControlClient(o_.control, 5000, credential_)
+                      .request("remove " + std::to_string(job_id_) + "\n", &reply, &error);
+  if (o_.debug || !ok)
+    note("job " + std::to_string(job_id_) + " removed from the appliance after: " + why +
+         (ok ? " (" + reply.substr(0, reply.find('\n')) + ")" : " (the removal failed: " + error + ")"));
+}
+
+void ProcessGroupInagg::note(const std::string& what) const {
+  std::fprintf(stderr, "inagg rank %d: %s\n", getRank(), what.c_str());
+}
+
+std::string ProcessGroupInagg::address() const { return rank_ ? util::ip_text(rank_->options().address) : ""; }
+
+std::map<std::string, uint64_t> ProcessGroupInagg::counters() const {
+  std::map<std::string, uint64_t> m;
+#define X(name, text) m[#name] = counters_[static_cast<size_t>(Counter::name)].load();
+  INAGG_PG_COUNTERS(X)
+#undef X
+  if (rank_) {
+    const std::lock_guard snap(snapshot_mutex_);
+    const client::TransportCounters& t = snapshot_;
+    m["packets_sent"] = t.packets_sent;
+    m["retransmitted"] = t.retransmitted;
+    m["timeouts"] = t.timeouts;
+    m["naks_received"] = t.naks_received;
+    m["accepted"] = t.accepted;
+    m["duplicates"] = t.duplicates;
+    m["bad_icrc"] = t.bad_icrc;
+  }
+  return m;
+}
+
+std::string ProcessGroupInagg::job_stats() const {
+  if (!rank_ || job_id_ == 0) throw std::runtime_error("inagg: this process group has no job on an appliance");
+  std::string reply, error;
+  if (!client::ControlClient(o_.control, 5000, credential_)
+           .request("stats " + std::to_string(job_id_) + "\n", &reply, &error))
+    throw std::runtime_error("inagg: " + error);
+  if (control::is_error_reply(reply))
+    throw std::runtime_error("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));
+  return reply;
+}
+
+void ProcessGroupInagg::shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();  // runs what was queued first
+    if (!rank_) return;
+    const uint64_t deadline = client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9);
+    rank_->finish(deadline);  // the predecessor quiet: nobody needs this rank any more
+    // Rank 0 removes the job once every rank has finished (or the deadline passed: a rank that
+    // died never will), answering its own peers meanwhile.
+    try {
+      const int64_t finished = store_->add("finished", 1);
+      if (getRank() == 0 && !job_removed_) {
+        int64_t seen = finished;
+        for (uint64_t next_check = 0; seen < getSize() && client::now_ns() < deadline;) {
+          rank_->poll(1);
+          if (client::now_ns() < next_check) continue;
+          seen = store_->add("finished", 0);
+          next_check = client::now_ns() + 20'000'000;
+        }
+        remove_job(seen < getSize() ? "shutdown: only " + std::to_string(seen) + " of " + std::to_string(getSize()) +
+                                          " ranks finished within " + std::to_string(o_.timeout_s) + " s"
+                                    : "shutdown: every rank finished");
+      }
+    } catch (const std::exception& e) {  // the store's server went away (its process ended)
+      if (getRank() == 0) remove_job(std::string("shutdown (the store: ") + e.what() + ")");
+    }
+    shut_ = true;
+  });
+}
+
+}  // namespace inagg::torchdist
