@@ -89,6 +89,29 @@ bool Rendezvous::write_all(int fd, const std::string& s) const {
 }
 
 Rendezvous::~Rendezvous() {
+  // Rank 0 after a failed barrier: each rank still connected has been sent the reason. A rank's
+  // barrier line may arrive after drop_peers drained the input, and closing with unread input
+  // sends a reset that can discard the reason before the rank has read it: read on until each
+  // rank closes its side (it does once it has the reason), for at most a second.
+  if (cfg_.rank == 0 && !broken_.empty()) {
+    const uint64_t until = now_ns() + 1'000'000'000ull;
+    std::vector<pollfd> fds;
+    for (const Kept& k : peers_)
+      if (k.fd >= 0) fds.push_back({k.fd, POLLIN, 0});
+    while (!fds.empty() && now_ns() < until) {
+      if (::poll(fds.data(), fds.size(), std::max(1, ms_until(until))) <= 0) continue;
+      for (size_t i = 0; i < fds.size();) {
+        char sink[512];
+        const ssize_t n = fds[i].revents ? ::recv(fds[i].fd, sink, sizeof sink, MSG_DONTWAIT) : 1;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          fds[i] = fds.back();
+          fds.pop_back();
+        } else {
+          fds[i++].revents = 0;
+        }
+      }
+    }
+  }
   for (const Kept& k : peers_)
     if (k.fd >= 0) ::close(k.fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
@@ -286,7 +309,7 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
   // of it at once.
   peers_.assign(cfg_.workers, Kept{});
   for (Peer& p : ranks) {
-    peers_[p.rank] = Kept{p.fd, p.nonce, p.peer_nonce};
+    peers_[p.rank] = Kept{p.fd, p.nonce, p.peer_nonce, 0, 0, {}};
     p.fd = -1;
   }
   ranks.clear();
@@ -341,7 +364,7 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
         *error = who + " answered without a valid MAC: another secret, or not rank 0 of this job";
         return false;
       }
-      peers_.assign(1, Kept{fd, nonce, ours});
+      peers_.assign(1, Kept{fd, nonce, ours, 0, 0, {}});
       return true;
     }
     last = std::strerror(errno);

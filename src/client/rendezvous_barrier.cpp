@@ -62,8 +62,11 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
     // "<mac> barrier WHAT" to rank 0 on the kept connection; its answer "<mac> end", or
     // "<mac> error ..." when a rank went away or came to another barrier; the connection closing
     // means rank 0 went away.
+    // One read can bring more than this answer: rank 0 ends a barrier and, when a rank goes away
+    // just after, sends the next one's error at once. What follows the line waits in the inbox.
     Kept& k = peers_[0];
-    std::string answer;
+    std::string answer = std::move(k.inbox);
+    k.inbox.clear();
     if (!write_all(k.fd, barrier_mac(k, "barrier", k.sent++, line) + " " + line + "\n") ||
         !read_until(k.fd, "\n", &answer)) {
       const std::string why = ms_until(cfg_.deadline_ns) <= 0
@@ -73,7 +76,9 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
       *error = "rank " + std::to_string(cfg_.rank) + ": " + why;
       return false;
     }
-    answer.resize(answer.find('\n'));
+    const size_t eol = answer.find('\n');
+    k.inbox = answer.substr(eol + 1);
+    answer.resize(eol);
     const size_t sp = answer.find(' ');
     const std::string text = sp == std::string::npos ? "" : answer.substr(sp + 1);
     if (sp == std::string::npos ||
@@ -89,7 +94,6 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
   }
   // Rank 0: a line from every other rank's connection, read as they come; a connection that
   // closes is a rank that went away, and every other rank is told so at once.
-  std::vector<std::string> got(cfg_.workers);
   std::vector<bool> in(cfg_.workers, false);
   in[0] = true;
   for (unsigned arrived = 1; arrived < cfg_.workers;) {
@@ -110,23 +114,29 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
       return false;
     }
     if (idle_) idle_(std::min(left, kIdleMs));
-    if (::poll(fds.data(), fds.size(), idle_ ? 0 : std::min(left, 100)) <= 0) continue;
+    const bool queued = std::any_of(rank_of.begin(), rank_of.end(),
+                                    [&](unsigned r) { return peers_[r].inbox.find('\n') != std::string::npos; });
+    if (::poll(fds.data(), fds.size(), idle_ || queued ? 0 : std::min(left, 100)) <= 0 && !queued) continue;
     for (size_t i = 0; i < fds.size(); ++i) {
-      if (!fds[i].revents) continue;
       const unsigned r = rank_of[i];
-      char buf[512];
-      const ssize_t n = ::recv(peers_[r].fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0) {
-        drop_peers("rank " + std::to_string(r) + " went away (its connection to rank 0 closed: its process ended?)");
-        *error = "rank 0 in the barrier '" + what + "': " + broken_;
-        return false;
+      std::string& got = peers_[r].inbox;
+      if (!fds[i].revents && got.find('\n') == std::string::npos) continue;
+      if (fds[i].revents) {
+        char buf[512];
+        const ssize_t n = ::recv(peers_[r].fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) {
+          drop_peers("rank " + std::to_string(r) + " went away (its connection to rank 0 closed: its process ended?)");
+          *error = "rank 0 in the barrier '" + what + "': " + broken_;
+          return false;
+        }
+        got.append(buf, static_cast<size_t>(n));
+        if (got.size() > kMaxLine) got.resize(kMaxLine);
       }
-      got[r].append(buf, static_cast<size_t>(n));
-      if (got[r].size() > kMaxLine) got[r].resize(kMaxLine);
-      const size_t eol = got[r].find('\n');
+      const size_t eol = got.find('\n');
       if (eol == std::string::npos) continue;
-      const std::string msg = got[r].substr(0, eol);
+      const std::string msg = got.substr(0, eol);
+      got.erase(0, eol + 1);
       const size_t sp = msg.find(' ');
       const std::string text = sp == std::string::npos ? "" : msg.substr(sp + 1);
       if (sp == std::string::npos ||

@@ -11,6 +11,9 @@
 #      (exit status 1 and #wrong otherwise).
 #   3. --mode ring (fp32, checked the same way) with no job registered: inagg only forwards.
 #   4. 2 again (fp32, job 3) with 1% loss (tc netem in the VMs) on every tap, from the VMs.
+#   5. a cold start (job 4): one allreduce of 2 MiB, fp32, then one checked, the ranks started in
+#      random order up to ~1 s apart (what nccl-tests users run: a single size, no warm-up). 2 MiB
+#      keeps the phase near 30 s: rxe in these TCG VMs moves a 16 MiB allreduce in ~3 minutes.
 #   Checks: every rank exits 0 with #wrong 0; rxe accepted every RoCE datagram its VM's UDP stack
 #   took (UDP InDatagrams grew exactly as much as rcvd_pkts: no packet with a bad ICRC, e.g. a
 #   regenerated one that is wrong, was refused; test_rxe_forward.sh shows that this check sees a
@@ -56,14 +59,17 @@ grep -q "^error: wrong credential" <<<"$bad" || fail "a request from vm0 with a 
 echo "ok: control over TCP from vm0 (10.0.2.2:$port) with a wrong secret: $bad"
 
 # run_ranks NAME JOB ARGS...: every rank with ARGS (a job id 0: no registration), each checking
-# every element; the ranks' outputs in $tmp/NAME-RANK.log.
+# every element; the ranks' outputs in $tmp/NAME-RANK.log. $sizes: the sizes and iterations
+# ($want_rows size rows); $skew_ms: each rank starts up to that long after the one before it.
+sizes="-b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2" want_rows=2 skew_ms=0
 run_ranks() {
   local name=$1 job=$2 i wrong rows reg=""
   shift 2
   [ "$job" -gt 0 ] && reg="--job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret"
   local -a ids
-  for i in $(seq $((n - 1)) -1 0); do
-    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window -b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2 --in-place 0 --timeout 200 $reg $*")
+  for i in $(shuf -i 0-$((n - 1))); do
+    [ "$skew_ms" -gt 0 ] && sleep "$(printf '0.%03d' $((RANDOM % skew_ms)))"
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window $sizes --in-place 0 --timeout 200 $reg $*")
   done
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||
@@ -71,7 +77,7 @@ run_ranks() {
     # nccl-tests' table: column 9 is the out-of-place #wrong (N/A when nothing was checked).
     wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
     rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
-    if [ "$rows" -ne 2 ] || [ -n "$wrong" ]; then fail "$name: rank $i printed $rows size rows, #wrong '$wrong'"; fi
+    if [ "$rows" -ne "$want_rows" ] || [ -n "$wrong" ]; then fail "$name: rank $i printed $rows size rows, #wrong '$wrong'"; fi
   done
 }
 # job_done NAME JOB: the job's slots: one released per packet it carried, none held; then removed.
@@ -129,6 +135,17 @@ recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "res
 [ "$recovered" -gt 0 ] || fail "loss: the appliance recovered nothing: $(tr '\n' ' ' <"$tmp/ina-loss.stats")"
 echo "ok: ina over verbs, fp32, 1% loss on every tap ($dropped packets dropped): every element exact ($((SECONDS - t)) s); job 3: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' "$tmp/ina-loss.stats" | tr '\n' ' ')"
 snapshot ina-loss
+
+# --- 5. a cold start: one 2 MiB allreduce, ranks started apart -----------------------------------
+# 2 allreduces of 2 MiB: ceil(512 Ki elements / (M/4 less the tally's 2)) messages of M/P packets.
+t=$SECONDS
+sizes="-b 2M -e 2M --iters 1 --warmup 0 -c 1" want_rows=1 skew_ms=333
+run_ranks cold-start 4 --mode ina --dtype fp32 --seed 17
+lab_job_done cold-start 4 $((2 * ((524288 + msg / 4 - 3) / (msg / 4 - 2)) * (msg / payload)))
+grep -h "^# rank .*verbs" "$tmp"/cold-start-*.log
+echo "ok: ina over verbs, a single 2 MiB fp32 allreduce from a cold start (ranks started in random order, up to 0.33 s apart each), then a checked one: every element exact on every rank ($((SECONDS - t)) s); job 4: $(grep -E '^(slots_released|resends|retransmits_answered) ' "$tmp/cold-start.stats" | tr '\n' ' ')"
+awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ {print "  rank time_us " $6 ", algbw " $7 " GB/s"}' "$tmp"/cold-start-*.log
+snapshot cold-start
 
 lab_stop_appliance
 /usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"

@@ -124,6 +124,7 @@ class Rendezvous {
     int fd = -1;
     std::string rank0_nonce, rank_nonce;
     uint64_t sent = 0, received = 0;
+    std::string inbox;  // what was read past the last whole line (the next line's start, or the next line)
   };
   std::string barrier_mac(const Kept& k, const char* label, uint64_t seq, const std::string& text) const;
   // The kept connections: rank 0's to rank r at [r] ([0] unused); another rank's to rank 0 at [0].
