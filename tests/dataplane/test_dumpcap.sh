@@ -39,7 +39,10 @@ fi
 mkdir "$tmp/huge" && mount -t hugetlbfs -o pagesize=2M nodev "$tmp/huge" || fail "mount a hugetlbfs"
 
 /usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp" --workers 0 --background 40 --max-frame 1514 >/dev/null || fail gen-pcap
-"$inagg" -l 0 --huge-dir "$tmp/huge" -m 256 --no-pci --file-prefix="$prefix" --log-level=lib.eal:error \
+# --base-virtaddr: dumpcap must map inagg's memory at the same addresses; left to the kernel they
+# land among the shared libraries, where dumpcap's own (randomised) libraries sometimes sit
+# ("EAL: Cannot init memory"). 0x300000000000 is above ASan's shadow and below its allocator.
+"$inagg" -l 0 --base-virtaddr=0x300000000000 --huge-dir "$tmp/huge" -m 256 --no-pci --file-prefix="$prefix" --log-level=lib.eal:error \
   --vdev="net_pcap0,rx_pcap=$tmp/port0.pcap,infinite_rx=1" --vdev="net_pcap1,rx_pcap=$tmp/port1.pcap,infinite_rx=1" \
   -- --socket "" --mtu 1500 --mbufs 4096 --mbuf-budget 1024 >"$tmp/log" 2>&1 &
 pid=$!
