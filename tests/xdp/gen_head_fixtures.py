@@ -96,6 +96,11 @@ step("UDP length beyond the frame is malformed", NO_JOB_ROW, ["malformed"], "XDP
 bad_version = data(1, 0, 0, vec(8))
 bad_version[Xagg].version = 9
 step("unknown version is malformed", NO_JOB_ROW, ["malformed"], "XDP_DROP", bad_version)
+# The unicast fan-out's mark (XAGG_FANOUT_TYPE, 0x80) is the head's own: from outside it would have
+# the TC program fan a forged result out to the members.
+fanout_mark = data(1, 0, 0, vec(8), dst_ip=OTHER_HEAD_IP)
+fanout_mark[Xagg].type = 0x80
+step("the unicast fan-out's mark from outside is malformed", NO_JOB_ROW, ["malformed"], "XDP_DROP", fanout_mark)
 step("a job this head does not have", NO_JOB_ROW, ["unknown_job"], "XDP_DROP", data(7, 0, 0, vec(8)))
 step("rank outside the job's members", 1, ["rx_data", "bad_rank"], "XDP_DROP", data(1, 3, 0, vec(8)))
 step("weight 0", 1, ["rx_data", "bad_rank"], "XDP_DROP", data(1, 0, 0, vec(8), weight=0))

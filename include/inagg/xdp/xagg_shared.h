@@ -22,8 +22,9 @@ enum xagg_slot_state {
 /* How a head returns a finished sum to its group. */
 enum xagg_fanout {
   XAGG_FANOUT_MULTICAST = 0, /* one XDP_TX to the group's IPv4 multicast address: the fabric copies */
-  XAGG_FANOUT_UNICAST = 1,   /* XDP_PASS with a mark; the TC program xagg_fanout clones the result
-                                to every member (xagg_members): for fabrics without multicast */
+  XAGG_FANOUT_UNICAST = 1,   /* XDP_PASS with a mark (XAGG_FANOUT_TYPE); the TC program xagg_fanout
+                                clones the result to every member (xagg_members): for fabrics
+                                without multicast */
 };
 
 /* xagg_members (array, key = job id * XAGG_MAX_MEMBERS + rank): where unicast fan-out sends. */
@@ -33,12 +34,12 @@ struct xagg_member {
   __u16 pad;
 };
 
-/* The mark xagg_head leaves in the metadata area in front of a result for xagg_fanout. */
-#define XAGG_FANOUT_MAGIC 0x58414746 /* "XAGF" */
-struct xagg_fanout_meta {
-  __u32 magic;
-  __u32 job;
-};
+/* The mark xagg_head leaves on a result it passes up for xagg_fanout: the header's type. Never on
+ * the wire: a frame arriving with it is neither DATA nor RESULT, so xagg_head drops it as
+ * malformed before the stack (and xagg_fanout behind it) could see it; what xagg_fanout sees with
+ * this type therefore came from xagg_head. (XDP metadata would carry it too, but some kernels
+ * refuse bpf_xdp_adjust_meta to XDP programs: this works on every one.) */
+#define XAGG_FANOUT_TYPE 0x80
 
 /* xagg_jobs (hash, key = job id): a job's configuration on this head, written by the agent. */
 struct xagg_job {

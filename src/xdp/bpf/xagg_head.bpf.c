@@ -119,7 +119,7 @@ static __always_inline int send_up(struct xagg_ctx* x, __u32 weight) {
 
 /* The finished sum to the whole group: one multicast frame, or (unicast fan-out) the frame passed
  * up with a mark for xagg_fanout, which copies it to each member. */
-static __always_inline int send_to_group(struct xagg_ctx* x, __u32 weight, __u32 job_id) {
+static __always_inline int send_to_group(struct xagg_ctx* x, __u32 weight) {
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->group_mac, x->cfg->self_ip, x->job->group_ip, x->cfg->port);
   set_header(x->p.hdr, XAGG_RESULT, 0, weight);
   if (weight != x->job->total_weight) bump(x->c, XAGG_C_weight_mismatch);
@@ -127,19 +127,14 @@ static __always_inline int send_to_group(struct xagg_ctx* x, __u32 weight, __u32
     bump(x->c, XAGG_C_results_sent);
     return transmit(x);
   }
-  /* A driver without XDP metadata fails here: counted, and the members' repeats get the result
-   * back from the retained sum, one by one. */
-  if (values_out(x->xdp, &x->p, x->sc) || bpf_xdp_adjust_meta(x->xdp, -(int)sizeof(struct xagg_fanout_meta))) {
+  /* The mark for xagg_fanout, in the header (written before the values: storing them may move the
+   * packet). A failure is counted; the members' repeats get the result back from the retained sum,
+   * one by one. */
+  x->p.hdr->type = XAGG_FANOUT_TYPE;
+  if (values_out(x->xdp, &x->p, x->sc)) {
     bump(x->c, XAGG_C_fanout_errors);
     return XDP_DROP;
   }
-  struct xagg_fanout_meta* m = (void*)(long)x->xdp->data_meta;
-  if ((void*)(m + 1) > (void*)(long)x->xdp->data) {
-    bump(x->c, XAGG_C_fanout_errors);
-    return XDP_DROP;
-  }
-  m->magic = XAGG_FANOUT_MAGIC;
-  m->job = job_id;
   bump(x->c, XAGG_C_results_sent);
   return XDP_PASS;
 }
@@ -252,7 +247,7 @@ static __always_inline int on_data(struct xagg_ctx* x) {
     bump(x->c, XAGG_C_up_sent);
     return send_up(x, w);
   }
-  return send_to_group(x, w, x->job_id);
+  return send_to_group(x, w);
 }
 
 /* A RESULT from our parent: finish the slot and pass the sum down. */
@@ -284,7 +279,7 @@ static __always_inline int on_result(struct xagg_ctx* x) {
   s->state = XAGG_SLOT_FINAL;
   bpf_spin_unlock(&s->lock);
   bump(x->c, XAGG_C_parent_results);
-  return send_to_group(x, weight, x->job_id);
+  return send_to_group(x, weight);
 }
 
 SEC("xdp")
@@ -327,26 +322,49 @@ int xagg_head(struct xdp_md* ctx) {
   return x.p.hdr->type == XAGG_DATA ? on_data(&x) : on_result(&x);
 }
 
-/* xagg_fanout (TC ingress): a result xagg_head passed up with the unicast fan-out mark is cloned
- * out of the same interface once per member of its job, readdressed to each (xagg_members), and
- * the original dropped. Everything else passes. Attached only while a job uses unicast fan-out. */
+/* xagg_fanout (TC ingress): a result xagg_head passed up with the unicast fan-out mark (its header's
+ * type XAGG_FANOUT_TYPE, which xagg_head drops on frames from outside) is cloned out of the same
+ * interface once per member of its job as a RESULT, readdressed to each (xagg_members), and the
+ * original dropped. Everything else passes. Attached only while a job uses unicast fan-out. */
 SEC("tc")
 int xagg_fanout(struct __sk_buff* skb) {
   void *data = (void*)(long)skb->data, *data_end = (void*)(long)skb->data_end;
-  const struct xagg_fanout_meta* m = (void*)(long)skb->data_meta;
-  if ((void*)(m + 1) > data || m->magic != XAGG_FANOUT_MAGIC) return TC_ACT_OK;
-  __u32 job_id = m->job;
+  __u32 zero = 0;
+  const struct xagg_config* cfg = bpf_map_lookup_elem(&xagg_config, &zero);
+  if (!cfg || !cfg->port) return TC_ACT_OK;
+  struct ethhdr* eth = data;
+  if ((void*)(eth + 1) > data_end) return TC_ACT_OK;
+  __u32 ip_off = sizeof(*eth);
+  __be16 proto = eth->h_proto;
+  if (proto == bpf_htons(ETH_P_8021Q)) {
+    const struct vlan_tag* v = data + ip_off;
+    if ((void*)(v + 1) > data_end) return TC_ACT_OK;
+    proto = v->proto;
+    ip_off += sizeof(struct vlan_tag);
+  }
+  struct iphdr* ip = data + ip_off;
+  /* As xagg_parse reads frames (fragments and IP options are not the tier's), so that nothing
+   * xagg_head passed as not its own can carry the mark. */
+  if (proto != bpf_htons(ETH_P_IP) || (void*)(ip + 1) > data_end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
+      (ip->frag_off & bpf_htons(0x3fff)))
+    return TC_ACT_OK;
+  const struct udphdr* udp = (void*)(ip + 1);
+  const struct xagg_hdr* h = (void*)(udp + 1);
+  if ((void*)(h + 1) > data_end || udp->dest != cfg->port || h->type != XAGG_FANOUT_TYPE) return TC_ACT_OK;
+  const __u32 hdr_off = ip_off + sizeof(*ip) + sizeof(*udp);
+  __u32 job_id = bpf_ntohs(h->job);
   const struct xagg_job* job = job_id < XAGG_MAX_JOBS ? bpf_map_lookup_elem(&xagg_jobs, &job_id) : 0;
   struct xagg_counters* c = counters_of(job_id < XAGG_MAX_JOBS ? job_id : XAGG_MAX_JOBS);
   if (!c) return TC_ACT_SHOT; /* never: the map has every row; checked once, out of the loop */
-  struct ethhdr* eth = data;
-  if (!job || (void*)(eth + 1) > data_end) {
+  const __u8 result = XAGG_RESULT;
+  if (!job || bpf_skb_store_bytes(skb, hdr_off + offsetof(struct xagg_hdr, type), &result, 1, 0)) {
     bump(c, XAGG_C_fanout_errors);
     return TC_ACT_SHOT;
   }
-  __u32 ip_off = sizeof(*eth);
-  if (eth->h_proto == bpf_htons(ETH_P_8021Q)) ip_off += sizeof(struct vlan_tag);
-  struct iphdr* ip = data + ip_off;
+  /* The store may have moved the packet: the headers again. */
+  data = (void*)(long)skb->data;
+  data_end = (void*)(long)skb->data_end;
+  ip = data + ip_off;
   if ((void*)(ip + 1) > data_end) {
     bump(c, XAGG_C_fanout_errors);
     return TC_ACT_SHOT;
