@@ -101,7 +101,7 @@ echo "aggregation, fp32 n=4 4 KiB: $(awk -v x="$agg_bps" 'BEGIN {printf "%.1f", 
      "memcpy $(awk -v x="$memcpy_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps"
 # One job on two datapath lcores against one (bench/job_lcores.py, one round; `bench/run job-lcores`
 # runs more).
-job=$(/usr/bin/python3 bench/job_lcores.py 1 "$secs" | tee /dev/stderr | grep -o 'job_2lcores_vs_1=[0-9.]*')
+job=$(/usr/bin/python3 bench/job_lcores.py 1 "$secs" | tee -a /dev/stderr | grep -o 'job_2lcores_vs_1=[0-9.]*')
 awk -v f="$inagg_pps" -v t="$testpmd_pps" -v a="$agg_bps" -v m="$memcpy_bps" -v f2="$inagg_pps2" -v f1="$inagg_pps_s1" -v j="${job:-job_2lcores_vs_1=?}" 'BEGIN {
   printf "fwd_vs_testpmd=%.2f agg_vs_memcpy=%.2f agg_gbps_per_lcore=%.1f fwd_2lcores_vs_1=%.2f %s\n",
     (t > 0 ? f / t : 0), (m > 0 ? a / m : 0), a * 8 / 1e9, (f1 > 0 ? f2 / f1 : 0), j }'
