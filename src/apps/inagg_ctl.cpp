@@ -11,6 +11,7 @@
 #include "ctl_top.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
+#include "inagg/control/reply_json.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/text.hpp"
 #include "version.hpp"
@@ -56,7 +57,10 @@ int main(int argc, char** argv) {
       "timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")(
       "interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")(
       "count", po::value<unsigned>()->default_value(0)->value_name("N"),
-      "top: show N frames and exit (0: until Ctrl-C)");
+      "top: show N frames and exit (0: until Ctrl-C)")(
+      "json,j",
+      "print the reply as one JSON object (add, remove, list, stats; the names of the text form): "
+      "{\"ok\": false, \"error\": ...} for a refusal");
   const std::string usage = "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top\n\n";
   po::variables_map vm;
   std::vector<std::string> words;
@@ -112,6 +116,8 @@ int main(int argc, char** argv) {
     }
   } else if (cmd == "top") {
     if (nargs != 0) return usage_error("top takes no arguments (--interval S, --count N)");
+    if (vm.count("json"))
+      return usage_error("top is for a terminal and has no JSON form: poll 'stats -j' or scrape inagg --metrics");
     const double interval = vm["interval"].as<double>();
     if (!(interval >= 0.1 && interval <= 3600)) return usage_error("--interval must be between 0.1 and 3600 seconds");
     return ctl::run_top({vm["socket"].as<std::string>(), interval, vm["count"].as<unsigned>(), timeout_ms});
@@ -132,7 +138,18 @@ int main(int argc, char** argv) {
     std::cerr << "inagg-ctl: " << error << "\n";
     return 2;
   }
+  const bool refused = control::is_error_reply(reply);
+  if (vm.count("json")) {
+    const std::optional<std::string> json = control::reply_to_json(req.verb, req.has_id, reply, &error);
+    if (!json) {
+      std::cerr << "inagg-ctl: the appliance's reply is not in the form this inagg-ctl reads (" << error
+                << "): is it another version?\n";
+      return 2;
+    }
+    std::cout << *json << "\n";
+    return refused ? 1 : 0;
+  }
   // The reply is the output either way (scripts capture it); the exit status says which it was.
   std::cout << reply;
-  return control::is_error_reply(reply) ? 1 : 0;
+  return refused ? 1 : 0;
 }

@@ -1,4 +1,5 @@
 // inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf.
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 
@@ -8,6 +9,7 @@
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <mutex>
@@ -33,6 +35,7 @@
 #include "inagg/dataplane/telemetry.hpp"
 #include "inagg/util/key_value.hpp"
 #include "inagg/util/log.hpp"
+#include "inagg/util/service_notify.hpp"
 #include "inagg/wire/crc32.hpp"
 #include "inagg_options.hpp"
 #include "version.hpp"
@@ -122,6 +125,12 @@ struct ControlLoop {
     if (first) {  // the loops are running from here on
       first = false;
       started = next_stats = last_rx_change = std::chrono::steady_clock::now();
+      // Under systemd (Type=notify): started once the ports are up and the loops forward.
+      const std::string ready = "READY=1\nSTATUS=forwarding on " + std::to_string(g_app->ports().size()) + " ports";
+      if (std::getenv("NOTIFY_SOCKET") && !util::notify_service_manager(ready))
+        util::log(util::LogModule::control, util::LogLevel::warning,
+                  "could not tell the service manager that inagg is ready ($NOTIFY_SOCKET=%s)",
+                  std::getenv("NOTIFY_SOCKET"));
     }
     if (server && server->is_open()) server->poll(handle_request);
     if (tcp_server && tcp_server->is_open()) tcp_server->poll(handle_request);
@@ -286,7 +295,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
     }
   }
   // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
-  dataplane::PrometheusRenderer renderer(app);
+  dataplane::PrometheusRenderer renderer(app, apps::project_version(), apps::build_revision(), rte_get_tsc_hz());
   std::mutex render_mutex;
   dataplane::MetricsServer metrics;
   if (status == 0 && !opt.metrics_listen.empty()) {
@@ -323,6 +332,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
     }
+    util::notify_service_manager("STOPPING=1");
     dataplane::detach_telemetry();
   }
   metrics.stop();

@@ -3,9 +3,13 @@
 #include <rte_ethdev.h>
 #include <rte_log.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "inagg/util/log.hpp"
 
@@ -40,9 +44,56 @@ uint64_t now_ns() {
           .count());
 }
 
+// Whether stdout is the stream systemd connected to the journal (JOURNAL_STREAM=DEVICE:INODE).
+bool stdout_is_journal() {
+  const char* js = std::getenv("JOURNAL_STREAM");
+  struct stat st {};
+  if (!js || fstat(fileno(stdout), &st) != 0) return false;
+  unsigned long long dev = 0, ino = 0;
+  if (std::sscanf(js, "%llu:%llu", &dev, &ino) != 2) return false;
+  return dev == static_cast<unsigned long long>(st.st_dev) && ino == static_cast<unsigned long long>(st.st_ino);
+}
+
+// rte_log's stream: writes to stdout, with a priority prefix at each line's start for journald.
+struct LogStream {
+  bool journal = false;
+  bool line_start = true;
+};
+LogStream g_stream;
+
+ssize_t log_stream_write(void* cookie, const char* buf, size_t size) {
+  auto* ls = static_cast<LogStream*>(cookie);
+  size_t done = 0;
+  while (done < size) {
+    if (ls->journal && ls->line_start) {
+      const std::string p = journal_prefix(static_cast<uint32_t>(rte_log_cur_msg_loglevel()));
+      std::fwrite(p.data(), 1, p.size(), stdout);
+    }
+    const char* nl = static_cast<const char*>(std::memchr(buf + done, '\n', size - done));
+    const size_t n = nl ? static_cast<size_t>(nl - (buf + done)) + 1 : size - done;
+    std::fwrite(buf + done, 1, n, stdout);
+    ls->line_start = nl != nullptr;
+    done += n;
+  }
+  std::fflush(stdout);
+  return static_cast<ssize_t>(size);
+}
+
 }  // namespace
 
+std::string journal_prefix(uint32_t rte_level) {
+  const uint32_t l = rte_level >= RTE_LOG_EMERG && rte_level <= RTE_LOG_DEBUG ? rte_level - 1 : 6;
+  return "<" + std::to_string(l) + ">";
+}
+
 void route_logs_to_rte_log() {
+  g_stream.journal = stdout_is_journal();
+  cookie_io_functions_t io{};
+  io.write = log_stream_write;
+  if (FILE* f = fopencookie(&g_stream, "w", io)) {
+    setvbuf(f, nullptr, _IOLBF, 0);
+    rte_openlog_stream(f);  // stays open for the process's life, as EAL's own stream
+  }
   for (size_t i = 0; i < static_cast<size_t>(util::LogModule::count); ++i) {
     const int t =
         rte_log_register_type_and_pick_level(util::log_module_name(static_cast<util::LogModule>(i)), RTE_LOG_INFO);

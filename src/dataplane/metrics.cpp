@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <rte_ethdev.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <string_view>
@@ -65,25 +66,192 @@ std::string label(std::string_view key, std::string_view value) {
   return s + '"';
 }
 
+// How a counter of the appliance is exported: the family it goes to (the part after the
+// inagg_lcore_ / inagg_engine_ / inagg_job_ prefix, with its unit and _total) and, for a family
+// that splits one quantity by cause, the `reason` label's value (empty otherwise). A counter of
+// a split family is one cause of it, so that sum by (reason) is the whole: drops are one family
+// with a reason, not one family per reason.
+struct CounterExport {
+  std::string_view counter, family, reason;
+};
+
+// Families split by reason have one HELP for all their causes.
+struct SplitFamily {
+  std::string_view family, help;
+};
+
+constexpr SplitFamily kSplitFamilies[] = {
+    {"dropped_packets_total", "packets dropped, by reason (the control socket's stats name each reason's counter)"},
+    {"contract_violations_total",
+     "packets that broke a rule of the job contract, by rule (dropped; the job goes on unless its release could "
+     "never happen)"},
+    {"naks_sent_total",
+     "NAKs the engine sent: psn_gap (a loss before the appliance), missing_tail (a message whose tail never "
+     "arrived), repeated (the sender had not gone back)"},
+    {"ecn_marked_packets_total",
+     "released packets CE-marked: input_marked (an input of their slot was), queue_threshold (the TX queue towards "
+     "their receiver was past the ECN threshold)"},
+    {"handover_packets_total",
+     "RoCEv2 packets handed between lcores: out (to the lcore that owns their job), in (received from another "
+     "lcore)"},
+    {"mac_learning_refused_total",
+     "frames whose source MAC was not learned: sticky_move (a rank's pinned MAC seen on another port), port_limit "
+     "(the port at its --mac-limit-per-port)"},
+    {"loop_seconds_total",
+     "time the lcore's loop spent, by state: busy (iterations that moved packets), idle (iterations that found "
+     "nothing)"},
+};
+
+constexpr CounterExport kEngineExports[] = {
+    {"rx_packets", "rx_packets_total", ""},
+    {"passthrough", "passthrough_packets_total", ""},
+    {"malformed", "dropped_packets_total", "malformed"},
+    {"bad_icrc", "dropped_packets_total", "bad_icrc"},
+    {"drop_wrong_source", "dropped_packets_total", "wrong_source"},
+    {"drop_wrong_port", "dropped_packets_total", "wrong_port"},
+    {"drop_unplaceable", "dropped_packets_total", "unplaceable"},
+    {"drop_closed", "dropped_packets_total", "connection_closed"},
+    {"cnp_forwarded", "cnp_forwarded_packets_total", ""},
+    {"drop_wrong_shard", "dropped_packets_total", "wrong_shard"},
+    {"aggregated_packets", "aggregated_packets_total", ""},
+    {"aggregated_bytes", "aggregated_bytes_total", ""},
+    {"slots_completed", "slots_completed_total", ""},
+    {"slots_released", "slots_released_total", ""},
+    {"released_packets", "released_packets_total", ""},
+    {"duplicates_collecting", "duplicates_replaced_packets_total", ""},
+    {"duplicates_dropped", "dropped_packets_total", "duplicate"},
+    {"retransmits_answered", "retransmits_answered_packets_total", ""},
+    {"stale", "dropped_packets_total", "stale_epoch"},
+    {"acks_observed", "acks_forwarded_packets_total", ""},
+    {"naks_sent", "naks_sent_total", "psn_gap"},
+    {"tail_naks", "naks_sent_total", "missing_tail"},
+    {"naks_resent", "naks_sent_total", "repeated"},
+    {"nak_alloc_failed", "nak_alloc_failures_total", ""},
+    {"resends", "resent_packets_total", ""},
+    {"resend_budget_spent", "resend_budgets_spent_total", ""},
+    {"ecn_marked", "ecn_marked_packets_total", "input_marked"},
+    {"ecn_marked_queue", "ecn_marked_packets_total", "queue_threshold"},
+    {"failed_job_drops", "dropped_packets_total", "job_failed"},
+    {"job_errors", "job_errors_total", ""},
+    {"drop_unfit", "dropped_packets_total", "contract"},
+    {"drop_ack_unpinned", "dropped_packets_total", "ack_port_unpinned"},
+    {"err_length_or_opcode", "contract_violations_total", "message_size"},
+    {"err_ahead_of_window", "contract_violations_total", "window"},
+    {"err_ack_bypass", "contract_violations_total", "ack_bypass"},
+    {"err_not_write", "contract_violations_total", "writes_only"},
+    {"err_not_rc", "contract_violations_total", "rc_only"},
+    {"timeouts", "job_timeouts_total", ""},
+    {"generations", "replay_generations_total", ""},
+    {"drop_resuming", "dropped_packets_total", "resuming"},
+    {"tx_full", "dropped_packets_total", "tx_list_full"},
+};
+
+// busy_cycles and idle_cycles are exported in seconds (loop_seconds_total), not here.
+constexpr CounterExport kLcoreExports[] = {
+    {"rx", "rx_packets_total", ""},
+    {"tx", "tx_packets_total", ""},
+    {"tx_dropped", "dropped_packets_total", "pmd_refused"},
+    {"bridged", "bridged_packets_total", ""},
+    {"flooded", "flooded_packets_total", ""},
+    {"same_port_drops", "dropped_packets_total", "same_port"},
+    {"mac_moves_refused", "mac_learning_refused_total", "sticky_move"},
+    {"mac_limit_refused", "mac_learning_refused_total", "port_limit"},
+    {"roce", "roce_packets_total", ""},
+    {"handover_out", "handover_packets_total", "out"},
+    {"handover_in", "handover_packets_total", "in"},
+    {"handover_full", "dropped_packets_total", "handover_full"},
+    {"ordered", "ordered_packets_total", ""},
+    {"rx_deferred", "rx_deferred_polls_total", ""},
+    {"multiseg_linearize_failed", "linearize_failures_total", ""},
+    {"idle_sleeps", "idle_sleeps_total", ""},
+};
+
+template <size_t N>
+const CounterExport* find_export(const CounterExport (&table)[N], std::string_view counter) {
+  for (const CounterExport& e : table)
+    if (e.counter == counter) return &e;
+  return nullptr;
+}
+
+std::string_view split_help(std::string_view family) {
+  for (const SplitFamily& f : kSplitFamilies)
+    if (f.family == family) return f.help;
+  return {};
+}
+
+// One counter's value with the labels of its owner ("lcore=..." or "job_id=..." or none).
+struct CounterSample {
+  std::string owner_labels;
+  uint64_t value;
+};
+
+// Renders counters named in `table` as their families, each family once with all its samples
+// (a family's samples must not interleave with another's). `values(counter)` gives the samples
+// of one counter, `help_of(counter)` its own description.
+template <size_t N, class Values, class Help>
+void render_counters(std::ostringstream& o, std::string_view prefix, const CounterExport (&table)[N], Values&& values,
+                     Help&& help_of) {
+  std::vector<std::string_view> done;
+  for (const CounterExport& first : table) {
+    if (std::find(done.begin(), done.end(), first.family) != done.end()) continue;
+    done.push_back(first.family);
+    const std::string_view split = split_help(first.family);
+    Family f(o, std::string(prefix) + std::string(first.family), split.empty() ? help_of(first.counter) : split,
+             "counter");
+    for (const CounterExport& e : table) {
+      if (e.family != first.family) continue;
+      for (const CounterSample& s : values(e.counter)) {
+        std::string labels = s.owner_labels;
+        if (!e.reason.empty()) labels += (labels.empty() ? "" : ",") + label("reason", e.reason);
+        f.sample(labels, s.value);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool every_counter_exported(std::string* missing) {
+  agg::for_each_counter(agg::EngineCounters{}, [&](std::string_view name, std::string_view, uint64_t) {
+    if (!find_export(kEngineExports, name)) *missing += "engine counter " + std::string(name) + "; ";
+  });
+#define X(name, text)                                                                         \
+  if (std::string_view(#name) != "busy_cycles" && std::string_view(#name) != "idle_cycles" && \
+      !find_export(kLcoreExports, #name))                                                     \
+    *missing += "lcore counter " #name "; ";
+  INAGG_LCORE_COUNTERS(X)
+#undef X
+  return missing->empty();
+}
 
 std::string PrometheusRenderer::render() {
   std::ostringstream o;
+  Family(o, "inagg_build_info", "1, with the version inagg was built from", "gauge")
+      .sample(label("version", version_) + "," + label("revision", revision_), uint64_t{1});
+
   const std::vector<PortInfo>& ports = app_.ports();
   std::vector<rte_eth_stats> st(ports.size());
   for (size_t i = 0; i < ports.size(); ++i) rte_eth_stats_get(ports[i].port, &st[i]);
+  auto port_labels = [&](size_t i) {
+    return label("port", std::to_string(ports[i].port)) + "," + label("driver", ports[i].name);
+  };
   auto port_family = [&](const char* name, const char* help, uint64_t rte_eth_stats::*field) {
     Family f(o, name, help, "counter");
-    for (size_t i = 0; i < ports.size(); ++i)
-      f.sample(label("port", std::to_string(ports[i].port)) + "," + label("driver", ports[i].name), st[i].*field);
+    for (size_t i = 0; i < ports.size(); ++i) f.sample(port_labels(i), st[i].*field);
   };
   port_family("inagg_port_rx_packets_total", "packets received by the port", &rte_eth_stats::ipackets);
   port_family("inagg_port_tx_packets_total", "packets sent by the port", &rte_eth_stats::opackets);
   port_family("inagg_port_rx_bytes_total", "bytes received by the port", &rte_eth_stats::ibytes);
   port_family("inagg_port_tx_bytes_total", "bytes sent by the port", &rte_eth_stats::obytes);
-  port_family("inagg_port_rx_missed_total", "packets the port dropped for want of RX descriptors",
-              &rte_eth_stats::imissed);
-  port_family("inagg_port_rx_nombuf_total", "packets the port dropped for want of mbufs", &rte_eth_stats::rx_nombuf);
+  {
+    Family f(o, "inagg_port_rx_dropped_packets_total",
+             "packets the port dropped on receive: no_descriptor (its RX ring was full), no_mbuf (no packet buffer)",
+             "counter");
+    for (size_t i = 0; i < ports.size(); ++i) {
+      f.sample(port_labels(i) + "," + label("reason", "no_descriptor"), st[i].imissed);
+      f.sample(port_labels(i) + "," + label("reason", "no_mbuf"), st[i].rx_nombuf);
+    }
+  }
   port_family("inagg_port_rx_errors_total", "erroneous packets received", &rte_eth_stats::ierrors);
   port_family("inagg_port_tx_errors_total", "packets the port failed to send", &rte_eth_stats::oerrors);
   {
@@ -91,31 +259,40 @@ std::string PrometheusRenderer::render() {
              "the port's driver, MTU and how RoCE is steered: rte_flow RSS by UDP source port (rss), rte_flow to "
              "queue 0 (queue), or classified in software",
              "gauge");
-    for (const PortInfo& p : ports)
-      f.sample(label("port", std::to_string(p.port)) + "," + label("driver", p.name) + "," +
-                   label("mtu", std::to_string(p.mtu)) + "," + label("steering", p.flow_mode),
+    for (size_t i = 0; i < ports.size(); ++i)
+      f.sample(port_labels(i) + "," + label("mtu", std::to_string(ports[i].mtu)) + "," +
+                   label("steering", ports[i].flow_mode),
                uint64_t{1});
   }
 
   const auto lcores = app_.lcore_counters();
-#define X(name, text)                                                                        \
-  {                                                                                          \
-    Family f(o, "inagg_lcore_" #name "_total", text, "counter");                             \
-    for (const auto& [id, c] : lcores) f.sample(label("lcore", std::to_string(id)), c.name); \
-  }
-  INAGG_LCORE_COUNTERS(X)
-#undef X
-  {
-    Family f(
-        o, "inagg_lcore_busy_ratio",
-        "share of the lcore's loop cycles that moved packets, since the previous scrape (since start on the first)",
-        "gauge");
+  auto lcore_values = [&](std::string_view counter) {
+    std::vector<CounterSample> v;
     for (const auto& [id, c] : lcores) {
-      auto& last = last_cycles_[id];
-      const uint64_t busy = c.busy_cycles - last.first, idle = c.idle_cycles - last.second;
-      last = {c.busy_cycles, c.idle_cycles};
-      f.sample(label("lcore", std::to_string(id)),
-               busy + idle ? static_cast<double>(busy) / static_cast<double>(busy + idle) : 0.0);
+      uint64_t x = 0;
+#define X(name, text) \
+  if (counter == #name) x = c.name;
+      INAGG_LCORE_COUNTERS(X)
+#undef X
+      v.push_back({label("lcore", std::to_string(id)), x});
+    }
+    return v;
+  };
+  auto lcore_help = [](std::string_view counter) {
+    std::string_view h;
+#define X(name, text) \
+  if (counter == #name) h = text;
+    INAGG_LCORE_COUNTERS(X)
+#undef X
+    return h;
+  };
+  render_counters(o, "inagg_lcore_", kLcoreExports, lcore_values, lcore_help);
+  {
+    Family f(o, "inagg_lcore_loop_seconds_total", split_help("loop_seconds_total"), "counter");
+    const double hz = static_cast<double>(tsc_hz_ ? tsc_hz_ : 1);
+    for (const auto& [id, c] : lcores) {
+      f.sample(label("lcore", std::to_string(id)) + "," + label("state", "busy"), c.busy_cycles / hz);
+      f.sample(label("lcore", std::to_string(id)) + "," + label("state", "idle"), c.idle_cycles / hz);
     }
   }
 
@@ -141,19 +318,35 @@ std::string PrometheusRenderer::render() {
         .sample("", rules.contended);
   }
 
+  auto engine_help = [](std::string_view counter) {
+    std::string_view h;
+    agg::for_each_counter(agg::EngineCounters{}, [&](std::string_view name, std::string_view text, uint64_t) {
+      if (name == counter) h = text;
+    });
+    return h;
+  };
   const agg::EngineCounters totals = app_.engine_totals();
-  agg::for_each_counter(totals, [&](std::string_view name, std::string_view text, uint64_t v) {
-    Family(o, "inagg_engine_" + std::string(name) + "_total", text, "counter").sample("", v);
-  });
+  render_counters(
+      o, "inagg_engine_", kEngineExports,
+      [&](std::string_view counter) {
+        std::vector<CounterSample> v;
+        agg::for_each_counter(totals, [&](std::string_view name, std::string_view, uint64_t x) {
+          if (name == counter) v.push_back({"", x});
+        });
+        return v;
+      },
+      engine_help);
 
   // Per job, from the job description (INAGG_JOB_FIELDS): its text fields as labels of
-  // inagg_job_up, each numeric field a gauge family, each engine counter a counter family.
+  // inagg_job_info, each numeric field a gauge family, each engine counter as the engine's. The
+  // job's label is job_id: Prometheus gives every target a `job` label of its own.
   const std::vector<control::JobStatus> jobs = app_.describe_jobs();
+  auto job_label = [](const control::JobStatus& j) { return label("job_id", std::to_string(j.id)); };
   {
-    Family f(o, "inagg_job_up", "1 for a registered job, with its state (active or failed), dtype and why it failed",
+    Family f(o, "inagg_job_info", "1 for a registered job, with its state (active or failed), dtype and why it failed",
              "gauge");
     for (const control::JobStatus& j : jobs) {
-      std::string labels = label("job", std::to_string(j.id));
+      std::string labels = job_label(j);
       control::for_each_job_field(j, [&](std::string_view name, std::string_view, const control::JobFieldValue& v) {
         if (const std::string* text = std::get_if<std::string>(&v)) labels += "," + label(name, *text);
       });
@@ -167,19 +360,20 @@ std::string PrometheusRenderer::render() {
           Family f(o, "inagg_job_" + std::string(name), help, "gauge");
           for (const control::JobStatus& j : jobs)
             control::for_each_job_field(j, [&](std::string_view n, std::string_view, const control::JobFieldValue& x) {
-              if (n == name) f.sample(label("job", std::to_string(j.id)), std::get<uint64_t>(x));
+              if (n == name) f.sample(job_label(j), std::get<uint64_t>(x));
             });
         });
   }
-  // One family per engine counter with a sample per job (a family's samples must not interleave
-  // with another's).
-  size_t k = 0;
-  agg::for_each_counter(agg::EngineCounters{}, [&](std::string_view name, std::string_view text, uint64_t) {
-    Family f(o, "inagg_job_" + std::string(name) + "_total", text, "counter");
-    for (const control::JobStatus& j : jobs)
-      if (k < j.counters.size()) f.sample(label("job", std::to_string(j.id)), j.counters[k].value);
-    ++k;
-  });
+  render_counters(
+      o, "inagg_job_", kEngineExports,
+      [&](std::string_view counter) {
+        std::vector<CounterSample> v;
+        for (const control::JobStatus& j : jobs)
+          for (const auto& c : j.counters)
+            if (c.name == counter) v.push_back({job_label(j), c.value});
+        return v;
+      },
+      engine_help);
   return o.str();
 }
 

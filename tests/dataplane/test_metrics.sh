@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # inagg's Prometheus endpoint (--metrics): scraped twice while net_pcap loops a job's traffic, the
 # text parsed by the Prometheus project's own Python client (an independent parser of the format);
-# port, lcore, engine and job families present, counters that move between the scrapes, a busy
-# ratio in [0, 1], the job's counters agreeing with inagg-ctl; bad --metrics values refused clearly.
+# port, lcore, engine and job families present and named by Prometheus's conventions (promtool
+# check metrics passes), counters that move between the scrapes, the job's counters agreeing with
+# inagg-ctl; bad --metrics values refused clearly.
 #   test_metrics.sh INAGG INAGG_CTL SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 src=$3
@@ -24,11 +25,12 @@ url=$(sed -n 's|^inagg: metrics at \(http://[^ ]*\)$|\1|p' "$tmp/log")
 aggregating() { local v; v=$("$ctl" --socket "$tmp/ctl.sock" stats 1 | awk '$1 == "aggregated_packets" {print $2}'); [ "${v:-0}" -gt 0 ]; }
 wait_for 10 "job 1 to aggregate" aggregating || fail "job 1 aggregated nothing"
 
-/usr/bin/python3 - "$url" "$ctl" "$tmp/ctl.sock" "$src/conf/grafana/inagg-dashboard.json" <<'PY' || fail "metrics check"
+version=$("$inagg" --version | awk '{print $2; exit}')
+/usr/bin/python3 - "$url" "$ctl" "$tmp/ctl.sock" "$src/conf/grafana/inagg-dashboard.json" "$version" "$tmp/dashboard-rules.yml" <<'PY' || fail "metrics check"
 import json, re, subprocess, sys, time, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
-url, ctl, sock, dashboard = sys.argv[1:5]
+url, ctl, sock, dashboard, version, rules_file = sys.argv[1:7]
 raw_names = set()
 
 def scrape():
@@ -51,20 +53,36 @@ def value(fams, family, **labels):
 a = scrape()
 time.sleep(0.3)   # traffic keeps flowing; the second scrape must see it
 b = scrape()
-for fam in ("inagg_port_rx_packets", "inagg_port_tx_packets", "inagg_port_rx_bytes", "inagg_port_rx_missed",
-            "inagg_port_rx_errors", "inagg_port_tx_errors", "inagg_lcore_rx", "inagg_lcore_busy_ratio",
-            "inagg_engine_aggregated_packets", "inagg_job_up", "inagg_job_aggregated_packets",
-            "inagg_job_slots_released", "inagg_job_naks_sent", "inagg_job_resends", "inagg_job_held_packets"):
+for fam in ("inagg_build_info", "inagg_port_rx_packets", "inagg_port_tx_packets", "inagg_port_rx_bytes",
+            "inagg_port_rx_dropped_packets", "inagg_port_rx_errors", "inagg_port_tx_errors",
+            "inagg_lcore_rx_packets", "inagg_lcore_loop_seconds", "inagg_lcore_dropped_packets",
+            "inagg_engine_aggregated_packets", "inagg_engine_dropped_packets", "inagg_engine_contract_violations",
+            "inagg_job_info", "inagg_job_aggregated_packets", "inagg_job_slots_released", "inagg_job_naks_sent",
+            "inagg_job_resent_packets", "inagg_job_held_packets"):
     assert fam in b, f"family {fam} missing; have {sorted(b)[:10]}..."
+# Prometheus's conventions: counters end in _total; no cycles (seconds are the base unit), no
+# ratio computed at scrape, one family per quantity (drops by a reason label, not a family each).
+for f in b.values():
+    if f.type == "counter":
+        assert all(s.name.endswith("_total") for s in f.samples), f.name
+    assert not re.search(r"_(cycles|ratio|drop)(_|$)", f.name), f.name
+assert value(b, "inagg_build_info", version=version) == 1
 for port in ("0", "1"):
     ra, rb = value(a, "inagg_port_rx_packets", port=port), value(b, "inagg_port_rx_packets", port=port)
     assert rb > ra > 0, f"port {port} rx did not grow between scrapes: {ra} -> {rb}"
+    assert {s.labels["reason"] for s in b["inagg_port_rx_dropped_packets"].samples if s.labels["port"] == port} == \
+        {"no_descriptor", "no_mbuf"}
 assert a["inagg_port_rx_packets"].type == "counter" and b["inagg_job_held_packets"].type == "gauge"
-for s in b["inagg_lcore_busy_ratio"].samples:
-    assert 0.0 <= s.value <= 1.0, s
-assert value(b, "inagg_job_up", job="1", state="active") == 1
-ja, jb = value(a, "inagg_job_aggregated_packets", job="1"), value(b, "inagg_job_aggregated_packets", job="1")
+# The loop's seconds grow, busy while it aggregates; each state once per lcore.
+busy = lambda f: sum(s.value for s in f["inagg_lcore_loop_seconds"].samples if s.labels["state"] == "busy")
+assert busy(b) > busy(a) > 0, (busy(a), busy(b))
+assert value(b, "inagg_job_info", job_id="1", state="active") == 1
+ja, jb = value(a, "inagg_job_aggregated_packets", job_id="1"), value(b, "inagg_job_aggregated_packets", job_id="1")
 assert jb >= ja > 0, (ja, jb)
+# Drop reasons: one sample per reason, and the same reasons per job as for the engine.
+reasons = [s.labels["reason"] for s in b["inagg_engine_dropped_packets"].samples]
+assert len(reasons) == len(set(reasons)) and {"bad_icrc", "malformed", "duplicate", "contract"} <= set(reasons), reasons
+assert sorted(s.labels["reason"] for s in b["inagg_job_dropped_packets"].samples) == sorted(reasons)
 # The same counter through the control socket, read after the scrape: at least as far along.
 out = subprocess.run([ctl, "--socket", sock, "stats", "1"], capture_output=True, text=True, check=True).stdout
 ctl_agg = int(next(l.split()[1] for l in out.splitlines() if l.startswith("aggregated_packets ")))
@@ -82,9 +100,63 @@ exprs = [t["expr"] for p in json.load(open(dashboard))["panels"] for t in p["tar
 asked = {m for e in exprs for m in re.findall(r"inagg_[a-z0-9_]+", e)}
 missing = asked - raw_names
 assert not missing, f"the dashboard asks for metrics inagg does not serve: {sorted(missing)}"
+# Several appliances stay apart: $job and $instance select, rates use Grafana's $__rate_interval.
+board = json.load(open(dashboard))
+assert [v["name"] for v in board["templating"]["list"]] == ["job", "instance", "job_id"], board["templating"]
+for e in exprs:
+    assert 'instance=~"$instance"' in e and ("rate(" not in e or "[$__rate_interval]" in e), e
+# The queries as PromQL, for promtool check rules (the variables as Grafana fills them).
+with open(rules_file, "w") as f:
+    f.write("groups:\n- name: dashboard\n  rules:\n")
+    for k, e in enumerate(exprs):
+        q = e.replace("$__rate_interval", "1m").replace("$job_id", ".*").replace("$instance", ".*").replace("$job", ".*")
+        f.write(f"  - record: inagg:dashboard_{k}\n    expr: {json.dumps(q)}\n")
 print(f"ok: {len(b)} metric families, the dashboard's {len(asked)} metrics all served; port 0 rx "
       f"{value(a, 'inagg_port_rx_packets', port='0'):.0f} -> {value(b, 'inagg_port_rx_packets', port='0'):.0f}; "
       f"job 1 aggregated {jb:.0f} (inagg-ctl: {ctl_agg})")
+PY
+# The Prometheus project's own linter on a live scrape. promtool comes from Debian's prometheus
+# package, unpacked (not installed: that would start a Prometheus server) into a cache directory.
+promtool=$(command -v promtool || true)
+if [ -z "$promtool" ]; then
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/inagg/prometheus"
+  if [ ! -x "$cache/usr/bin/promtool" ]; then
+    mkdir -p "$tmp/deb" "$cache" || fail "cache directory $cache"
+    (cd "$tmp/deb" && apt-get download prometheus >"$tmp/deb.log" 2>&1) ||
+      fail "apt-get download prometheus (for promtool): $(tail -n 3 "$tmp/deb.log")"
+    dpkg-deb -x "$tmp"/deb/prometheus_*.deb "$tmp/deb/root" || fail "unpacking prometheus's package"
+    install -D -m 0755 "$tmp/deb/root/usr/bin/promtool" "$cache/usr/bin/promtool" || fail "copying promtool"
+  fi
+  promtool="$cache/usr/bin/promtool"
+fi
+/usr/bin/python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" \
+  "$url" >"$tmp/scrape.txt" || fail "scrape for promtool"
+lint=$("$promtool" check metrics <"$tmp/scrape.txt" 2>&1) || fail "promtool check metrics: $lint"
+lint=$("$promtool" check rules "$tmp/dashboard-rules.yml" 2>&1) || fail "the dashboard's queries as PromQL: $lint"
+echo "ok: promtool check metrics passes on a scrape of $(grep -c '^# TYPE' "$tmp/scrape.txt") families"
+# inagg-ctl -j: the same replies as JSON (read by python's json module) with the text form's names
+# and values.
+/usr/bin/python3 - "$ctl" "$tmp/ctl.sock" <<'PY' || fail "inagg-ctl -j"
+import json, subprocess, sys
+ctl, sock = sys.argv[1:3]
+def run(*args, json_form):
+    r = subprocess.run([ctl, "--socket", sock] + (["-j"] if json_form else []) + list(args), capture_output=True, text=True)
+    return r.returncode, (json.loads(r.stdout) if json_form else r.stdout)
+rc, jl = run("list", json_form=True)
+_, tl = run("list", json_form=False)
+assert rc == 0 and jl["ok"] and [j["id"] for j in jl["jobs"]] == [1], jl
+assert f"id=1 state={jl['jobs'][0]['state']} dtype={jl['jobs'][0]['dtype']} workers={jl['jobs'][0]['workers']} " in tl, (jl, tl)
+rc, js = run("stats", "1", json_form=True)
+_, ts = run("stats", "1", json_form=False)
+text = dict(l.split(" ", 1) for l in ts.splitlines())
+assert rc == 0 and js["job"]["id"] == 1 and js["job"]["dtype"] == text["dtype"], (js, text)
+assert set(js["counters"]) | set(js["job"]) == set(text), sorted(set(text) ^ (set(js["counters"]) | set(js["job"])))
+assert 0 < js["counters"]["aggregated_packets"] <= int(text["aggregated_packets"]), (js["counters"], text["aggregated_packets"])
+rc, je = run("stats", json_form=True)
+assert rc == 0 and je["counters"]["aggregated_packets"] >= js["counters"]["aggregated_packets"], je
+rc, jr = run("remove", "99", json_form=True)
+assert rc == 1 and jr["ok"] is False and "99" in jr["error"], (rc, jr)
+print(f"ok: inagg-ctl -j list, stats, stats 1 and a refusal parse as JSON with the text form's {len(text)} names")
 PY
 # inagg-ctl top: two frames (not a terminal: one after the other), job 1 aggregating in both.
 top=$("$ctl" --socket "$tmp/ctl.sock" top --interval 0.3 --count 2 2>&1) || fail "inagg-ctl top: $top"

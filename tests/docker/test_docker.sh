@@ -114,7 +114,7 @@ url=$("$src/docker/lab-rack" metrics-url --name "$crack")
 /usr/bin/python3 - "$url" <<'PY' || fail "metrics from the host at $url"
 import sys, urllib.request
 text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
-agg = [l for l in text.splitlines() if l.startswith('inagg_job_aggregated_packets_total{job="1"}')]
+agg = [l for l in text.splitlines() if l.startswith('inagg_job_aggregated_packets_total{job_id="1"}')]
 assert agg and float(agg[0].split()[-1]) > 0, agg or text[:400]
 rx = [l for l in text.splitlines() if l.startswith("inagg_port_rx_packets_total{")]
 assert len(rx) == 4, rx

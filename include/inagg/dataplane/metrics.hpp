@@ -4,28 +4,37 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace inagg::dataplane {
 
 class Appliance;
 
-// Renders every figure of `app`: per port (packets, bytes, drops, errors), per lcore (counters, busy
-// cycles, and the busy ratio since the previous render), engine totals, and per job (state, every
-// engine counter, held and retained packets, memory). Reads only what the Appliance's thread-safe
-// accessors and rte_eth_stats_get give. Keeps the previous lcore cycle counts for the busy ratio.
+// Renders every figure of `app` with Prometheus's naming conventions (units in the name, `_total`
+// on counters, one family per quantity with a `reason` label where it has several causes):
+// inagg_build_info; per port packets, bytes, drops by reason, errors; per lcore its counters and
+// the seconds its loop spent busy and idle; engine totals; per job (label `job_id`) its state as
+// inagg_job_info, its gauges and the engine's counters. Reads only what the Appliance's
+// thread-safe accessors and rte_eth_stats_get give; keeps no state between scrapes (ratios are
+// the query's to compute, e.g. rate(inagg_lcore_loop_seconds_total{state="busy"}[...])).
 class PrometheusRenderer {
  public:
-  explicit PrometheusRenderer(Appliance& app) : app_(app) {}
+  PrometheusRenderer(Appliance& app, std::string version, std::string revision, uint64_t tsc_hz)
+      : app_(app), version_(std::move(version)), revision_(std::move(revision)), tsc_hz_(tsc_hz) {}
   std::string render();
 
  private:
   Appliance& app_;
-  std::map<unsigned, std::pair<uint64_t, uint64_t>> last_cycles_;  // lcore -> (busy, idle)
+  std::string version_, revision_;
+  uint64_t tsc_hz_;
 };
+
+// True when every engine and lcore counter has its place in a metric family; otherwise *missing
+// names those that have none (a counter added to the engine must be given one).
+bool every_counter_exported(std::string* missing);
 
 // A minimal HTTP server for GET /metrics on its own thread.
 class MetricsServer {
