@@ -161,6 +161,12 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   if (I.single) lcore_ids.push_back(rte_get_main_lcore());
   const uint16_t nq = static_cast<uint16_t>(lcore_ids.size());
   if (!check_job_lcores(cfg, nq, error)) return false;
+  if (cfg.job_lcores > 1)
+    util::log(util::LogModule::dataplane, util::LogLevel::warning,
+              "--job-lcores %u: a job sharded over lcores has measured from 0.6x to 1.6x one lcore "
+              "(bench/README.md, engine and job-lcores, on 2 vCPUs): it gains only where each lcore has a core "
+              "of its own and receives its own shard's packets; measure yours with bench/run job-lcores",
+              static_cast<unsigned>(cfg.job_lcores));
   if (!I.ports.open(cfg, nq, error)) return false;
 
   for (uint16_t i = 0; i < nq; ++i) {
