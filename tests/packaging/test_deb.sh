@@ -2,9 +2,11 @@
 # Builds the Debian package from the tree and checks it the way an appliance host would meet it:
 #   1. debian/control's Build-Depends are scripts/packages.txt above its "test and tooling" part,
 #      and debian/changelog's version is meson's project version;
-#   2. dpkg-buildpackage -us -uc -b, in a copy of the tree (the tree itself stays clean);
-#   3. the package holds the binaries, the configs (as conffiles), the systemd unit, the hugepage
-#      helper and the documents;
+#   2. dpkg-buildpackage -us -uc (source and binary), in a copy of the tree (the tree itself stays
+#      clean);
+#   3. the package holds the binaries with their manual pages, the configs (the only conffiles),
+#      the examples, the systemd unit, the hugepage helper and the documents; lintian passes on
+#      the binary and the source package;
 #   4. its dependencies: every package dh_shlibdeps found is in packages.txt's "runtime" part, and
 #      apt resolves the package for a root with nothing installed (apt-get --simulate against an
 #      empty dpkg status, with Debian's package lists);
@@ -29,7 +31,8 @@ names() { grep -v '^\s*#' | grep -v '^\s*$' | sort -u; }
 field_names() { tr ',|' '\n\n' | sed 's/([^)]*)//g; s/\[[^]]*\]//g; s/<[^>]*>//g; s/^\s*//; s/\s*$//' | grep -v '^$' | sort -u; }
 
 # 1. What debian/ says against what the tree says.
-build_part=$(sed '/^# test and tooling/,$d' "$src/scripts/packages.txt" | names)
+# (build-essential is left out of Build-Depends: it is always there when a package builds.)
+build_part=$(sed '/^# test and tooling/,$d' "$src/scripts/packages.txt" | names | grep -vx build-essential)
 runtime_part=$(sed -n '/^# runtime/,$p' "$src/scripts/packages.txt" | names)
 [ -n "$runtime_part" ] || fail "scripts/packages.txt has no '# runtime' part"
 build_depends=$(grep -v '^#' "$src/debian/control" |
@@ -53,7 +56,7 @@ mkdir -p "$tmp/inagg"
 start=$SECONDS
 if ! (cd "$tmp/inagg" &&
   DEB_BUILD_OPTIONS="nocheck noddebs noopt parallel=$(nproc)" DEB_CFLAGS_STRIP=-g DEB_CXXFLAGS_STRIP=-g \
-    dpkg-buildpackage -us -uc -b >"$tmp/build.log" 2>&1); then
+    dpkg-buildpackage -us -uc >"$tmp/build.log" 2>&1); then
   tail -n 40 "$tmp/build.log"
   fail "dpkg-buildpackage failed (the log's end is above)"
 fi
@@ -64,7 +67,10 @@ echo "ok: built $(basename "$deb") in $((SECONDS - start)) s"
 # 3. What it holds.
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
 for f in /usr/bin/inagg /usr/bin/inagg-ctl /usr/bin/inagg-worker /usr/bin/inagg-xdp /usr/bin/inagg-decode \
-  /etc/inagg/inagg.conf /etc/inagg/inagg.env /etc/inagg/jobs/example-fp32-4workers.job /etc/inagg/xdp/head-4workers.job \
+  /etc/inagg/inagg.conf /etc/inagg/inagg.env /usr/share/inagg/examples/jobs/example-fp32-4workers.job \
+  /usr/share/inagg/examples/xdp/head-4workers.job /usr/share/inagg/examples/grafana/inagg-dashboard.json \
+  /usr/share/man/man8/inagg.8.gz /usr/share/man/man1/inagg-ctl.1.gz /usr/share/man/man1/inagg-worker.1.gz \
+  /usr/share/man/man1/inagg-xdp.1.gz /usr/share/man/man1/inagg-decode.1.gz \
   /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages \
   /usr/share/doc/inagg/README.md /usr/share/doc/inagg/docs/protocol.md /usr/share/doc/inagg/docs/architecture.md \
   /usr/share/doc/inagg/docs/deploy.md /usr/share/doc/inagg/copyright; do
@@ -74,7 +80,19 @@ dpkg-deb -e "$deb" "$tmp/control"
 for f in /etc/inagg/inagg.conf /etc/inagg/inagg.env; do
   grep -qx "$f" "$tmp/control/conffiles" || fail "$f is not a conffile (an upgrade would overwrite the operator's edits)"
 done
-echo "ok: binaries, configs (conffiles), unit, helper and documents in place"
+[ "$(grep -c . "$tmp/control/conffiles")" = "$(grep -c '^/etc/inagg/[^/]\+$' <<<"$contents")" ] ||
+  fail "conffiles are more than the configs in /etc/inagg: $(cat "$tmp/control/conffiles")"
+man=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man1/inagg-ctl.1.gz | gzip -d)
+grep -q '^\.SH NAME' <<<"$man" && grep -q 'remove job ID and free its slots' <<<"$man" ||
+  fail "inagg-ctl's manual page does not show its --help: $(head -c 400 <<<"$man")"
+echo "ok: binaries, manual pages, configs (the only conffiles), examples, unit, helper and documents in place"
+
+# Debian's own checks on the binary package and the source package: no error, no warning. (Its
+# info tags are shown; this build is -O0, so lintian notes the missing _FORTIFY_SOURCE calls.)
+command -v lintian >/dev/null || fail "lintian is missing (scripts/setup installs it)"
+lint=$(lintian --fail-on error,warning --display-info "$tmp"/inagg_"${version}"_*.changes 2>&1); rc=$?
+[ $rc = 0 ] || fail "lintian: $lint"
+echo "ok: lintian passes on $(cd "$tmp" && ls inagg_"${version}".dsc "$(basename "$deb")" | tr '\n' ' ')(info tags: $(grep -c '^I:' <<<"$lint"))"
 
 # 4. Dependencies.
 depends=$(dpkg-deb -f "$deb" Depends | field_names)
