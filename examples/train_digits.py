@@ -5,6 +5,7 @@ classes; no download), with the gradients summed by Gloo or by inagg.
     train_digits.py train [--rank R --world-size N --master ADDR:PORT] --comm gloo|backend|inagg|inagg-bf16 \
         [--control SOCKET --job-id ID] [--hidden 2048 --depth 2 --epochs 10 ...] --out RUN.json
     train_digits.py report RUN.json... [--plot FILE.png] [--loss-tolerance 1e-3] [--min-accuracy 0.9]
+                           [--link-rate BITS_PER_S]
 
 `train` is one rank, started by hand (--rank, --world-size, --master) or by torchrun (which sets
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; on Debian 12 `python3 -m inagg.torchrun`). With
@@ -70,6 +71,8 @@ def parse_args(argv):
     r.add_argument("--plot", help="write a PNG of loss and step time against the step")
     r.add_argument("--loss-tolerance", type=float, default=1e-3)
     r.add_argument("--min-accuracy", type=float, default=0.9)
+    r.add_argument("--link-rate", type=float, help="every rank's link rate in bit/s (the rack's --rate): prints the "
+                   "in-network and ring bounds of a step's communication beside the times")
     return p.parse_args(argv)
 
 
@@ -313,6 +316,19 @@ def report(a):
             js = r["job_stats"]
             print(f"{r['comm']}: the appliance: " + ", ".join(f"{k} {js[k]}" for k in (
                 "slots_released", "aggregated_packets", "naks_sent", "resends", "retransmits_answered") if k in js))
+    if a.link_rate:
+        # A step's gradients, G bytes per rank (fp32; bf16 on the wire halves them): through the
+        # appliance each rank sends G and receives G at once, G / rate; a ring sends 2 (n-1) / n G.
+        print(f"bounds at {a.link_rate / 1e9:g} Gbit/s per link (the wire alone, no headers):")
+        for r in runs:
+            g = r["parameters"] * (2 if r["comm"] == "inagg-bf16" else 4)
+            n = r.get("world_size") or 4
+            ina, ring = 8 * g / a.link_rate, 8 * g * 2 * (n - 1) / n / a.link_rate
+            comm = r["mean_comm_s"]
+            print(f"  {r['comm']}: {g / 1e6:.1f} MB a step; in-network bound {1e3 * ina:.0f} ms, ring bound "
+                  f"{1e3 * ring:.0f} ms; communication "
+                  + (f"{1e3 * comm:.0f} ms = {comm / ina:.2f}x the in-network bound, {comm / ring:.2f}x the ring's"
+                     if comm else "not measured in this run (the backend's time is inside the step)"))
     for r in runs[1:]:
         speed = ref["mean_step_s"] / r["mean_step_s"]
         print(f"{r['comm']} vs {ref['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "
