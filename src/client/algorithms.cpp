@@ -32,6 +32,8 @@ uint64_t Geometry::send_bytes(uint64_t max_bytes) const {
 
 uint64_t Geometry::receive_bytes(uint64_t max_bytes) const {
   if (mode == Mode::ring) return 2ull * (workers - 1) * ring_stride(max_bytes);
+  // ina: two halves, one per allreduce parity (ina_allreduce).
+  if (mode == Mode::ina) return 2 * messages_of(max_bytes) * message;
   return (messages_of(max_bytes) + (committed() ? 1 : 0)) * message;
 }
 
@@ -132,13 +134,25 @@ Outcome copy_out(const Geometry& g, const Tally& t, const uint8_t* recv, uint64_
 
 }  // namespace
 
-// Measured cost of the tally: docs/protocol.md, "The tally".
+// Measured cost of the tally: docs/protocol.md, "The tally". Consecutive allreduces land in the
+// two halves of the receive region in turn. An appliance that forgot the job forwards the
+// predecessor's next allreduce unsummed the moment it is sent, while this rank may still be
+// copying out the last one; the bytes of a write land in no set order, so no tally read after the
+// copy can prove that none of them was overwritten. In the other half they overwrite nothing: the
+// predecessor can come back to this half only after an allreduce that this rank's next one
+// completed (the appliance's sum needs every rank's part), i.e. after this copy.
 Outcome ina_allreduce(RingExchange& x, const Geometry& g, const uint8_t* in, uint8_t* out, uint64_t bytes) {
   const Tally t(g);
   const uint64_t msgs = g.messages_of(bytes);
-  const uint8_t* recv = x.transport().receive_region().data();
+  const uint64_t half = x.transport().receive_region().size() / 2;
+  if (msgs * g.message > half)
+    return {"an allreduce of " + std::to_string(bytes) + " bytes needs " + std::to_string(2 * msgs * g.message) +
+                " bytes of receive region, which has " + std::to_string(2 * half) + " (Geometry::receive_bytes)",
+            FallOverCause::retry_exceeded};
+  const uint64_t base = x.next_parity() ? half : 0;
+  const uint8_t* recv = x.transport().receive_region().data() + base;
   lay_out(g, t, in, bytes, msgs, x.transport().send_region().data());
-  if (Outcome r = x.exchange(0, msgs * g.message, 0, msgs); !r.ok()) return r;
+  if (Outcome r = x.exchange(0, msgs * g.message, base, msgs); !r.ok()) return r;
   for (uint64_t m = 0; m < msgs; ++m)
     if (Outcome r = tally_of(g, t, recv, m); !r.ok()) return r;
   return copy_out(g, t, recv, bytes, out);

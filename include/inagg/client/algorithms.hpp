@@ -75,12 +75,15 @@ class RingExchange {
   // Counted from the start, not from now: in ring mode the predecessor may be a step ahead, its
   // message already in.
   Outcome exchange(uint64_t src_offset, uint64_t len, uint64_t dst_offset, uint64_t expect);
+  // ina: 0, 1, 0, 1, ... for consecutive allreduces (which half of the receive region they use).
+  unsigned next_parity() { return static_cast<unsigned>(calls_++ & 1); }
 
  private:
   Transport& t_;
   uint32_t message_;
   uint64_t deadline_ns_, stall_ns_;
   uint64_t expected_ = 0;
+  uint64_t calls_ = 0;
 };
 
 // `in` and `out` may be the same buffer (in place); `out` gets the sum. When a message arrived
