@@ -116,8 +116,7 @@ void Engine::log_drop(Job& job, const char* what, unsigned rank, bool ack_direct
 const Engine::ConnEntry* Engine::lookup(util::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const {
   *mapped = false;
   if (const ConnEntry* e = conns_->find(v, addr, qpn)) return e;
-  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (v == util::IpVersion::v6 && conns_->any_v4 && std::memcmp(addr, kMapped, 12) == 0) {
+  if (v == util::IpVersion::v6 && conns_->any_v4 && util::is_v4_mapped_bytes(addr)) {
     *mapped = true;
     return conns_->find(util::IpVersion::v4, addr + 12, qpn);
   }
@@ -146,16 +145,21 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
 }
 
 bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+  Layout l;
+  const wire::ParseStatus st = wire::parse_frame({pkt.data, pkt.len}, l);
+  return process(pkt, st, l, now_ns, tx);
+}
+
+bool Engine::process(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns, TxList& tx) {
   untrusted_ = vouched_ = false;
-  process_frame(pkt, now_ns, tx);
+  process_frame(pkt, st, l, now_ns, tx);
   return !untrusted_;
 }
 
-void Engine::process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
+void Engine::process_frame(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns,
+                           TxList& tx) {
   ++totals_.rx_packets;
   if (now_ns > now_ns_) now_ns_ = now_ns;
-  Layout l;
-  const wire::ParseStatus st = wire::parse_frame({pkt.data, pkt.len}, l);
   if (st != wire::ParseStatus::roce) return process_unplaced(pkt, st, l, now_ns, tx);
   const uint8_t* ip = pkt.data + l.l3;
   const bool v4 = l.ip == util::IpVersion::v4;

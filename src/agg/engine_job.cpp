@@ -45,13 +45,12 @@ void Engine::refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCo
   drop(&job, pkt, &EngineCounters::drop_unfit);
 }
 
+// A data packet: checked against the job's contract, placed by its sequence, then held, summed and
+// released (collect) or answered from the retained sum (answer_retransmit).
 template <bool kSharded, bool kReplay>
 void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
   if constexpr (kSharded) follow_spread_failure(job);
   if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
-  // This engine's part of the job's sequences: every K-th from `own` (one engine: all of them).
-  const unsigned K = kSharded ? job.nshards : 1;
-  const unsigned own = kSharded ? job.shard : 0;
   Job::Conn& conn = job.conns[rank];
   // Header and payload CRCs are independent chains (the CPU overlaps them), joined by the job's
   // precomputed shift; the header part, derived from the sender's previous header (a few table
@@ -62,37 +61,14 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
                            ? wire::icrc_combine(header_crc, payload_crc, job.shift) == wire::icrc_stored(pkt.data, l)
                            : wire::icrc_verify(pkt.data, l);  // a length error follows; verify it plainly
   if (!icrc_ok) return drop(&job, pkt, &EngineCounters::bad_icrc);
-  const wire::BthView bth = wire::bth_of(pkt.data, l);
-  const uint32_t psn = bth.psn();
-  auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
-  if (!wire::is_rdma_write(l.opcode)) {
-    // A SEND or READ takes PSNs the job's WRITEs need: a rank that sends one breaks its job, but a
-    // forger can send one too, so it is dropped, not trusted to end the job.
-    return refuse(
-        job, pkt,
-        [&] {
-          return contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
-                                             ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
-                                             "; a job's QPs carry only its RDMA WRITEs");
-        },
-        &EngineCounters::err_not_write);
-  }
-  if ((l.opcode & 0xe0) != wire::op::kRc) {
-    // UC has no ACKs: the engine could neither know what a receiver has nor recover a loss.
-    return refuse(
-        job, pkt,
-        [&] {
-          return contract("RC only", who() + " sent " + std::string(l.info->name) +
-                                         ": the job's QPs must be RC (UC writes cannot be aggregated transparently)");
-        },
-        &EngineCounters::err_not_rc);
-  }
-  const wire::OpPosition pos = l.info->position;
+  const uint32_t psn = wire::bth_of(pkt.data, l).psn();
+  if (!refuse_unless_rc_write(job, rank, pkt, l, psn)) return;
 
   // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
   if constexpr (kReplay && kSharded) {
-    replay_turn(job, rank, psn, pos);
+    replay_turn(job, rank, psn, l.info->position);
   } else if constexpr (kReplay) {
+    const wire::OpPosition pos = l.info->position;
     if (psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
         (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
       start_generation(job, 0);
@@ -100,87 +76,14 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     }
   }
 
-  const int64_t sseq = static_cast<int64_t>(conn.expected) + sext24(psn - (conn.spec.start_psn + conn.expected));
-  if (sseq < static_cast<int64_t>(job.floor)) {  // before the job's start PSN, or where it resumed
-    ++conn.before_start;
-    conn.before_start_psn = psn;
-    return drop(&job, pkt, &EngineCounters::stale);
-  }
-  const uint64_t seq = static_cast<uint64_t>(sseq);
-  if (kSharded && (seq & (K - 1)) != own) {
-    // Another shard's sequence (only a dataplane that routed it wrong gives one): taking it would
-    // claim a slot of the wrong class, which no release would ever reach.
-    return drop(&job, pkt, &EngineCounters::drop_wrong_shard);
-  }
-  const uint64_t msg = seq / job.ppm;
-  const uint32_t k = static_cast<uint32_t>(seq % job.ppm);
-  // The job's first incomplete message, whichever shard holds it (a shard reads the shared state
-  // again only when what it last saw would refuse the packet). A spread job's slot counts from the
-  // moment a shard hands it to the ordered path: it may be out and acknowledged before the ticket moves.
-  uint64_t released = kSharded ? job.released_seen : job.cursor;
-  if (kSharded && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
-  const uint64_t first_incomplete_msg = released / job.ppm;
-  if (msg >= first_incomplete_msg + job.spec.window) {
-    return refuse(
-        job, pkt,
-        [&] {
-          return contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
-                                        ") while message " + std::to_string(first_incomplete_msg) +
-                                        " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
-                                        " (every rank must honour the same window)");
-        },
-        &EngineCounters::err_ahead_of_window);
-  }
-  if (pos != expected_position(k, job.ppm) || l.payload_len != job.spec.payload_bytes || l.pad != 0) {
-    return refuse(
-        job, pkt,
-        [&] {
-          return contract("message size",
-                          who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
-                              std::to_string(l.payload_len) + " payload bytes does not fit packet " +
-                              std::to_string(k) + " of a " + std::to_string(job.spec.message_bytes) +
-                              "-byte message of " + std::to_string(job.spec.payload_bytes) +
-                              "-byte packets (every message must be exactly message_bytes, on the same path MTU)");
-        },
-        &EngineCounters::err_length_or_opcode);
-  }
+  uint64_t seq;
+  if (!place_data<kSharded>(job, rank, pkt, l, psn, &seq)) return;
   // The packet fits the connection's state (a WRITE of the right size, at or after the start PSN,
   // within the window): only such a packet pins the port the rank's data is taken from. A forged
   // packet that does not fit is dropped above, whatever port it came from.
   if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
-  if (!conn.nak_template_ok) {  // what a NAK to this sender looks like, from its first good packet
-    wire::RoceFrameSpec& s = conn.nak;
-    std::memcpy(s.dst_mac.data(), pkt.data + 6, 6);  // back to the sender
-    std::memcpy(s.src_mac.data(), pkt.data, 6);
-    s.l2_tags_len = static_cast<uint8_t>(l.l3 - 14);  // the frame's own tags, TPIDs and all
-    if (s.l2_tags_len <= s.l2_tags.size()) std::memcpy(s.l2_tags.data(), pkt.data + 12, s.l2_tags_len);
-    s.src_ip = conn.spec.dst_ip;
-    s.dst_ip = conn.spec.src_ip;
-    s.tos = static_cast<uint8_t>(
-        (l.ip == util::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
-    s.src_port = wire::load_be16(pkt.data + l.l4);
-    s.opcode = wire::op::kRc | wire::op::kAcknowledge;
-    s.migreq = false;
-    s.pkey = bth.pkey();
-    s.dest_qp = conn.spec.src_qpn;
-    s.aeth_syndrome = wire::aeth::kNakPsnSequenceError;
-    conn.nak_template_ok = true;
-  }
-
-  // Loss before the appliance: a sender's packets arrive in PSN order within each go-back-N pass,
-  // so a step forward over a sequence not yet here means one was lost. NAK the sender from what
-  // its receiver has (again, with backoff, from poll() while it does not go back). A shard sees
-  // every K-th sequence: its steps are K.
-  const bool jumped = conn.data_seen ? seq > conn.last_seq + K && seq > conn.filled : seq > own;
-  // The sender went back (a shard sees the first of its own sequences at or after the NAK's).
-  if (conn.nak_pending && seq < conn.nak_seq + K) conn.nak_pending = false;
-  // A replayed capture has no senders to NAK.
-  if (!kReplay && cfg_.fast_recovery && jumped && !conn.nak_pending) {
-    if constexpr (kSharded)
-      if (own != 0) sync_acks(job, rank, now_ns);  // the receiver's acked PSN and MSN, as shard 0 saw them
-    send_nak(job, rank, now_ns, tx, NakReason::gap);
-    conn.nak_target = seq;
-  }
+  if (!conn.nak_template_ok) learn_nak_template(job, rank, pkt, l);
+  watch_for_gap<kSharded, kReplay>(job, rank, seq, now_ns, tx);
   conn.data_seen = true;
   conn.last_seq = seq;
   conn.last_data_ns = now_ns;
@@ -188,59 +91,18 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 
   Job::Slot& slot = job.slot(seq);
   if (slot.state == SlotState::empty || slot.seq < seq) {
-    // First packet of a new epoch for this slot. The window check above guarantees the old epoch
-    // was released (its sequence is below the cursor); its retained sum and packets go now.
-    for (unsigned r = 0; r < job.spec.workers; ++r) {
-      Job::Held& h = job.held_at(seq, r);  // same slot index as slot.seq
-      if (h.p.handle) {
-        ops_.free(ops_.ctx, h.p.handle);
-        --job.retained_count;
-      }
-      h.clear();
-    }
-    slot = Job::Slot{};
-    slot.seq = seq;
-    slot.state = SlotState::collecting;
+    open_epoch(job, seq);
   } else if (slot.seq > seq) {
     return drop(&job, pkt, &EngineCounters::stale);  // older than the slot's epoch: a duplicate the network made
   }
   if (seq + 1 > job.highest) {
     job.highest = seq + 1;
-    if constexpr (kSharded && kReplay) job.shards->highest_[own].v.store(job.highest, std::memory_order_release);
+    if constexpr (kSharded && kReplay) job.shards->highest_[job.shard].v.store(job.highest, std::memory_order_release);
   }
 
   switch (slot.state) {
-    case SlotState::collecting: {
-      Job::Held& h = job.held_at(seq, rank);
-      if (bit(slot.arrived, rank)) {
-        ops_.free(ops_.ctx, h.p.handle);  // a retransmission replaces the held copy, never added twice
-        BUMP(job, duplicates_collecting);
-      } else {
-        slot.arrived |= 1ull << rank;
-        ++job.held_count;
-        BUMP(job, aggregated_packets);
-        job.last_progress_ns = now_ns;
-        job.c.aggregated_bytes += l.payload_len;
-        totals_.aggregated_bytes += l.payload_len;
-      }
-      h.hold(pkt, l, header_crc);
-      if (ecn_of(pkt.data, l) == wire::kEcnCe || bth.fecn()) slot.ecn = true;
-      note_arrival<kSharded>(job, rank, seq);
-      const bool completed = slot.arrived == full_mask(job.spec.workers);
-      if (completed) {
-        slot.state = SlotState::complete;
-        BUMP(job, slots_completed);
-        job.last_progress_ns = now_ns;
-        if constexpr (kSharded) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
-      }
-      // One engine releases when the cursor's slot completes. A shard's complete slot may be waiting
-      // for its turn, which another shard gives: it looks at every packet (a load of the ticket).
-      if constexpr (kSharded)
-        release_sharded(job, now_ns, tx);
-      else if (completed && seq == job.cursor)
-        release_plain(job, now_ns, tx);
-      return;
-    }
+    case SlotState::collecting:
+      return collect<kSharded>(job, rank, seq, pkt, l, header_crc, now_ns, tx);
     case SlotState::complete:
       note_arrival<kSharded>(job, rank, seq);
       return drop(&job, pkt, &EngineCounters::duplicates_dropped);
@@ -260,6 +122,188 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     case SlotState::empty:
       break;
   }
+}
+
+// A SEND or READ takes PSNs the job's WRITEs need: a rank that sends one breaks its job, but a
+// forger can send one too, so it is dropped, not trusted to end the job. UC has no ACKs: the
+// engine could neither know what a receiver has nor recover a loss. False when refused.
+bool Engine::refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint32_t psn) {
+  const Job::Conn& conn = job.conns[rank];
+  auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
+  if (!wire::is_rdma_write(l.opcode)) {
+    refuse(
+        job, pkt,
+        [&] {
+          return contract("writes only", who() + " sent " + std::string(l.info->name) + " (PSN " + std::to_string(psn) +
+                                             ") on the job's data QP " + qp_str(conn.spec.dst_ip, conn.spec.dst_qpn) +
+                                             "; a job's QPs carry only its RDMA WRITEs");
+        },
+        &EngineCounters::err_not_write);
+    return false;
+  }
+  if ((l.opcode & 0xe0) != wire::op::kRc) {
+    refuse(
+        job, pkt,
+        [&] {
+          return contract("RC only", who() + " sent " + std::string(l.info->name) +
+                                         ": the job's QPs must be RC (UC writes cannot be aggregated transparently)");
+        },
+        &EngineCounters::err_not_rc);
+    return false;
+  }
+  return true;
+}
+
+// The packet's sequence in the job (*seq), if it may take a slot: at or after the job's start (or
+// where it resumed), of this engine's part of the job (a shard: every K-th sequence), within the
+// window, and the size and position its place in the message needs. False when dropped or refused.
+template <bool kSharded>
+bool Engine::place_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint32_t psn, uint64_t* seq) {
+  Job::Conn& conn = job.conns[rank];
+  auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
+  const int64_t sseq = static_cast<int64_t>(conn.expected) + sext24(psn - (conn.spec.start_psn + conn.expected));
+  if (sseq < static_cast<int64_t>(job.floor)) {  // before the job's start PSN, or where it resumed
+    ++conn.before_start;
+    conn.before_start_psn = psn;
+    drop(&job, pkt, &EngineCounters::stale);
+    return false;
+  }
+  *seq = static_cast<uint64_t>(sseq);
+  if (kSharded && (*seq & (job.nshards - 1)) != job.shard) {
+    // Another shard's sequence (only a dataplane that routed it wrong gives one): taking it would
+    // claim a slot of the wrong class, which no release would ever reach.
+    drop(&job, pkt, &EngineCounters::drop_wrong_shard);
+    return false;
+  }
+  const uint64_t msg = *seq / job.ppm;
+  const uint32_t k = static_cast<uint32_t>(*seq % job.ppm);
+  // The job's first incomplete message, whichever shard holds it (a shard reads the shared state
+  // again only when what it last saw would refuse the packet). A spread job's slot counts from the
+  // moment a shard hands it to the ordered path: it may be out and acknowledged before the ticket moves.
+  uint64_t released = kSharded ? job.released_seen : job.cursor;
+  if (kSharded && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
+  const uint64_t first_incomplete_msg = released / job.ppm;
+  if (msg >= first_incomplete_msg + job.spec.window) {
+    refuse(
+        job, pkt,
+        [&] {
+          return contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
+                                        ") while message " + std::to_string(first_incomplete_msg) +
+                                        " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
+                                        " (every rank must honour the same window)");
+        },
+        &EngineCounters::err_ahead_of_window);
+    return false;
+  }
+  if (l.info->position != expected_position(k, job.ppm) || l.payload_len != job.spec.payload_bytes || l.pad != 0) {
+    refuse(
+        job, pkt,
+        [&] {
+          return contract("message size",
+                          who() + " PSN " + std::to_string(psn) + ": " + std::string(l.info->name) + " with " +
+                              std::to_string(l.payload_len) + " payload bytes does not fit packet " +
+                              std::to_string(k) + " of a " + std::to_string(job.spec.message_bytes) +
+                              "-byte message of " + std::to_string(job.spec.payload_bytes) +
+                              "-byte packets (every message must be exactly message_bytes, on the same path MTU)");
+        },
+        &EngineCounters::err_length_or_opcode);
+    return false;
+  }
+  return true;
+}
+
+// What a NAK to this sender looks like, from its first good packet.
+void Engine::learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l) {
+  Job::Conn& conn = job.conns[rank];
+  wire::RoceFrameSpec& s = conn.nak;
+  std::memcpy(s.dst_mac.data(), pkt.data + 6, 6);  // back to the sender
+  std::memcpy(s.src_mac.data(), pkt.data, 6);
+  s.l2_tags_len = static_cast<uint8_t>(l.l3 - 14);  // the frame's own tags, TPIDs and all
+  if (s.l2_tags_len <= s.l2_tags.size()) std::memcpy(s.l2_tags.data(), pkt.data + 12, s.l2_tags_len);
+  s.src_ip = conn.spec.dst_ip;
+  s.dst_ip = conn.spec.src_ip;
+  s.tos = static_cast<uint8_t>(
+      (l.ip == util::IpVersion::v4 ? pkt.data[l.l3 + 1] : wire::load_be16(pkt.data + l.l3) >> 4) & 0xfc);
+  s.src_port = wire::load_be16(pkt.data + l.l4);
+  s.opcode = wire::op::kRc | wire::op::kAcknowledge;
+  s.migreq = false;
+  s.pkey = wire::bth_of(pkt.data, l).pkey();
+  s.dest_qp = conn.spec.src_qpn;
+  s.aeth_syndrome = wire::aeth::kNakPsnSequenceError;
+  conn.nak_template_ok = true;
+}
+
+// Loss before the appliance: a sender's packets arrive in PSN order within each go-back-N pass, so
+// a step forward over a sequence not yet here means one was lost. NAK the sender from what its
+// receiver has (again, with backoff, from poll() while it does not go back). A shard sees every
+// K-th sequence: its steps are K. A replayed capture has no senders to NAK.
+template <bool kSharded, bool kReplay>
+void Engine::watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns, TxList& tx) {
+  Job::Conn& conn = job.conns[rank];
+  const unsigned K = kSharded ? job.nshards : 1;
+  const unsigned own = kSharded ? job.shard : 0;
+  const bool jumped = conn.data_seen ? seq > conn.last_seq + K && seq > conn.filled : seq > own;
+  // The sender went back (a shard sees the first of its own sequences at or after the NAK's).
+  if (conn.nak_pending && seq < conn.nak_seq + K) conn.nak_pending = false;
+  if (!kReplay && cfg_.fast_recovery && jumped && !conn.nak_pending) {
+    if constexpr (kSharded)
+      if (own != 0) sync_acks(job, rank, now_ns);  // the receiver's acked PSN and MSN, as shard 0 saw them
+    send_nak(job, rank, now_ns, tx, NakReason::gap);
+    conn.nak_target = seq;
+  }
+}
+
+// First packet of a new epoch for this slot. The window check guarantees the old epoch was
+// released (its sequence is below the cursor); its retained sum and packets go now.
+void Engine::open_epoch(Job& job, uint64_t seq) {
+  Job::Slot& slot = job.slot(seq);
+  for (unsigned r = 0; r < job.spec.workers; ++r) {
+    Job::Held& h = job.held_at(seq, r);  // same slot index as slot.seq
+    if (h.p.handle) {
+      ops_.free(ops_.ctx, h.p.handle);
+      --job.retained_count;
+    }
+    h.clear();
+  }
+  slot = Job::Slot{};
+  slot.seq = seq;
+  slot.state = SlotState::collecting;
+}
+
+// A packet for a slot still collecting: held (a retransmission replaces the held copy, never added
+// twice); the last rank's completes the slot, which one engine releases when it is the cursor's.
+template <bool kSharded>
+void Engine::collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const Layout& l, uint32_t header_crc,
+                     uint64_t now_ns, TxList& tx) {
+  Job::Slot& slot = job.slot(seq);
+  Job::Held& h = job.held_at(seq, rank);
+  if (bit(slot.arrived, rank)) {
+    ops_.free(ops_.ctx, h.p.handle);
+    BUMP(job, duplicates_collecting);
+  } else {
+    slot.arrived |= 1ull << rank;
+    ++job.held_count;
+    BUMP(job, aggregated_packets);
+    job.last_progress_ns = now_ns;
+    job.c.aggregated_bytes += l.payload_len;
+    totals_.aggregated_bytes += l.payload_len;
+  }
+  h.hold(pkt, l, header_crc);
+  if (ecn_of(pkt.data, l) == wire::kEcnCe || wire::bth_of(pkt.data, l).fecn()) slot.ecn = true;
+  note_arrival<kSharded>(job, rank, seq);
+  const bool completed = slot.arrived == full_mask(job.spec.workers);
+  if (completed) {
+    slot.state = SlotState::complete;
+    BUMP(job, slots_completed);
+    job.last_progress_ns = now_ns;
+    if constexpr (kSharded) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
+  }
+  // One engine releases when the cursor's slot completes. A shard's complete slot may be waiting
+  // for its turn, which another shard gives: it looks at every packet (a load of the ticket).
+  if constexpr (kSharded)
+    release_sharded(job, now_ns, tx);
+  else if (completed && seq == job.cursor)
+    release_plain(job, now_ns, tx);
 }
 
 // Moves the sender's `filled` mark over what has arrived (a shard: over its own sequences); a gap

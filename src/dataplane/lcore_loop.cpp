@@ -15,28 +15,26 @@
 #include "inagg/wire/icrc.hpp"
 #include "inagg/wire/parse.hpp"
 #include "lcore.hpp"
+#include "mbuf_parse.hpp"
 
 namespace inagg::dataplane {
 namespace {
 
 // A cheap pre-filter so plain frames go straight to the bridge (wire::is_roce_candidate: UDP to
-// 4791 after any VLAN tags, or IPv6 with extension headers). The engine parses fully.
+// 4791 after any VLAN tags, or IPv6 with extension headers). A candidate is then parsed once.
 bool looks_like_roce(const uint8_t* f, uint32_t len) { return wire::is_roce_candidate({f, len}); }
 
 // The owner key of a RoCEv2 packet: its destination address and QPN, also for one the engine will
 // not place (IPv6 extension headers, malformed past the BTH, an IPv4-mapped IPv6 destination): the
 // owning lcore's engine must see it to drop and count it. *psn: its PSN, or -1 when its BTH is not
 // all inside the frame (a sharded job's owner then takes it, to drop and count it).
-bool owner_key_of(const uint8_t* f, uint32_t len, OwnerKey* k, int64_t* psn) {
-  wire::Layout l;
-  wire::parse_frame({f, len}, l);
+bool owner_key_of(const uint8_t* f, const wire::Layout& l, OwnerKey* k, int64_t* psn) {
   wire::RoceDestination d;
   if (!wire::roce_destination(f, l, &d)) return false;
   *psn = l.bth ? static_cast<int64_t>(wire::bth_of(f, l).psn()) : -1;
-  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   if (d.ip == util::IpVersion::v4)
     std::memcpy(k->addr.data(), d.addr, 4);
-  else if (std::memcmp(d.addr, kMapped, 12) == 0)
+  else if (util::is_v4_mapped_bytes(d.addr))
     std::memcpy(k->addr.data(), d.addr + 12, 4);  // the IPv4 key an IPv4-mapped address names
   else
     std::memcpy(k->addr.data(), d.addr, 16);
@@ -88,7 +86,7 @@ class LcoreLoop {
 
  private:
   void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
-  void hand_over(rte_mbuf* m, uint16_t to);
+  void hand_over(rte_mbuf* m, uint16_t to, wire::ParseStatus st, const wire::Layout& layout);
   unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
   void learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
@@ -204,25 +202,37 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     send(m, now_ns);
     return;
   }
-  if (!looks_like_roce(data, len)) {
-    learn_source(data + 6, m->port, now_ns);
-    send(m, now_ns);
-    return;
+  // The frame's parse: the one the lcore that received it made (carried in the mbuf), or this one's.
+  wire::Layout own_layout;
+  const wire::Layout* l_ptr = &own_layout;
+  wire::ParseStatus st;
+  MbufParse* carried = from_handover ? mbuf_parse(m) : nullptr;
+  if (carried) {
+    l_ptr = &carried->layout;
+    st = carried->status;
+  } else {
+    if (!from_handover && !looks_like_roce(data, len)) {
+      learn_source(data + 6, m->port, now_ns);
+      send(m, now_ns);
+      return;
+    }
+    st = wire::parse_frame({data, len}, own_layout);
   }
+  const wire::Layout& layout = *l_ptr;
   if (!from_handover && dp_.lcores.size() > 1) {
     OwnerKey k;
     int64_t psn;
-    if (owner_key_of(data, len, &k, &psn)) {
+    if (owner_key_of(data, layout, &k, &psn)) {
       auto it = l.owners.find(k);
       if (it != l.owners.end()) {
         const OwnerRoute& r = it->second;
         if (r.nshards > 1) {  // a sharded job's data: to the lcore of its PSN's shard
           const uint16_t to =
               psn >= 0 ? r.shard_lcore[(static_cast<uint32_t>(psn) - r.start_psn) & (r.nshards - 1)] : r.owner;
-          if (to != l.index) return hand_over(m, to);
+          if (to != l.index) return hand_over(m, to, st, layout);
         } else if (r.owner != l.index) {
           // The owner learns from it once its engine has vouched for it (below).
-          return hand_over(m, r.owner);
+          return hand_over(m, r.owner, st, layout);
         }
       }
     }
@@ -235,7 +245,7 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   uint8_t src_mac[6];
   std::memcpy(src_mac, data + 6, sizeof src_mac);
   const uint16_t in_port = m->port;
-  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, now_ns, l.engine_tx)) {
+  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, st, layout, now_ns, l.engine_tx)) {
     // A registered rank's own frame makes its address sticky on its pinned port: then no frame the
     // engine did not vouch for (a gratuitous ARP, a plain frame) can move it, and its sums go out
     // of the port the engine pinned, not wherever a forger last claimed the address.
@@ -247,8 +257,12 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   route_engine_output(now_ns);
 }
 
-// Onto another lcore's handover ring, for its engine.
-void LcoreLoop::hand_over(rte_mbuf* m, uint16_t to) {
+// Onto another lcore's handover ring, for its engine, with the frame's parse.
+void LcoreLoop::hand_over(rte_mbuf* m, uint16_t to, wire::ParseStatus st, const wire::Layout& layout) {
+  if (MbufParse* p = mbuf_parse(m)) {
+    p->layout = layout;
+    p->status = st;
+  }
   if (rte_ring_enqueue(dp_.lcores[to]->handover, m) == 0) {
     ++l_.c.handover_out;
   } else {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "inagg/util/log.hpp"
+#include "mbuf_parse.hpp"
 
 namespace inagg::dataplane {
 namespace {
@@ -69,7 +70,7 @@ rte_mempool* PortSet::create_pool(const std::string& name, const ApplianceConfig
                                   std::string* error) {
   rte_mempool* p =
       rte_pktmbuf_pool_create(name.c_str(), cfg.mbufs, std::min<uint32_t>(cfg.mbuf_cache, RTE_MEMPOOL_CACHE_MAX_SIZE),
-                              0, static_cast<uint16_t>(data_room), socket);
+                              kMbufPrivSize, static_cast<uint16_t>(data_room), socket);
   if (p == nullptr)
     *error = "cannot create the pool " + name + " of " + std::to_string(cfg.mbufs) + " mbufs of " +
              std::to_string(data_room) + " bytes (" + std::to_string(uint64_t{cfg.mbufs} * data_room >> 20) +

@@ -309,6 +309,9 @@ class alignas(64) Engine {
   // on a connection held closed): the caller must not learn anything from it (its source MAC above
   // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
   bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
+  // The same for a frame its caller has parsed already (the datapath parses each frame once and
+  // carries the result with it): `st` and `l` are what wire::parse_frame() gave for pkt's bytes.
+  bool process(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   // Whether the frame process() last handled was a registered rank's own: its registered source,
   // from the port its rank is pinned to (the bridge makes its source address sticky there).
   bool vouched() const { return vouched_; }
@@ -351,7 +354,7 @@ class alignas(64) Engine {
 
   // Which job and rank a packet belongs to, who may speak, closed connections (engine_conn_table.cpp).
   const ConnEntry* lookup(util::IpVersion v, const uint8_t* addr, uint32_t qpn, bool* mapped) const;
-  void process_frame(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
+  void process_frame(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*counter);
   void log_drop(Job& job, const char* what, unsigned rank, bool ack_direction, const PacketRef& pkt,
@@ -372,6 +375,16 @@ class alignas(64) Engine {
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   template <bool kSharded, bool kReplay>
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
+  bool refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn);
+  template <bool kSharded>
+  bool place_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn, uint64_t* seq);
+  void learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l);
+  template <bool kSharded, bool kReplay>
+  void watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns, TxList& tx);
+  void open_epoch(Job& job, uint64_t seq);
+  template <bool kSharded>
+  void collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const wire::Layout& l,
+               uint32_t header_crc, uint64_t now_ns, TxList& tx);
   template <bool kSharded>
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
   // A resumed job until it finds the message it resumes at (engine_resume.cpp).

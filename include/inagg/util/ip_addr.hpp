@@ -26,6 +26,15 @@ struct IpAddr {
   bool operator==(const IpAddr&) const = default;
 };
 
+// Whether 16 address bytes are IPv4-mapped (::ffff:a.b.c.d): the one check the datapath and the
+// engine both use to find the IPv4 key such an address names.
+inline bool is_v4_mapped_bytes(const uint8_t* a16) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  for (int i = 0; i < 12; ++i)
+    if (a16[i] != kPrefix[i]) return false;
+  return true;
+}
+
 // Parses "10.0.0.1" or "fd00::1".
 std::optional<IpAddr> parse_ip(std::string_view text);
 // The address a RoCEv2 GID names: an IPv4-mapped IPv6 address is its IPv4 address (RoCEv2 sends
