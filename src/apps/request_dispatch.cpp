@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "inagg/agg/job_status.hpp"
+#include "inagg/dataplane/appliance.hpp"
 #include "inagg/util/log.hpp"
 
 namespace inagg::apps {

@@ -10,7 +10,10 @@
 #include "inagg/control/job_store.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/refused_jobs.hpp"
-#include "inagg/dataplane/appliance.hpp"
+
+namespace inagg::dataplane {
+class Appliance;
+}  // namespace inagg::dataplane
 
 namespace inagg::apps {
 
