@@ -23,7 +23,7 @@
 #include "inagg/client/algorithms.hpp"
 #include "inagg/client/clock.hpp"
 #include "inagg/client/control_client.hpp"
-#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/transport/udp_transport.hpp"
 #include "inagg/client/worker.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/dtype.hpp"

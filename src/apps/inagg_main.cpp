@@ -1,4 +1,6 @@
-// inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf.
+// inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf. Start-up,
+// --check-config and the control thread's loop; the options are inagg_options.cpp's, the control
+// requests request_dispatch.cpp's.
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -19,12 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "inagg/agg/job_status.hpp"
 #include "inagg/agg/kernels.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/job_store.hpp"
 #include "inagg/control/protocol.hpp"
-#include "inagg/control/refused_jobs.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/eal_args.hpp"
@@ -38,81 +38,25 @@
 #include "inagg/util/service_notify.hpp"
 #include "inagg/wire/crc32.hpp"
 #include "inagg_options.hpp"
+#include "request_dispatch.hpp"
 #include "version.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
+using apps::describe_spec;
 using apps::Options;
 using apps::parse_app_options;
+using apps::register_saved_jobs;
 
 namespace {
 
-dataplane::Appliance* g_app = nullptr;  // the control thread's; telemetry goes through its own gate
-
 void on_signal(int) { dataplane::Appliance::request_stop(); }
-
-// The jobs registered at run time, kept across restarts (--state-dir); null without one.
-control::JobStore* g_store = nullptr;
-
-// Refused adds, shown by `list` for a while so that every rank of the job learns of the refusal.
-control::RefusedJobs g_refused;
-
-std::string handle_request(const control::Request& r) {
-  switch (r.verb) {
-    case control::Request::Verb::add: {
-      std::string err;
-      if (!g_app->add_job(r.job, &err)) {
-        g_refused.record(r.job, err);
-        util::log(util::LogModule::control, util::LogLevel::warning, "job %u refused: %s", r.job.id, err.c_str());
-        return control::format_error(err);
-      }
-      g_refused.forget(r.job.id);
-      // Kept before the client hears ok: an added job it was told of survives a restart.
-      if (std::string serr; g_store && !g_store->save(r.job, &serr)) {
-        std::string rerr;
-        g_app->remove_job(r.job.id, &rerr);
-        err = "job " + std::to_string(r.job.id) +
-              " not added: its registration cannot be kept in the state directory (" + serr + ")";
-        util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
-        return control::format_error(err);
-      }
-      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id,
-                r.job.workers, std::string(util::dtype_name(r.job.dtype)).c_str());
-      return control::format_job_added(r.job.id);
-    }
-    case control::Request::Verb::remove: {
-      std::string err;
-      if (!g_app->remove_job(r.id, &err))
-        return g_refused.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
-      g_refused.forget(r.id);
-      util::log(util::LogModule::control, util::LogLevel::info, "job %u removed", r.id);
-      if (std::string serr; g_store && !g_store->erase(r.id, &serr)) {
-        err = "job " + std::to_string(r.id) + " removed, but " + serr +
-              ": it would be registered again at the next start; remove the file by hand";
-        util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
-        return control::format_error(err);
-      }
-      return control::format_job_removed(r.id);
-    }
-    case control::Request::Verb::list: {
-      std::vector<control::JobStatus> jobs = g_app->describe_jobs();
-      g_refused.add_to(&jobs);
-      return control::format_job_list(jobs);
-    }
-    case control::Request::Verb::stats: {
-      if (!r.has_id) return control::format_counters(agg::counter_list(g_app->engine_totals()));
-      control::JobStatus job;
-      if (!g_app->describe_job(r.id, &job))
-        return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
-      return control::format_job_stats(job);
-    }
-  }
-  return control::format_error("unsupported request");
-}
 
 // The control thread's work, every few milliseconds: the control socket, the periodic stats,
 // --idle-exit.
 struct ControlLoop {
+  dataplane::Appliance* app;
+  apps::RequestDispatcher* requests;
   dataplane::EventWatcher* events;
   control::ControlServer* server;
   control::ControlServer* tcp_server;
@@ -126,12 +70,13 @@ struct ControlLoop {
       first = false;
       started = next_stats = last_rx_change = std::chrono::steady_clock::now();
       // Under systemd (Type=notify): started once the ports are up and the loops forward.
-      const std::string ready = "READY=1\nSTATUS=forwarding on " + std::to_string(g_app->ports().size()) + " ports";
+      const std::string ready = "READY=1\nSTATUS=forwarding on " + std::to_string(app->ports().size()) + " ports";
       if (std::getenv("NOTIFY_SOCKET") && !util::notify_service_manager(ready))
         util::log(util::LogModule::control, util::LogLevel::warning,
                   "could not tell the service manager that inagg is ready ($NOTIFY_SOCKET=%s)",
                   std::getenv("NOTIFY_SOCKET"));
     }
+    const auto handle_request = [this](const control::Request& r) { return requests->handle(r); };
     if (server && server->is_open()) server->poll(handle_request);
     if (tcp_server && tcp_server->is_open()) tcp_server->poll(handle_request);
     events->poll();
@@ -143,11 +88,11 @@ struct ControlLoop {
     }
     if (stats_interval > 0 && now >= next_stats) {
       std::printf("stats t=%.3f s\n", std::chrono::duration<double>(now - started).count());
-      std::fputs(g_app->stats_text().c_str(), stdout);
+      std::fputs(app->stats_text().c_str(), stdout);
       std::fflush(stdout);
       next_stats = now + std::chrono::milliseconds(static_cast<int64_t>(stats_interval * 1000));
     }
-    const uint64_t rx = g_app->total_rx();
+    const uint64_t rx = app->total_rx();
     if (rx != last_rx) {
       last_rx = rx;
       last_rx_change = now;
@@ -160,41 +105,6 @@ struct ControlLoop {
   }
   static void tick_cb(void* self) { static_cast<ControlLoop*>(self)->tick(); }
 };
-
-std::string describe_spec(const control::JobSpec& j) {
-  return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " +
-         std::to_string(j.message_bytes) + "-byte messages of " + std::to_string(j.payload_bytes) +
-         "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "");
-}
-
-// The jobs of the state directory, registered again before the loops forward anything: resumed
-// (agg::JobStart::resume), their ranks having gone on meanwhile. A job a job file registers too is
-// the job file's (its state file goes). Any job that cannot be registered again stops the start.
-bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
-                         const std::vector<control::JobSpec>& saved, const std::vector<control::JobSpec>& configured,
-                         std::string* error) {
-  for (const control::JobSpec& spec : saved) {
-    const std::string path = store.path_of(spec.id);
-    if (std::any_of(configured.begin(), configured.end(), [&](const auto& j) { return j.id == spec.id; })) {
-      util::log(util::LogModule::control, util::LogLevel::warning,
-                "state file %s: job %u is also given by a job file (--job), which wins; the state file is removed",
-                path.c_str(), spec.id);
-      std::string err;
-      if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
-      continue;
-    }
-    std::string err;
-    if (!app.add_job(spec, &err, agg::JobStart::resume)) {
-      *error = "state file " + path + ": job " + std::to_string(spec.id) + " cannot be registered again: " + err +
-               "; remove the file to start without it (its ranks must then register it again)";
-      return false;
-    }
-    util::log(util::LogModule::control, util::LogLevel::info,
-              "job %u registered again from %s (%s); it resumes where its ranks are once they go back", spec.id,
-              path.c_str(), describe_spec(spec).c_str());
-  }
-  return true;
-}
 
 // --check-config: what can be checked without EAL, with the checks start-up makes.
 int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, std::span<char* const> eal_args) {
@@ -246,7 +156,6 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
     util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
     return 2;
   }
-  g_app = &app;
   util::log(util::LogModule::dataplane, util::LogLevel::info, "%zu ports, %s, kernels %s, crc32 %s", app.ports().size(),
             app.single_lcore() ? "one lcore (main) for the datapath, a control thread beside it"
                                : "datapath on the worker lcores",
@@ -262,6 +171,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
               describe_spec(spec).c_str());
   }
   control::JobStore store;
+  control::JobStore* state = nullptr;  // the state directory once its jobs are registered again
   if (status == 0 && !opt.state_dir.empty()) {
     std::vector<control::JobSpec> saved;
     if (!store.open(opt.state_dir, &err) || !store.load(&saved, &err) ||
@@ -269,7 +179,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
       util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       status = 2;
     } else {
-      g_store = &store;
+      state = &store;
     }
   }
   control::ControlServer server;
@@ -317,7 +227,10 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
   if (status == 0) {
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
-    ControlLoop loop{&events,
+    apps::RequestDispatcher requests(app, state);
+    ControlLoop loop{&app,
+                     &requests,
+                     &events,
                      server.is_open() ? &server : nullptr,
                      tcp_server.is_open() ? &tcp_server : nullptr,
                      opt.stats_interval,
@@ -345,8 +258,6 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
                 opt.control_tcp.c_str(), tcp_server.refused(), tcp_server.dropped());
   tcp_server.close();
   std::fflush(stdout);
-  g_store = nullptr;
-  g_app = nullptr;
   return status;
 }
 

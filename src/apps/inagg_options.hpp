@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "inagg/control/socket.hpp"
-#include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/config.hpp"
 
 namespace inagg::apps {
 

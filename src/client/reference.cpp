@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "inagg/agg/kernels.hpp"
-#include "inagg/client/xagg_client.hpp"
+#include "inagg/client/transport/xagg_client.hpp"
 
 namespace inagg::client {
 namespace {

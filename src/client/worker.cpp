@@ -8,7 +8,7 @@
 
 #include "inagg/client/clock.hpp"
 #include "inagg/client/nccl_table.hpp"
-#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/transport/udp_transport.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/hmac.hpp"
 

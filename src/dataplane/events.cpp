@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "inagg/dataplane/appliance.hpp"
 #include "inagg/util/log.hpp"
 
 namespace inagg::dataplane {

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "inagg/agg/engine.hpp"
-#include "inagg/dataplane/appliance.hpp"
 #include "inagg/dataplane/bridge.hpp"
+#include "inagg/dataplane/counters.hpp"
 #include "inagg/util/pcap.hpp"
 #include "inagg/wire/icrc.hpp"
 
@@ -72,7 +72,7 @@ struct TxBuffer {
 };
 
 // One per datapath lcore, cache-aligned, touched only by that lcore (but the counters: see
-// appliance.hpp, and `serving`: see below).
+// counters.hpp, and `serving`: see below).
 struct alignas(64) LcoreState {
   unsigned lcore_id = 0;
   uint16_t index = 0;  // among datapath lcores; also its RX/TX queue id on every port

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <thread>
 
+#include "inagg/dataplane/appliance.hpp"
 #include "inagg/util/log.hpp"
 #include "mbuf_parse.hpp"
 

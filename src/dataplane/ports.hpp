@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/config.hpp"
 #include "inagg/dataplane/flow.hpp"
+#include "inagg/dataplane/port_info.hpp"
 
 namespace inagg::dataplane {
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "inagg/dataplane/appliance.hpp"
 #include "inagg/wire/build.hpp"
 #include "inagg/wire/icrc.hpp"
 #include "inagg/wire/opcodes.hpp"

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "inagg/dataplane/appliance.hpp"
+
 namespace inagg::dataplane {
 namespace {
 

@@ -14,7 +14,7 @@
 #include <numeric>
 #include <random>
 
-#include "inagg/client/rc.hpp"
+#include "inagg/client/transport/rc.hpp"
 #include "inagg/wire/icrc.hpp"
 
 using namespace inagg;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "inagg/client/clock.hpp"
-#include "inagg/client/xagg_client.hpp"
+#include "inagg/client/transport/xagg_client.hpp"
 #include "inagg/wire/xagg.h"
 
 namespace inagg::client {

@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -r "$src/src" "$src/include" "$tmp/"
 sed -i '1i #include "inagg/agg/engine.hpp"' "$tmp/src/control/protocol.cpp"
-sed -i '1i #include <inagg/xdp/host.hpp>' "$tmp/include/inagg/client/rc.hpp"
+sed -i '1i #include <inagg/xdp/host.hpp>' "$tmp/include/inagg/client/transport/rc.hpp"
 echo "bad = [inagg_dataplane_dep]" >>"$tmp/src/client/meson.build"
 lines=$(wc -l <"$tmp/src/client/meson.build")
 set +e
@@ -18,7 +18,7 @@ out=$("$check" "$tmp")
 rc=$?
 set -e
 [ "$rc" = 1 ] || { echo "FAIL: check-layering exited $rc on a tree with bad includes: $out"; exit 1; }
-for want in "src/control/protocol.cpp:1: control includes agg (up)" "include/inagg/client/rc.hpp:1: client includes xdp (sideways)" \
+for want in "src/control/protocol.cpp:1: control includes agg (up)" "include/inagg/client/transport/rc.hpp:1: client includes xdp (sideways)" \
             "src/client/meson.build:$lines: client links inagg_dataplane_dep"; do
   grep -qF "$want" <<<"$out" || { echo "FAIL: check-layering did not report '$want': $out"; exit 1; }
 done

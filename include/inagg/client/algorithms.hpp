@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "inagg/client/fallover.hpp"
-#include "inagg/client/transport.hpp"
-#include "inagg/client/xagg_client.hpp"
+#include "inagg/client/transport/transport.hpp"
+#include "inagg/client/transport/xagg_client.hpp"
 #include "inagg/util/dtype.hpp"
 
 namespace inagg::client {

@@ -26,7 +26,7 @@
 #include "inagg/client/algorithms.hpp"
 #include "inagg/client/plan.hpp"
 #include "inagg/client/rendezvous.hpp"
-#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/transport/udp_transport.hpp"
 
 namespace inagg::client {
 

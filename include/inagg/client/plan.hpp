@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "inagg/client/udp_transport.hpp"
-#include "inagg/client/xagg_client.hpp"
+#include "inagg/client/transport/udp_transport.hpp"
+#include "inagg/client/transport/xagg_client.hpp"
 #include "inagg/util/dtype.hpp"
 #include "inagg/util/ip_addr.hpp"
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "inagg/client/transport.hpp"
+#include "inagg/client/transport/transport.hpp"
 #include "inagg/util/ip_addr.hpp"
 
 namespace inagg::client {

@@ -21,9 +21,9 @@
 #include "inagg/client/control_client.hpp"
 #include "inagg/client/fallover.hpp"
 #include "inagg/client/plan.hpp"
-#include "inagg/client/transport.hpp"
-#include "inagg/client/verbs_transport.hpp"
-#include "inagg/client/xagg_client.hpp"
+#include "inagg/client/transport/transport.hpp"
+#include "inagg/client/transport/verbs_transport.hpp"
+#include "inagg/client/transport/xagg_client.hpp"
 
 namespace inagg::client {
 

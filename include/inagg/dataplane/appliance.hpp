@@ -3,6 +3,8 @@
 // request rings through which the control thread reaches the lcores (ip_pipeline style).
 // Sources: src/dataplane/ports.cpp (pool, ports), lcore_loop.cpp (the loop), lcore_requests.cpp
 // (requests to the lcores), job_ownership.cpp (which lcore owns which job), appliance.cpp.
+// Its configuration is config.hpp's, the lcores' counters counters.hpp's, a port's description
+// port_info.hpp's.
 #pragma once
 
 #include <cstdint>
@@ -12,89 +14,11 @@
 
 #include "inagg/agg/engine.hpp"
 #include "inagg/control/protocol.hpp"
+#include "inagg/dataplane/config.hpp"
+#include "inagg/dataplane/counters.hpp"
+#include "inagg/dataplane/port_info.hpp"
 
 namespace inagg::dataplane {
-
-// How the packet buffers are pooled. shared: one pool on the main lcore's NUMA node. per_socket:
-// one pool per NUMA node that has ports, each port's RX from the pool on its own node. per_port:
-// one pool per port, on the port's node. Each pool holds `mbufs` buffers; an engine allocates
-// (NAKs, resends' copies) from the pool on its lcore's node, or the first pool.
-enum class PoolMode : uint8_t { shared, per_socket, per_port };
-
-struct ApplianceConfig {
-  std::vector<uint16_t> ports;  // empty: every port EAL probed
-  uint32_t mtu = 9000;          // jumbo frames so 4 KiB RoCE payloads fit
-  uint32_t mbufs = 32768;       // packet buffers in each pool
-  PoolMode pools = PoolMode::shared;
-  uint32_t mbuf_cache = 256;
-  uint16_t rx_desc = 1024, tx_desc = 1024;
-  uint16_t burst = 32;
-  uint32_t drain_us = 100;  // TX buffers are flushed at least this often
-  // Lab mode: a datapath lcore whose queues stay empty backs off and sleeps, up to this many
-  // microseconds at a time (lcore_loop.cpp). 0: busy-poll (a dedicated server).
-  uint32_t idle_sleep_us = 0;
-  bool flow_steering = true;  // try rte_flow for UDP 4791 (falls back to software)
-  uint64_t mac_ageing_ns = 300'000'000'000ull;
-  size_t mac_table_size = 4096;
-  size_t mac_limit_per_port = 0;  // learned MAC addresses a port may hold (0: no limit)
-  agg::EngineConfig engine;       // per lcore; budgets are per lcore too
-  std::string capture_path;       // pcap of every RoCEv2 packet the engines emit; "" = off
-  // Per capture file; later packets are skipped and counted.
-  uint64_t capture_max_bytes = 1ull << 30;
-  uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up
-  // Datapath lcores each job is spread over (protocol.md section 4): 1, its owner alone; N > 1, its
-  // slots sharded by index: lcore i of N (the owner is 0) takes every sequence s with s mod N == i
-  // and does all the work of its slots; releases leave in PSN order through the owner's ordered
-  // ring. N a power of two, at most 8, and at most the datapath lcores.
-  uint16_t job_lcores = 1;
-};
-
-// Per-lcore counters, written only by their lcore. The control thread reads them without a lock
-// for display: each is a naturally aligned 64-bit word, so a read sees an old or a new value,
-// never a torn one.
-#define INAGG_LCORE_COUNTERS(X)                                                                       \
-  X(rx, "packets received")                                                                           \
-  X(tx, "packets handed to the PMDs")                                                                 \
-  X(tx_dropped, "packets a PMD did not take, freed")                                                  \
-  X(bridged, "frames forwarded by the L2 table")                                                      \
-  X(flooded, "frames flooded (unknown unicast, broadcast, multicast)")                                \
-  X(same_port_drops, "frames whose destination is behind their ingress port")                         \
-  X(mac_moves_refused, "frames claiming a rank's sticky MAC from another port, not learned")          \
-  X(mac_limit_refused, "frames from a new MAC on a port at its --mac-limit-per-port, not learned")    \
-  X(roce, "RoCEv2 packets given to an engine")                                                        \
-  X(handover_out, "RoCEv2 packets handed to the lcore that owns their job")                           \
-  X(handover_in, "packets received from other lcores")                                                \
-  X(handover_full, "handovers dropped: the owner's ring was full")                                    \
-  X(ordered, "released packets of sharded jobs this lcore sent from its ordered ring (--job-lcores)") \
-  X(rx_deferred, "RX polls skipped: a handover ring had no room for a burst (--job-lcores)")          \
-  X(multiseg_linearize_failed,                                                                        \
-    "chained mbufs that could not be made contiguous (RoCEv2 ones dropped, others bridged)")          \
-  X(idle_sleeps, "times the loop slept with its queues empty (lab mode, --idle-sleep-us)")            \
-  X(busy_cycles, "TSC cycles of loop iterations that moved packets")                                  \
-  X(idle_cycles, "TSC cycles of loop iterations that found nothing")
-
-struct LcoreCounters {
-#define X(name, text) uint64_t name = 0;
-  INAGG_LCORE_COUNTERS(X)
-#undef X
-};
-
-struct PortInfo {
-  uint16_t port;
-  std::string name;
-  std::string flow_reason;  // why the PMD refused the better steering modes, when it did
-  uint32_t mtu;
-  std::string flow_mode = "software";  // rss, queue or software (flow.hpp)
-  bool flow_steered() const { return flow_mode != "software"; }
-};
-
-// The engines' mbuf budget must leave the pool buffers for forwarding: the check inagg makes at
-// start-up and inagg --check-config makes without EAL (so both say the same). On failure *error
-// says which option to change.
-bool check_mbuf_budget(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error);
-// job_lcores must be between 1 and the datapath lcores, and for shards a power of two of at most 8
-// (the same check at start-up and --check-config).
-bool check_job_lcores(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error);
 
 class Appliance {
  public:

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/counters.hpp"
 
 namespace inagg::dataplane {
+
+class Appliance;
 
 // After rte_eal_init(): util::log goes to rte_log under the types inagg.dataplane, inagg.engine
 // and inagg.control (INFO unless EAL's --log-level says otherwise for them), and rte_log's lines

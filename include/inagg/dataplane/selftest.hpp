@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "inagg/dataplane/appliance.hpp"
+#include "inagg/dataplane/config.hpp"
 
 namespace inagg::dataplane {
 

@@ -4,9 +4,9 @@
 // detach_telemetry() returns, no command touches the appliance (they answer -ENODEV).
 #pragma once
 
-#include "inagg/dataplane/appliance.hpp"
-
 namespace inagg::dataplane {
+
+class Appliance;
 
 // Registers the commands (once per process) and lets them reach `app`.
 void attach_telemetry(Appliance& app);

@@ -1,7 +1,8 @@
 /* The XDP aggregation tier's wire format (ALEPH-style, docs/protocol.md section 17): what workers
- * (include/inagg/client/xagg_client.hpp) and heads (the BPF programs in src/xdp/bpf) send each
- * other. Plain C, so the BPF programs include it too; here in wire, below both, so the workers'
- * client needs nothing of the XDP tier's own code. The head's maps are in inagg/xdp/xagg_shared.h.
+ * (include/inagg/client/transport/xagg_client.hpp) and heads (the BPF programs in src/xdp/bpf)
+ * send each other. Plain C, so the BPF programs include it too; here in wire, below both, so the
+ * workers' client needs nothing of the XDP tier's own code. The head's maps are in
+ * inagg/xdp/xagg_shared.h.
  *
  * Packets, UDP to port XAGG_UDP_PORT (the default; one port per head, xagg_config):
  *

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "inagg/client/roce_socket.hpp"
+#include "inagg/client/transport/roce_socket.hpp"
 
 namespace inagg::client {
 

@@ -1,4 +1,4 @@
-#include "inagg/client/roce_socket.hpp"
+#include "inagg/client/transport/roce_socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

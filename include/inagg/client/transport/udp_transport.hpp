@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "inagg/client/rc.hpp"
 #include "inagg/client/rendezvous.hpp"
-#include "inagg/client/roce_socket.hpp"
-#include "inagg/client/transport.hpp"
+#include "inagg/client/transport/rc.hpp"
+#include "inagg/client/transport/roce_socket.hpp"
+#include "inagg/client/transport/transport.hpp"
 
 namespace inagg::client {
 

@@ -1,4 +1,4 @@
-#include "inagg/client/udp_transport.hpp"
+#include "inagg/client/transport/udp_transport.hpp"
 
 #include <poll.h>
 

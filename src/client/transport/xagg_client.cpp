@@ -1,4 +1,4 @@
-#include "inagg/client/xagg_client.hpp"
+#include "inagg/client/transport/xagg_client.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

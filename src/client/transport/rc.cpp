@@ -1,4 +1,4 @@
-#include "inagg/client/rc.hpp"
+#include "inagg/client/transport/rc.hpp"
 
 #include <algorithm>
 #include <cstring>

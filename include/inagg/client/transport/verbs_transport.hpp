@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "inagg/client/rendezvous.hpp"
-#include "inagg/client/transport.hpp"
+#include "inagg/client/transport/transport.hpp"
 
 struct ibv_context;
 struct ibv_pd;

@@ -1,4 +1,4 @@
-#include "inagg/client/verbs_transport.hpp"
+#include "inagg/client/transport/verbs_transport.hpp"
 
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>

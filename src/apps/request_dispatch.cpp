@@ -1,0 +1,97 @@
+// inagg's control requests and the state directory's jobs (request_dispatch.hpp).
+#include "request_dispatch.hpp"
+
+#include <algorithm>
+
+#include "inagg/agg/job_status.hpp"
+#include "inagg/dataplane/appliance.hpp"
+#include "inagg/util/log.hpp"
+
+namespace inagg::apps {
+
+std::string RequestDispatcher::handle(const control::Request& r) {
+  switch (r.verb) {
+    case control::Request::Verb::add: {
+      std::string err;
+      if (!app_.add_job(r.job, &err)) {
+        refused_.record(r.job, err);
+        util::log(util::LogModule::control, util::LogLevel::warning, "job %u refused: %s", r.job.id, err.c_str());
+        return control::format_error(err);
+      }
+      refused_.forget(r.job.id);
+      // Kept before the client hears ok: an added job it was told of survives a restart.
+      if (std::string serr; store_ && !store_->save(r.job, &serr)) {
+        std::string rerr;
+        app_.remove_job(r.job.id, &rerr);
+        err = "job " + std::to_string(r.job.id) +
+              " not added: its registration cannot be kept in the state directory (" + serr + ")";
+        util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+        return control::format_error(err);
+      }
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id,
+                r.job.workers, std::string(util::dtype_name(r.job.dtype)).c_str());
+      return control::format_job_added(r.job.id);
+    }
+    case control::Request::Verb::remove: {
+      std::string err;
+      if (!app_.remove_job(r.id, &err))
+        return refused_.forget(r.id) ? control::format_job_removed(r.id) : control::format_error(err);
+      refused_.forget(r.id);
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u removed", r.id);
+      if (std::string serr; store_ && !store_->erase(r.id, &serr)) {
+        err = "job " + std::to_string(r.id) + " removed, but " + serr +
+              ": it would be registered again at the next start; remove the file by hand";
+        util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+        return control::format_error(err);
+      }
+      return control::format_job_removed(r.id);
+    }
+    case control::Request::Verb::list: {
+      std::vector<control::JobStatus> jobs = app_.describe_jobs();
+      refused_.add_to(&jobs);
+      return control::format_job_list(jobs);
+    }
+    case control::Request::Verb::stats: {
+      if (!r.has_id) return control::format_counters(agg::counter_list(app_.engine_totals()));
+      control::JobStatus job;
+      if (!app_.describe_job(r.id, &job))
+        return control::format_error("no job " + std::to_string(r.id) + " (list jobs to see which exist)");
+      return control::format_job_stats(job);
+    }
+  }
+  return control::format_error("unsupported request");
+}
+
+std::string describe_spec(const control::JobSpec& j) {
+  return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " +
+         std::to_string(j.message_bytes) + "-byte messages of " + std::to_string(j.payload_bytes) +
+         "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "");
+}
+
+bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
+                         const std::vector<control::JobSpec>& saved, const std::vector<control::JobSpec>& configured,
+                         std::string* error) {
+  for (const control::JobSpec& spec : saved) {
+    const std::string path = store.path_of(spec.id);
+    if (std::any_of(configured.begin(), configured.end(), [&](const auto& j) { return j.id == spec.id; })) {
+      util::log(util::LogModule::control, util::LogLevel::warning,
+                "state file %s: job %u is also given by a job file (--job), which wins; the state file is removed",
+                path.c_str(), spec.id);
+      std::string err;
+      if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+      continue;
+    }
+    std::string err;
+    if (!app.add_job(spec, &err, agg::JobStart::resume)) {
+      *error = "state file " + path + ": job " + std::to_string(spec.id) + " cannot be registered again: " + err +
+               "; remove the file to start without it (its ranks must then register it again)";
+      return false;
+    }
+    util::log(util::LogModule::control, util::LogLevel::info,
+              "job %u registered again from %s (%s); it resumes where its ranks are once they go back", spec.id,
+              path.c_str(), describe_spec(spec).c_str());
+  }
+  return true;
+}
+
+}  // namespace inagg::apps

@@ -1,0 +1,46 @@
+// inagg's jobs as the control thread keeps them: the control requests (add, remove, list, stats)
+// carried out on the running appliance, with every add and remove kept in the state directory
+// (--state-dir), and the state directory's jobs registered again at start-up.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "inagg/control/job.hpp"
+#include "inagg/control/job_store.hpp"
+#include "inagg/control/protocol.hpp"
+#include "inagg/control/refused_jobs.hpp"
+
+namespace inagg::dataplane {
+class Appliance;
+}  // namespace inagg::dataplane
+
+namespace inagg::apps {
+
+// Answers the control socket's requests on the control thread. `store` is the state directory
+// (null without one): an added job is kept there before the client hears ok, a removed one goes.
+class RequestDispatcher {
+ public:
+  RequestDispatcher(dataplane::Appliance& app, control::JobStore* store) : app_(app), store_(store) {}
+
+  // The reply to one request: what the control socket sends back.
+  std::string handle(const control::Request& r);
+
+ private:
+  dataplane::Appliance& app_;
+  control::JobStore* store_;
+  // Refused adds, shown by `list` for a while so that every rank of the job learns of the refusal.
+  control::RefusedJobs refused_;
+};
+
+// A job in a few words for the log and --check-config: dtype, workers, sizes, window, replay.
+std::string describe_spec(const control::JobSpec& j);
+
+// The jobs of the state directory, registered again before the loops forward anything: resumed
+// (agg::JobStart::resume), their ranks having gone on meanwhile. A job a job file registers too is
+// the job file's (its state file goes). Any job that cannot be registered again stops the start.
+bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
+                         const std::vector<control::JobSpec>& saved, const std::vector<control::JobSpec>& configured,
+                         std::string* error);
+
+}  // namespace inagg::apps
