@@ -156,8 +156,7 @@ bool Engine::process(const PacketRef& pkt, wire::ParseStatus st, const Layout& l
   return !untrusted_;
 }
 
-void Engine::process_frame(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns,
-                           TxList& tx) {
+void Engine::process_frame(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns, TxList& tx) {
   ++totals_.rx_packets;
   if (now_ns > now_ns_) now_ns_ = now_ns;
   if (st != wire::ParseStatus::roce) return process_unplaced(pkt, st, l, now_ns, tx);

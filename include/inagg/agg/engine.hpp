@@ -383,8 +383,8 @@ class alignas(64) Engine {
   void watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns, TxList& tx);
   void open_epoch(Job& job, uint64_t seq);
   template <bool kSharded>
-  void collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const wire::Layout& l,
-               uint32_t header_crc, uint64_t now_ns, TxList& tx);
+  void collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const wire::Layout& l, uint32_t header_crc,
+               uint64_t now_ns, TxList& tx);
   template <bool kSharded>
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
   // A resumed job until it finds the message it resumes at (engine_resume.cpp).
