@@ -127,7 +127,8 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 // A SEND or READ takes PSNs the job's WRITEs need: a rank that sends one breaks its job, but a
 // forger can send one too, so it is dropped, not trusted to end the job. UC has no ACKs: the
 // engine could neither know what a receiver has nor recover a loss. False when refused.
-bool Engine::refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint32_t psn) {
+[[gnu::always_inline]] inline bool Engine::refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt,
+                                                                  const Layout& l, uint32_t psn) {
   const Job::Conn& conn = job.conns[rank];
   auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
   if (!wire::is_rdma_write(l.opcode)) {
@@ -158,7 +159,8 @@ bool Engine::refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pk
 // where it resumed), of this engine's part of the job (a shard: every K-th sequence), within the
 // window, and the size and position its place in the message needs. False when dropped or refused.
 template <bool kSharded>
-bool Engine::place_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint32_t psn, uint64_t* seq) {
+[[gnu::always_inline]] inline bool Engine::place_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l,
+                                                      uint32_t psn, uint64_t* seq) {
   Job::Conn& conn = job.conns[rank];
   auto who = [&] { return "rank " + std::to_string(rank); };  // error paths only: no string per packet
   const int64_t sseq = static_cast<int64_t>(conn.expected) + sext24(psn - (conn.spec.start_psn + conn.expected));
@@ -238,7 +240,8 @@ void Engine::learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, c
 // receiver has (again, with backoff, from poll() while it does not go back). A shard sees every
 // K-th sequence: its steps are K. A replayed capture has no senders to NAK.
 template <bool kSharded, bool kReplay>
-void Engine::watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns, TxList& tx) {
+[[gnu::always_inline]] inline void Engine::watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns,
+                                                         TxList& tx) {
   Job::Conn& conn = job.conns[rank];
   const unsigned K = kSharded ? job.nshards : 1;
   const unsigned own = kSharded ? job.shard : 0;
@@ -273,8 +276,8 @@ void Engine::open_epoch(Job& job, uint64_t seq) {
 // A packet for a slot still collecting: held (a retransmission replaces the held copy, never added
 // twice); the last rank's completes the slot, which one engine releases when it is the cursor's.
 template <bool kSharded>
-void Engine::collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const Layout& l, uint32_t header_crc,
-                     uint64_t now_ns, TxList& tx) {
+[[gnu::always_inline]] inline void Engine::collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt,
+                                                   const Layout& l, uint32_t header_crc, uint64_t now_ns, TxList& tx) {
   Job::Slot& slot = job.slot(seq);
   Job::Held& h = job.held_at(seq, rank);
   if (bit(slot.arrived, rank)) {

@@ -86,6 +86,7 @@ class LcoreLoop {
 
  private:
   void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
+  void handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layout& layout, uint64_t now_ns, bool from_handover);
   void hand_over(rte_mbuf* m, uint16_t to, wire::ParseStatus st, const wire::Layout& layout);
   unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
@@ -202,23 +203,25 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     send(m, now_ns);
     return;
   }
-  // The frame's parse: the one the lcore that received it made (carried in the mbuf), or this one's.
-  wire::Layout own_layout;
-  const wire::Layout* l_ptr = &own_layout;
-  wire::ParseStatus st;
-  MbufParse* carried = from_handover ? mbuf_parse(m) : nullptr;
-  if (carried) {
-    l_ptr = &carried->layout;
-    st = carried->status;
-  } else {
-    if (!from_handover && !looks_like_roce(data, len)) {
-      learn_source(data + 6, m->port, now_ns);
-      send(m, now_ns);
-      return;
-    }
-    st = wire::parse_frame({data, len}, own_layout);
+  // A handed-over frame comes with the parse the lcore that received it made.
+  if (MbufParse* carried = from_handover ? mbuf_parse(m) : nullptr)
+    return handle_roce(m, carried->status, carried->layout, now_ns, true);
+  if (!from_handover && !looks_like_roce(data, len)) {
+    learn_source(data + 6, m->port, now_ns);
+    send(m, now_ns);
+    return;
   }
-  const wire::Layout& layout = *l_ptr;
+  wire::Layout layout;
+  const wire::ParseStatus st = wire::parse_frame({data, len}, layout);
+  handle_roce(m, st, layout, now_ns, from_handover);
+}
+
+// A RoCEv2 candidate, parsed: to the lcore that owns its job, or into this lcore's engine.
+void LcoreLoop::handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layout& layout, uint64_t now_ns,
+                            bool from_handover) {
+  LcoreState& l = l_;
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  const uint32_t len = m->data_len;
   if (!from_handover && dp_.lcores.size() > 1) {
     OwnerKey k;
     int64_t psn;
