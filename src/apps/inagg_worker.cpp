@@ -5,10 +5,12 @@
 #include <boost/program_options.hpp>
 
 #include <unistd.h>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <new>
@@ -111,7 +113,8 @@ void print_preamble(const Worker& w, const CommandLine& cl) {
 // The table: a row per size, out of place then in place, each timed and then checked against the
 // reference. Returns false when an allreduce failed (w.error() says why); counts failed checks and
 // the bus bandwidths for the footer.
-bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, double* busbw_sum, unsigned* measurements) {
+bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, double* busbw_sum, unsigned* measurements,
+               std::vector<nccl::ResultRow>* rows) {
   const unsigned n = o.workers;
   const util::Dtype dtype = o.rack.dtype;
   const size_t es = util::dtype_size(dtype);
@@ -176,6 +179,7 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
     }
     std::fputs(nccl::row(bytes, count, dtype, o.op, placed[0], placed[1]).c_str(), stdout);
     std::fflush(stdout);
+    rows->push_back({bytes, count, dtype, o.op, placed[0], placed[1]});
   }
   return true;
 }
@@ -184,6 +188,13 @@ int run(int argc, char** argv) {
   CommandLine cl;
   if (const int rc = parse_command_line(argc, argv, &cl); rc >= 0) return rc;
   const WorkerOptions& o = cl.o;
+  // The results file is opened before anything else, so that a path that cannot be written fails at once.
+  std::ofstream results;
+  if (!cl.output_file.empty()) {
+    results.open(cl.output_file, std::ios::trunc);
+    if (!results)
+      return usage("--output-file " + cl.output_file + ": cannot open it for writing: " + std::strerror(errno));
+  }
   Worker w(o, o.use_verbs ? open_verbs_transport : open_udp_transport);
   auto fatal = [&](const std::string& why) {
     std::cerr << "inagg-worker: rank " << o.rank << ": " << why << "\n";
@@ -203,12 +214,20 @@ int run(int argc, char** argv) {
   print_preamble(w, cl);
   double busbw_sum = 0;
   unsigned measurements = 0, failed_checks = 0;
-  if (!run_sweep(w, o, &failed_checks, &busbw_sum, &measurements)) return fatal(w.error());
+  std::vector<nccl::ResultRow> rows;
+  if (!run_sweep(w, o, &failed_checks, &busbw_sum, &measurements, &rows)) return fatal(w.error());
   if (!w.finish()) return fatal(w.error());
   std::optional<double> min_bw;
   if (const char* e = std::getenv("NCCL_TESTS_MIN_BW")) min_bw = std::atof(e);
   const double avg = measurements ? busbw_sum / measurements : 0.0;
   std::fputs(nccl::footer(failed_checks, avg, min_bw, "inagg-worker").c_str(), stdout);
+  if (results.is_open()) {
+    results << (cl.output_file.ends_with(".csv")
+                    ? nccl::results_csv(rows)
+                    : nccl::results_json(rows, {"inagg-worker", o.mode_name, o.rank, o.workers, failed_checks, avg}));
+    results.close();
+    if (!results) return fatal("--output-file " + cl.output_file + ": the results could not be written");
+  }
   if (const std::optional<TransportCounters> c = w.transport_counters(); c && o.use_verbs)
     std::printf("# rank %u: verbs: %" PRIu64 " messages written, %" PRIu64
                 " received (packets and retransmissions: the device's counters, rdma statistic)\n",

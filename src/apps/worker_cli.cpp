@@ -158,6 +158,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "--register tcp://: the file with this tenant's credential, one line: SECRET (tenant admin) or TENANT SECRET "
       "(mode 0600); $INAGG_CONTROL_SECRET takes precedence")(
       "print-job", "print the appliance job file for these parameters and exit")(
+      "output-file", po::value<std::string>(&cl->output_file)->value_name("FILE"),
+      "also write the results for programs to FILE: JSON when its name ends in .json, CSV when in .csv (one line per "
+      "size and placement); the table stays on stdout")(
       "xdp-heads", po::value<std::string>(&o.xdp_heads)->value_name("IP[,IP..]"),
       "xdp/auto: the head of each group (group g = rank / group size)")(
       "xdp-group-size", po::value<unsigned>(&o.xdp_group_size)->default_value(0),
@@ -263,6 +266,8 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
     return 0;
   }
   if (const std::string e = check_run_options(o); !e.empty()) return usage(e);
+  if (const std::string& f = cl->output_file; !f.empty() && !f.ends_with(".json") && !f.ends_with(".csv"))
+    return usage("--output-file " + f + ": the name must end in .json or .csv (it chooses the format)");
 
   // The buffers hold several times -e: input, output, the transport's two regions, and with -c
   // every rank's input and the sum for the reference. Refused up front when the host cannot hold

@@ -12,6 +12,7 @@ namespace inagg::apps {
 struct CommandLine {
   client::WorkerOptions o;
   std::string rank_from, workers_from;  // an MPI launcher's variable, or "" when given
+  std::string output_file;              // --output-file: the results also as JSON or CSV, by its name's end
 };
 
 // Prints "inagg-worker: WHY" and returns the usage exit status, 2.

@@ -126,4 +126,54 @@ std::string footer(unsigned failed_checks, double avg_busbw, std::optional<doubl
   return f;
 }
 
+namespace {
+
+// A JSON string of text that needs no escaping beyond quotes and backslashes (names, modes).
+std::string quoted(std::string_view text) {
+  std::string q = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') q += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) q += c;
+  }
+  return q + "\"";
+}
+
+std::string placement_json(const std::optional<Measurement>& m) {
+  if (!m) return "null";
+  return format("{\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %s}", m->time_us, m->algbw,
+                m->busbw, m->checked ? std::to_string(m->wrong).c_str() : "null");
+}
+
+}  // namespace
+
+std::string results_json(const std::vector<ResultRow>& rows, const RunSummary& summary) {
+  std::string j = "{\"program\": " + quoted(summary.program) + ", \"mode\": " + quoted(summary.mode) +
+                  format(", \"rank\": %u, \"ranks\": %u, \"results\": [", summary.rank, summary.ranks);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ResultRow& r = rows[i];
+    j += (i ? ", " : "") +
+         format("{\"size_bytes\": %llu, \"count\": %llu, \"type\": ", static_cast<unsigned long long>(r.bytes),
+                static_cast<unsigned long long>(r.count)) +
+         quoted(type_name(r.dtype)) + ", \"redop\": " + quoted(r.op) +
+         ", \"out_of_place\": " + placement_json(r.out_of_place) + ", \"in_place\": " + placement_json(r.in_place) +
+         "}";
+  }
+  j += format("], \"failed_checks\": %u, \"avg_busbw_gbps\": %.4f}\n", summary.failed_checks, summary.avg_busbw);
+  return j;
+}
+
+std::string results_csv(const std::vector<ResultRow>& rows) {
+  std::string c = "size_bytes,count,type,redop,placement,time_us,algbw_gbps,busbw_gbps,wrong\n";
+  for (const ResultRow& r : rows)
+    for (const auto& [name, m] : {std::pair{"out_of_place", &r.out_of_place}, std::pair{"in_place", &r.in_place}}) {
+      if (!*m) continue;
+      const Measurement& v = **m;
+      c += format("%llu,%llu,%s,%s,%s,%.3f,%.4f,%.4f,", static_cast<unsigned long long>(r.bytes),
+                  static_cast<unsigned long long>(r.count), std::string(type_name(r.dtype)).c_str(), r.op.c_str(), name,
+                  v.time_us, v.algbw, v.busbw) +
+           (v.checked ? std::to_string(v.wrong) : "") + "\n";
+    }
+  return c;
+}
+
 }  // namespace inagg::client::nccl

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "inagg/util/dtype.hpp"
 
@@ -57,5 +58,26 @@ std::string footer(unsigned failed_checks, double avg_busbw, std::optional<doubl
 constexpr bool bandwidth_failed(double avg_busbw, std::optional<double> min_busbw) {
   return min_busbw && avg_busbw < *min_busbw * 0.9;
 }
+
+// The same results for programs: one row per size, as the table has them.
+struct ResultRow {
+  uint64_t bytes = 0, count = 0;
+  util::Dtype dtype = util::Dtype::fp32;
+  std::string op;
+  std::optional<Measurement> out_of_place, in_place;
+};
+struct RunSummary {
+  std::string program, mode;
+  unsigned rank = 0, ranks = 0;
+  unsigned failed_checks = 0;
+  double avg_busbw = 0;
+};
+// JSON: {"program", "mode", "rank", "ranks", "results": [{"size_bytes", "count", "type", "redop",
+// "out_of_place": {"time_us", "algbw_gbps", "busbw_gbps", "wrong"} or null, "in_place": ...}],
+// "failed_checks", "avg_busbw_gbps"}; "wrong" is null when the size was not checked (-c 0).
+std::string results_json(const std::vector<ResultRow>& rows, const RunSummary& summary);
+// CSV with a header line: size_bytes,count,type,redop,placement,time_us,algbw_gbps,busbw_gbps,wrong
+// (one line per size and placement run; wrong empty when not checked).
+std::string results_csv(const std::vector<ResultRow>& rows);
 
 }  // namespace inagg::client::nccl
