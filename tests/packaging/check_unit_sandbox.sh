@@ -2,9 +2,12 @@
 # inagg@.service's sandbox, as systemd itself rates it: `systemd-analyze security --offline` on the
 # unit (its @dirs@ filled in) must score an exposure of at most 6.0 of 10 (the unit without its
 # sandboxing scored 9.6, "UNSAFE"), and must bound the capabilities and make the system read-only.
-#   check_unit_sandbox.sh SRCDIR
+# `systemd-analyze verify` on an instance of it, with the built inagg in @bindir@, must pass without
+# a word (an unknown key is only a warning there, so any output fails too).
+#   check_unit_sandbox.sh SRCDIR INAGG
 set -uo pipefail
 src=$1
+inagg=$2
 fail() { echo "FAIL: $*"; exit 1; }
 command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
 tmp=$(mktemp -d)
@@ -18,4 +21,12 @@ score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' <<<"$o
 awk -v s="$score" 'BEGIN { exit !(s <= 6.0) }' || fail "exposure $score, above 6.0: $(grep '✗' <<<"$out" | head -n 10)"
 grep -q '^CapabilityBoundingSet=' "$tmp/inagg@.service" || fail "no CapabilityBoundingSet"
 grep -q '^ProtectSystem=strict$' "$tmp/inagg@.service" || fail "ProtectSystem is not strict"
-echo "ok: inagg@.service's exposure is $score of 10"
+
+# verify: the build's inagg for @bindir@/inagg and the tree's inagg-hugepages for @libexecdir@.
+mkdir -p "$tmp/verify"
+sed -e "s|@bindir@|$(dirname "$inagg")|g; s|@libexecdir@|$src/systemd|g; s|@sysconfdir@|/etc|g; s|@docdir@|/usr/share/doc/inagg|g" \
+  "$src/systemd/inagg@.service.in" >"$tmp/verify/inagg@.service"
+vout=$(cd "$tmp/verify" && systemd-analyze verify ./inagg@rack1.service 2>&1)
+vrc=$?
+[ "$vrc" = 0 ] && [ -z "$vout" ] || fail "systemd-analyze verify inagg@rack1.service (exit $vrc): $vout"
+echo "ok: inagg@.service's exposure is $score of 10; systemd-analyze verify passes"
