@@ -49,21 +49,59 @@ size_t Engine::closed_connections() const {
       std::count_if(closed_.begin(), closed_.end(), [&](const ClosedKey& k) { return k.until_ns > now_ns_; }));
 }
 
+void Engine::route_job(const control::JobSpec& spec, uint16_t owner, const std::vector<uint16_t>& shard_lcores) {
+  std::erase_if(routes_, [&](const RouteKey& k) { return k.job_id == spec.id; });
+  for (const control::ConnectionSpec& c : spec.conns) {
+    Route data{owner};
+    if (shard_lcores.size() > 1) {  // sharded: each data packet to its PSN's shard
+      data.nshards = static_cast<uint8_t>(shard_lcores.size());
+      data.start_psn = c.start_psn;
+      std::copy(shard_lcores.begin(), shard_lcores.end(), data.shard_lcore.begin());
+    }
+    routes_.push_back({util::gid_address(c.dst_ip), c.dst_qpn, spec.id, data});
+    routes_.push_back({util::gid_address(c.src_ip), c.src_qpn, spec.id, Route{owner}});  // ACKs: to the owner
+  }
+  rebuild_conn_table();
+}
+
+void Engine::unroute_job(uint32_t job_id) {
+  std::erase_if(routes_, [&](const RouteKey& k) { return k.job_id == job_id; });
+  rebuild_conn_table();
+}
+
+const Engine::Route* Engine::route_of(const uint8_t* frame, const Layout& l) const {
+  wire::RoceDestination d;
+  if (routes_.empty() || !wire::roce_destination(frame, l, &d)) return nullptr;
+  bool mapped = false;
+  const ConnEntry* e = lookup(d.ip, d.addr, d.qpn, &mapped);
+  return e && e->route != ConnEntry::kNoRoute ? &routes_[e->route].route : nullptr;
+}
+
 void Engine::rebuild_conn_table() {
   std::erase_if(closed_, [&](const ClosedKey& k) { return k.until_ns <= now_ns_; });
-  size_t n = closed_.size();
+  size_t n = closed_.size() + routes_.size();
   for (auto& j : jobs_) n += 2 * j->spec.workers;
   conns_->resize(n);
   for (auto& j : jobs_) {
     for (unsigned r = 0; r < j->spec.workers; ++r) {
       const control::ConnectionSpec& c = j->conns[r].spec;
-      conns_->insert({true, false, c.dst_ip, c.dst_qpn, j.get(), r, 0, {}});  // data: to the receiver's QP
-      conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r, 0, {}});   // ACKs: to the sender's QP
+      conns_->insert(
+          {true, false, ConnEntry::kNoRoute, c.dst_ip, c.dst_qpn, j.get(), r, 0, {}});            // data: receiver's QP
+      conns_->insert({true, true, ConnEntry::kNoRoute, c.src_ip, c.src_qpn, j.get(), r, 0, {}});  // ACKs: sender's QP
     }
   }
   for (const ClosedKey& k : closed_) {
     const ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn);
-    if (e == nullptr) conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, k.until_ns, {}});
+    if (e == nullptr) conns_->insert({true, false, ConnEntry::kNoRoute, k.addr, k.qpn, nullptr, 0, k.until_ns, {}});
+  }
+  // A route goes on the key's entry (this engine's job, a shard of it, or a closed connection),
+  // else on an entry of its own that places nothing (no job, not closed).
+  for (size_t i = 0; i < routes_.size(); ++i) {
+    const RouteKey& k = routes_[i];
+    if (ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn))
+      e->route = static_cast<uint32_t>(i);
+    else
+      conns_->insert({true, false, static_cast<uint32_t>(i), k.addr, k.qpn, nullptr, 0, 0, {}});
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "inagg/agg/engine.hpp"
@@ -209,8 +210,10 @@ struct alignas(64) Engine::Job {
 // Open-addressing map (address, QPN) -> (job, rank, direction) or a closed connection, rebuilt on
 // every job change (the control path), read-only on the fast path.
 struct Engine::ConnEntry {
+  static constexpr uint32_t kNoRoute = 0xffffffff;
   bool used = false;
   bool ack_direction = false;  // key is the sender's QP: ACKs flow to it
+  uint32_t route = kNoRoute;   // index into Engine::routes_: the lcore that takes its packets
   util::IpAddr addr;
   uint32_t qpn = 0;
   Job* job = nullptr;  // nullptr: a closed connection
@@ -265,6 +268,9 @@ struct Engine::ConnTable {
         return;
       }
     }
+  }
+  ConnEntry* find(util::IpVersion v, const uint8_t* addr, uint32_t qpn) {
+    return const_cast<ConnEntry*>(std::as_const(*this).find(v, addr, qpn));
   }
   const ConnEntry* find(util::IpVersion v, const uint8_t* addr, uint32_t qpn) const {
     const Key k = key_of(v, addr);

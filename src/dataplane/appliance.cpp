@@ -239,7 +239,7 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
 
 // The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
 // owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
-// owner tables route them (lcore_requests.cpp), so each
+// routes send them (Engine::route_job, lcore_requests.cpp), so each
 // packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
 // once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
 // place, and where a PMD refuses them, the lcores hand the job's packets on.

@@ -1,5 +1,7 @@
 #include "job_ownership.hpp"
 
+#include <utility>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -13,10 +15,10 @@ bool JobOwnership::conflicts(const control::JobSpec& spec, std::string* error) c
     if (id == spec.id) continue;
     for (const control::ConnectionSpec& c : spec.conns)
       for (const control::ConnectionSpec& o : other.conns)
-        for (const OwnerKey& k : {key_of(c.dst_ip, c.dst_qpn), key_of(c.src_ip, c.src_qpn)})
-          if (k == key_of(o.dst_ip, o.dst_qpn) || k == key_of(o.src_ip, o.src_qpn)) {
+        for (const auto& [ip, qp] : {std::pair{c.dst_ip, c.dst_qpn}, std::pair{c.src_ip, c.src_qpn}})
+          if ((ip == o.dst_ip && qp == o.dst_qpn) || (ip == o.src_ip && qp == o.src_qpn)) {
             char qpn[16];
-            std::snprintf(qpn, sizeof qpn, "%x", k.qpn);
+            std::snprintf(qpn, sizeof qpn, "%x", qp);
             *error = "job " + std::to_string(spec.id) + ": rank " + std::to_string(c.rank) + " uses QPN 0x" + qpn +
                      " on an address that already belongs to job " + std::to_string(id);
             return true;
@@ -25,7 +27,7 @@ bool JobOwnership::conflicts(const control::JobSpec& spec, std::string* error) c
   return false;
 }
 
-// With one datapath lcore there is nobody to hand packets to: no owner tables.
+// With one datapath lcore there is nobody to hand packets to: no routes.
 void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
                              const std::vector<uint16_t>& shard_lcores) {
   if (lcores_.size() < 2) return;

@@ -1,5 +1,5 @@
 // Which datapath lcore owns which job, as the control side sees it, and the requests that keep
-// the lcores' engines and owner tables in line with it. Internal to src/dataplane.
+// the lcores' engines and their routes in line with it. Internal to src/dataplane.
 #pragma once
 
 #include <mutex>

@@ -14,10 +14,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "inagg/agg/engine.hpp"
@@ -32,39 +30,6 @@ inline constexpr uint16_t kMaxBurst = 64;
 
 // Set by Appliance::request_stop() (from a signal handler too); every loop polls it.
 inline std::atomic<bool> g_force_quit{false};
-
-// (address, QPN) of one direction of a job's connection: the key by which an lcore finds the lcore
-// that owns a RoCEv2 packet's job.
-struct OwnerKey {
-  std::array<uint8_t, 16> addr{};
-  uint32_t qpn = 0;
-  bool operator==(const OwnerKey&) const = default;
-};
-struct OwnerKeyHash {
-  size_t operator()(const OwnerKey& k) const {
-    uint64_t a, b;
-    std::memcpy(&a, k.addr.data(), 8);
-    std::memcpy(&b, k.addr.data() + 8, 8);
-    uint64_t h = (a * 0x9e3779b97f4a7c15ull) ^ (b + 0x632be59bd9b4e019ull) ^ (uint64_t{k.qpn} << 7);
-    return static_cast<size_t>(h ^ (h >> 31));
-  }
-};
-inline OwnerKey key_of(const util::IpAddr& ip, uint32_t qpn) {
-  OwnerKey k;
-  std::memcpy(k.addr.data(), ip.bytes.data(), ip.version == util::IpVersion::v4 ? 4 : 16);
-  k.qpn = qpn;
-  return k;
-}
-
-// Where an lcore sends a RoCEv2 packet of a registered connection: to the lcore that owns its job.
-// A sharded job's data (--job-lcores above 1; protocol.md section 4) goes to the lcore of its PSN's
-// shard, (PSN - start PSN) mod nshards.
-struct OwnerRoute {
-  uint16_t owner = 0;
-  uint8_t nshards = 0;  // > 1: the data direction of a sharded job
-  uint32_t start_psn = 0;
-  std::array<uint16_t, agg::JobShards::kMaxShards> shard_lcore{};
-};
 
 struct TxBuffer {
   uint16_t n = 0;
@@ -86,8 +51,6 @@ struct alignas(64) LcoreState {
   uint16_t rank_cache_port = 0xffff;
   uint64_t lookup_cache_mac = ~0ull, lookup_cache_ns = 0;
   uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
-  // Each lcore's own copy of which lcore owns which connection, kept by requests: nothing shared.
-  std::unordered_map<OwnerKey, OwnerRoute, OwnerKeyHash> owners;
   rte_ring* requests = nullptr;  // SP/SC: the control side (one caller at a time) -> this lcore
   rte_ring* replies = nullptr;   // SP/SC: this lcore -> the control side
   rte_ring* handover = nullptr;  // MP/SC: other lcores -> this lcore's engine

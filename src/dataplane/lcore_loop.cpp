@@ -24,24 +24,6 @@ namespace {
 // 4791 after any VLAN tags, or IPv6 with extension headers). A candidate is then parsed once.
 bool looks_like_roce(const uint8_t* f, uint32_t len) { return wire::is_roce_candidate({f, len}); }
 
-// The owner key of a RoCEv2 packet: its destination address and QPN, also for one the engine will
-// not place (IPv6 extension headers, malformed past the BTH, an IPv4-mapped IPv6 destination): the
-// owning lcore's engine must see it to drop and count it. *psn: its PSN, or -1 when its BTH is not
-// all inside the frame (a sharded job's owner then takes it, to drop and count it).
-bool owner_key_of(const uint8_t* f, const wire::Layout& l, OwnerKey* k, int64_t* psn) {
-  wire::RoceDestination d;
-  if (!wire::roce_destination(f, l, &d)) return false;
-  *psn = l.bth ? static_cast<int64_t>(wire::bth_of(f, l).psn()) : -1;
-  if (d.ip == util::IpVersion::v4)
-    std::memcpy(k->addr.data(), d.addr, 4);
-  else if (util::is_v4_mapped_bytes(d.addr))
-    std::memcpy(k->addr.data(), d.addr + 12, 4);  // the IPv4 key an IPv4-mapped address names
-  else
-    std::memcpy(k->addr.data(), d.addr, 16);
-  k->qpn = d.qpn;
-  return true;
-}
-
 // Lab mode's back-off when an lcore's queues stay empty, DPDK l3fwd-power's empty-poll heuristic:
 // a few empty polls cost nothing (the next burst is often on its way), then rte_pause() between
 // polls, then sleeps that double from 1 us up to the configured maximum, and busy-polling again
@@ -222,21 +204,19 @@ void LcoreLoop::handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layou
   LcoreState& l = l_;
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const uint32_t len = m->data_len;
+  // More than one lcore: the engine's connection table also says which lcore takes the packet
+  // (Engine::route_of; each lcore keeps its own routes, told by requests: nothing shared). A
+  // sharded job's data go to the lcore of their PSN's shard. (A frame whose BTH is cut short has
+  // no route: this lcore's engine drops and counts it, held closed here or its own.)
   if (!from_handover && dp_.lcores.size() > 1) {
-    OwnerKey k;
-    int64_t psn;
-    if (owner_key_of(data, layout, &k, &psn)) {
-      auto it = l.owners.find(k);
-      if (it != l.owners.end()) {
-        const OwnerRoute& r = it->second;
-        if (r.nshards > 1) {  // a sharded job's data: to the lcore of its PSN's shard
-          const uint16_t to =
-              psn >= 0 ? r.shard_lcore[(static_cast<uint32_t>(psn) - r.start_psn) & (r.nshards - 1)] : r.owner;
-          if (to != l.index) return hand_over(m, to, st, layout);
-        } else if (r.owner != l.index) {
-          // The owner learns from it once its engine has vouched for it (below).
-          return hand_over(m, r.owner, st, layout);
-        }
+    if (const agg::Engine::Route* r = l.engine->route_of(data, layout)) {
+      if (r->nshards > 1) {
+        const uint32_t psn = wire::bth_of(data, layout).psn();
+        const uint16_t to = r->shard_lcore[(psn - r->start_psn) & (r->nshards - 1u)];
+        if (to != l.index) return hand_over(m, to, st, layout);
+      } else if (r->owner != l.index) {
+        // The owner learns from it once its engine has vouched for it (below).
+        return hand_over(m, r->owner, st, layout);
       }
     }
   }

@@ -34,22 +34,10 @@ void apply(LcoreState& l, LcoreRequest& r) {
       break;
     case LcoreRequest::Kind::set_owner:
     case LcoreRequest::Kind::clear_owner:
-      for (const control::ConnectionSpec& c : r.spec->conns) {
-        const OwnerKey data = key_of(c.dst_ip, c.dst_qpn), acks = key_of(c.src_ip, c.src_qpn);
-        if (r.kind == LcoreRequest::Kind::set_owner) {
-          OwnerRoute route{r.owner};
-          if (r.shard_lcores.size() > 1) {  // sharded: each data packet to its PSN's shard
-            route.nshards = static_cast<uint8_t>(r.shard_lcores.size());
-            route.start_psn = c.start_psn;
-            std::copy(r.shard_lcores.begin(), r.shard_lcores.end(), route.shard_lcore.begin());
-          }
-          l.owners[data] = route;
-          l.owners[acks] = {r.owner};  // ACKs go to the owner (shard 0)
-        } else {
-          l.owners.erase(data);
-          l.owners.erase(acks);
-        }
-      }
+      if (r.kind == LcoreRequest::Kind::set_owner)
+        l.engine->route_job(*r.spec, r.owner, r.shard_lcores);
+      else
+        l.engine->unroute_job(r.spec->id);
       // A lcore that does not own the job keeps its connections closed while it lives (a packet of
       // it that reached this engine anyway is dropped, not forwarded raw), and for linger_ns after
       // it is removed (tombstones; the owner's engine keeps its own).

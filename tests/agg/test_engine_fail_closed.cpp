@@ -36,6 +36,17 @@ class FailClosed : public EngineTest {
     return JobFixture::build(s,
                              std::vector<uint8_t>(j.spec.payload_bytes, 0x66));  // a valid ICRC: forgers compute it too
   }
+  // Rank 0's first packet of `f`'s job with both addresses written IPv4-mapped in an IPv6 header.
+  static std::vector<uint8_t> mapped_frame(const JobFixture& f) {
+    auto s = f.frame_spec(0, 0);
+    std::array<uint8_t, 16> src{}, dst{};
+    src[10] = src[11] = dst[10] = dst[11] = 0xff;
+    std::memcpy(&src[12], f.spec.conns[0].src_ip.bytes.data(), 4);
+    std::memcpy(&dst[12], f.spec.conns[0].dst_ip.bytes.data(), 4);
+    s.src_ip = util::IpAddr::v6(src);
+    s.dst_ip = util::IpAddr::v6(dst);
+    return JobFixture::build(s, f.payload(0, 0));
+  }
   std::vector<uint8_t> ack_from(unsigned rank, uint64_t seq, const char* from, uint8_t syndrome) {
     auto f = j.ack_frame(rank, seq, syndrome);
     wire::Layout l;
@@ -214,14 +225,7 @@ TEST_F(FailClosed, RoceBehindIpv6ExtensionHeadersToARegisteredConnectionIsDroppe
 }
 
 TEST_F(FailClosed, AnIpv4ConnectionAddressedInIpv4MappedIpv6IsDropped) {
-  auto s = j.frame_spec(0, 0);
-  std::array<uint8_t, 16> src{}, dst{};
-  src[10] = src[11] = dst[10] = dst[11] = 0xff;
-  std::memcpy(&src[12], j.spec.conns[0].src_ip.bytes.data(), 4);
-  std::memcpy(&dst[12], j.spec.conns[0].dst_ip.bytes.data(), 4);
-  s.src_ip = util::IpAddr::v6(src);
-  s.dst_ip = util::IpAddr::v6(dst);
-  EXPECT_TRUE(send(JobFixture::build(s, j.payload(0, 0))).empty());
+  EXPECT_TRUE(send(mapped_frame(j)).empty());
   EXPECT_EQ(info(1).counters.drop_unplaceable, 1u);
 }
 
@@ -299,6 +303,52 @@ TEST_F(FailClosed, ConnectionsHeldClosedWhileAJobIsAddedElsewhere) {
   EXPECT_TRUE(send(m.data_frame(0, 0)).empty());
   now += 1'000'000;
   EXPECT_EQ(send(m.data_frame(0, 0)).size(), 1u);
+}
+
+// The datapath's routes live in the same table: which lcore takes a packet, for another lcore's
+// job (held closed here), a sharded job, this engine's own job, and an IPv4-mapped destination.
+TEST_F(FailClosed, RoutesShareTheConnectionTable) {
+  auto route = [&](const std::vector<uint8_t>& f) {
+    wire::Layout l;
+    EXPECT_EQ(wire::parse_frame(f, l), wire::ParseStatus::roce);
+    return engine->route_of(f.data(), l);
+  };
+  JobFixture k(2, 2, Dtype::int32, 64, 64, 1);
+  EXPECT_EQ(route(k.data_frame(0, 0)), nullptr);
+  // Job 2 lives on lcore 3: its data and ACKs go there; here its connections are held closed.
+  engine->hold_closed(k.spec);
+  engine->route_job(k.spec, 3, {});
+  for (const auto& f : {k.data_frame(0, 0), k.data_frame(1, 5), k.ack_frame(0, 0)}) {
+    const agg::Engine::Route* r = route(f);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->owner, 3u);
+    EXPECT_EQ(r->nshards, 0u);
+  }
+  EXPECT_TRUE(send(k.data_frame(0, 0)).empty());  // reaching this engine anyway: dropped, never raw
+  EXPECT_EQ(engine->counters().drop_closed, 1u);
+  // IPv4-mapped IPv6 destinations find the IPv4 connection's route.
+  ASSERT_NE(route(mapped_frame(k)), nullptr);
+  EXPECT_EQ(route(mapped_frame(k))->owner, 3u);
+  // Sharded over lcores 1 and 2: the data say which shards' lcores and from which PSN; ACKs go to the owner.
+  engine->route_job(k.spec, 1, {1, 2});
+  const agg::Engine::Route* d = route(k.data_frame(0, 1));
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->nshards, 2u);
+  EXPECT_EQ(d->start_psn, k.spec.conns[0].start_psn);
+  EXPECT_EQ(d->shard_lcore[0], 1u);
+  EXPECT_EQ(d->shard_lcore[1], 2u);
+  EXPECT_EQ(route(k.ack_frame(0, 0))->nshards, 0u);
+  EXPECT_EQ(route(k.ack_frame(0, 0))->owner, 1u);
+  // This engine's own job keeps its place and gains a route; unrouting leaves it as it was.
+  engine->route_job(j.spec, 0, {});
+  EXPECT_EQ(route(j.data_frame(0, 0))->owner, 0u);
+  complete(0);
+  engine->unroute_job(1);
+  engine->unroute_job(2);
+  EXPECT_EQ(route(j.data_frame(0, 1)), nullptr);
+  EXPECT_EQ(route(k.data_frame(0, 0)), nullptr);
+  complete(1);
+  EXPECT_TRUE(send(k.data_frame(0, 0)).empty());  // job 2's hold is still on
 }
 
 TEST_F(FailClosed, AJobRegisteredWithIpv4MappedGidsMatchesIpv4Packets) {

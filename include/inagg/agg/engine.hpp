@@ -303,6 +303,23 @@ class alignas(64) Engine {
   void release_closed(uint32_t job_id, uint64_t linger_ns);
   size_t closed_connections() const;  // held or lingering, not yet expired
 
+  // Which lcore takes a connection's packets, when a job is spread over lcores or owned by another
+  // (the datapath's routes, kept in the engine's connection table so that one table answers both
+  // "whose is it" and "which job and rank"). A job's data go to its owner, or with shards to the
+  // lcore of their PSN's shard, (PSN - start PSN) mod nshards; its ACKs to the owner.
+  struct Route {
+    uint16_t owner = 0;
+    uint8_t nshards = 0;  // > 1: the data direction of a sharded job
+    uint32_t start_psn = 0;
+    std::array<uint16_t, JobShards::kMaxShards> shard_lcore{};
+  };
+  // Routes the job's connections (replacing its earlier routes); unroute_job removes them.
+  void route_job(const control::JobSpec& spec, uint16_t owner, const std::vector<uint16_t>& shard_lcores);
+  void unroute_job(uint32_t job_id);
+  // The route of a parsed RoCEv2 frame's destination (an IPv4-mapped IPv6 destination finds its
+  // IPv4 connection's), or nullptr.
+  const Route* route_of(const uint8_t* frame, const wire::Layout& l) const;
+
   // Fast path. Takes ownership of `pkt`: it ends up in `tx` (forwarded, possibly rewritten), held
   // by the engine, or freed. May also put released packets and NAKs in `tx`. Returns false when the
   // frame was dropped as untrustworthy (malformed, bad ICRC, wrong source or port, unplaceable, or
@@ -424,6 +441,13 @@ class alignas(64) Engine {
   std::vector<std::unique_ptr<Job>> jobs_;
   std::unique_ptr<ConnTable> conns_;
   std::vector<ClosedKey> closed_;
+  struct RouteKey {
+    util::IpAddr addr;
+    uint32_t qpn = 0;
+    uint32_t job_id = 0;
+    Route route;
+  };
+  std::vector<RouteKey> routes_;
   EngineCounters totals_;
   size_t memory_used_ = 0;
   size_t mbufs_reserved_ = 0;
