@@ -106,13 +106,17 @@ class CommTimer:
     def __init__(self, inner):
         self.intervals = []
         self.buckets = []
+        self.wall = []  # per bucket, in the order DDP hands them over: (start, end), time.time()
 
         def timed_hook(state, bucket):
-            start = time.perf_counter()
+            start, wall_start = time.perf_counter(), time.time()
             self.buckets.append(bucket.buffer().numel())
+            index = len(self.wall)
+            self.wall.append(None)
 
             def done(f):
                 self.intervals.append((start, time.perf_counter()))
+                self.wall[index] = (wall_start, time.time())
                 return f.value()
 
             return inner(state, bucket).then(done)
@@ -120,7 +124,7 @@ class CommTimer:
         self.hook = timed_hook
 
     def reset(self):
-        self.intervals, self.buckets = [], []
+        self.intervals, self.buckets, self.wall = [], [], []
 
     def seconds(self):
         total, end = 0.0, float("-inf")
@@ -204,7 +208,7 @@ def train(a):
             opt.step()
             step = {"loss": loss.item(), "step_s": time.perf_counter() - t0}
             if hook is not None:  # the backend's time in communication is not seen from here
-                step.update(comm_s=timer.seconds(), buckets=list(timer.buckets))
+                step.update(comm_s=timer.seconds(), buckets=list(timer.buckets), wall=list(timer.wall))
             steps.append(step)
         # Evaluation: each rank a slice of the test set, the counts summed over Gloo (which also
         # keeps the ranks together, so the next epoch's first allreduce starts without skew).
@@ -235,8 +239,9 @@ def train(a):
                    "bucket_bytes": [int(b) for b in str(sizes).split(",") if b.strip()]}
     # Every rank's per-step losses, for the global mean loss of each step, and its transport's counters.
     gathered = [None] * world
-    dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport))
+    dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport, [st.get("wall") for st in steps]))
     losses = [g[0] for g in gathered]
+    walls = [g[2] for g in gathered]
     job_stats = None
     if state is not None and rank == 0 and a.control:
         job_stats = state.comm.job_stats()
@@ -248,6 +253,9 @@ def train(a):
     if rank == 0:
         for i, st in enumerate(steps):
             st["loss"] = sum(l[i] for l in losses) / world
+            st.pop("wall", None)
+            if all(w[i] for w in walls):
+                st.update(comm_parts(w[i] for w in walls))
         measured = steps[2:] if len(steps) > 4 else steps  # the first steps build DDP's buckets
         run = {"comm": a.comm, "world_size": world, "parameters": params, "hidden": a.hidden, "depth": a.depth,
                "batch": a.batch, "seed": a.seed, "message": a.message, "payload": a.payload,
@@ -255,7 +263,8 @@ def train(a):
                    a.job_id if state is not None else None),
                "job_stats": job_stats, "transport": [g[1] for g in gathered], "backend": backend,
                "mean_step_s": sum(st["step_s"] for st in measured) / len(measured),
-               "mean_comm_s": mean_comm(measured)}
+               "mean_comm_s": mean_comm(measured), "mean_wait_s": mean_of(measured, "wait_s"),
+               "mean_after_s": mean_of(measured, "after_s")}
         print(f"# {a.comm}: mean step {1e3 * run['mean_step_s']:.1f} ms, communication {ms(run['mean_comm_s'])} ms "
               f"per step (steps 3..{len(steps)}); last test accuracy {epochs[-1]['test_accuracy']:.4f}", flush=True)
         if a.out:
@@ -273,6 +282,38 @@ def train(a):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def union(intervals):
+    """Seconds covered by at least one of the (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def comm_parts(ranks):
+    """One step's communication split at each bucket's last arrival, from every rank's (start, end)
+    per bucket (wall clock; the ranks share one host's clock here): `wait_s`, the time a rank's
+    bucket waited for the last rank to hand over the same bucket (skew: the slowest rank's
+    backward pass, not the network), and `after_s`, from that moment until the rank had the sum
+    (the transport and the network). Means over the ranks; buckets that overlap count once."""
+    ranks = [r for r in ranks]
+    buckets = min(len(r) for r in ranks)
+    last = [max(r[b][0] for r in ranks) for b in range(buckets)]
+    wait = sum(union([(r[b][0], min(last[b], r[b][1])) for b in range(buckets)]) for r in ranks) / len(ranks)
+    after = sum(union([(max(last[b], r[b][0]), r[b][1]) for b in range(buckets) if r[b][1] > last[b]])
+                for r in ranks) / len(ranks)
+    return {"wait_s": wait, "after_s": after}
+
+
+def mean_of(steps, key):
+    """Mean of a per-step figure over the steps, or None when a step lacks it."""
+    if not steps or any(key not in st for st in steps):
+        return None
+    return sum(st[key] for st in steps) / len(steps)
 
 
 def mean_comm(steps):
@@ -308,6 +349,9 @@ def report(a):
             cells.append(f"{ep['train_loss']:>11.5f} / {ep['test_accuracy']:.4f}" if ep else " " * 20)
         print(f"{e + 1:>5} " + " ".join(cells))
     for r in runs:
+        if r.get("mean_after_s") is not None:
+            print(f"{r['comm']}: communication per step {ms(r['mean_comm_s'])} ms (rank 0); all ranks' mean: waiting for "
+                  f"the last rank's bucket {1e3 * r['mean_wait_s']:.1f} ms, after it arrived {1e3 * r['mean_after_s']:.1f} ms")
         if r.get("transport") and all(r["transport"]) and "packets_sent" in r["transport"][0]:
             tot = {k: sum(t[k] for t in r["transport"]) for k in r["transport"][0]}
             print(f"{r['comm']}: the ranks' transports: {tot['packets_sent']} packets sent, {tot['retransmitted']} again, "
@@ -329,6 +373,10 @@ def report(a):
                   f"{1e3 * ring:.0f} ms; communication "
                   + (f"{1e3 * comm:.0f} ms = {comm / ina:.2f}x the in-network bound, {comm / ring:.2f}x the ring's"
                      if comm else "not measured in this run (the backend's time is inside the step)"))
+            if r.get("mean_after_s") is not None:
+                after = r["mean_after_s"]
+                print(f"    of which waiting for the last rank's bucket {1e3 * r['mean_wait_s']:.0f} ms, after it arrived "
+                      f"{1e3 * after:.0f} ms = {after / ina:.2f}x the in-network bound, {after / ring:.2f}x the ring's")
     for r in runs[1:]:
         speed = ref["mean_step_s"] / r["mean_step_s"]
         print(f"{r['comm']} vs {ref['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "

@@ -109,6 +109,18 @@ py "$src/examples/train_digits.py" report "$tmp/gloo.json" "$tmp/inagg.json" --l
 status=$?
 cat "$tmp/report.log"
 [ $status = 0 ] || fail "the training runs do not meet the checks (report above)"
+# Each hooked step's communication split at the last rank's arrival: both parts there, not negative,
+# the part after the last arrival not empty (every bucket was summed after all ranks handed it over).
+for comm in gloo inagg; do
+  py - "$tmp/$comm.json" <<'EOF' || fail "$comm: the steps' communication breakdown"
+import json, sys
+run = json.load(open(sys.argv[1]))
+steps = run["steps"]
+bad = [i for i, st in enumerate(steps) if not (st.get("wait_s", -1) >= 0 and st.get("after_s", 0) > 0)]
+if bad or run["mean_after_s"] is None:
+    sys.exit(f"{run['comm']}: steps {bad[:5]} lack wait_s/after_s or have them out of range")
+EOF
+done
 # Every bucket through the appliance: its packets, each allreduce padded to whole messages of
 # message - 8 bytes of fp32 data (the tally takes the first and the last element), cut in chunks of
 # what the communicator's chunk_bytes (8 MiB by default) of messages carry.
