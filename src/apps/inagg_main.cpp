@@ -5,8 +5,6 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 
-#include <boost/program_options.hpp>
-
 #include <algorithm>
 #include <cinttypes>
 #include <csignal>
@@ -16,9 +14,7 @@
 #include <iostream>
 #include <mutex>
 #include <span>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "inagg/agg/kernels.hpp"
@@ -33,7 +29,6 @@
 #include "inagg/dataplane/metrics.hpp"
 #include "inagg/dataplane/selftest.hpp"
 #include "inagg/dataplane/telemetry.hpp"
-#include "inagg/util/key_value.hpp"
 #include "inagg/util/log.hpp"
 #include "inagg/util/service_notify.hpp"
 #include "inagg/wire/crc32.hpp"
@@ -41,7 +36,6 @@
 #include "request_dispatch.hpp"
 #include "version.hpp"
 
-namespace po = boost::program_options;
 using namespace inagg;
 using apps::describe_spec;
 using apps::Options;
