@@ -86,13 +86,13 @@ void Engine::rebuild_conn_table() {
     for (unsigned r = 0; r < j->spec.workers; ++r) {
       const control::ConnectionSpec& c = j->conns[r].spec;
       conns_->insert(
-          {true, false, ConnEntry::kNoRoute, c.dst_ip, c.dst_qpn, j.get(), r, 0, {}});            // data: receiver's QP
-      conns_->insert({true, true, ConnEntry::kNoRoute, c.src_ip, c.src_qpn, j.get(), r, 0, {}});  // ACKs: sender's QP
+          {true, false, c.dst_ip, c.dst_qpn, j.get(), r, ConnEntry::kNoRoute, 0, {}});            // data: receiver's QP
+      conns_->insert({true, true, c.src_ip, c.src_qpn, j.get(), r, ConnEntry::kNoRoute, 0, {}});  // ACKs: sender's QP
     }
   }
   for (const ClosedKey& k : closed_) {
     const ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn);
-    if (e == nullptr) conns_->insert({true, false, ConnEntry::kNoRoute, k.addr, k.qpn, nullptr, 0, k.until_ns, {}});
+    if (e == nullptr) conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, ConnEntry::kNoRoute, k.until_ns, {}});
   }
   // A route goes on the key's entry (this engine's job, a shard of it, or a closed connection),
   // else on an entry of its own that places nothing (no job, not closed).
@@ -101,7 +101,7 @@ void Engine::rebuild_conn_table() {
     if (ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn))
       e->route = static_cast<uint32_t>(i);
     else
-      conns_->insert({true, false, static_cast<uint32_t>(i), k.addr, k.qpn, nullptr, 0, 0, {}});
+      conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, static_cast<uint32_t>(i), 0, {}});
   }
 }
 

@@ -213,16 +213,17 @@ struct Engine::ConnEntry {
   static constexpr uint32_t kNoRoute = 0xffffffff;
   bool used = false;
   bool ack_direction = false;  // key is the sender's QP: ACKs flow to it
-  uint32_t route = kNoRoute;   // index into Engine::routes_: the lcore that takes its packets
   util::IpAddr addr;
   uint32_t qpn = 0;
   Job* job = nullptr;  // nullptr: a closed connection
   unsigned rank = 0;
+  uint32_t route = kNoRoute;  // index into Engine::routes_: the lcore that takes its packets
   uint64_t closed_until_ns = 0;
   engine_detail::ConnKey key;  // addr as ConnTable::key_of reads it from a packet (set by insert)
 };
 
 struct Engine::ConnTable {
+  static_assert(sizeof(ConnEntry) == 64, "one cache line per entry: a lookup's probe touches one line");
   std::vector<ConnEntry> entries;
   size_t mask = 0;
   bool any_v4 = false;  // whether an IPv4-mapped IPv6 destination could name a key
