@@ -14,8 +14,10 @@ struct MbufParse {
   wire::ParseStatus status = wire::ParseStatus::not_ip;
 };
 
-// Every pool the ports receive into reserves this much private space per mbuf.
-inline constexpr uint16_t kMbufPrivSize = RTE_ALIGN(sizeof(MbufParse), RTE_MBUF_PRIV_ALIGN);
+// Every pool the ports receive into reserves this much private space per mbuf: whole cache lines,
+// so that the packet data behind it (after the headroom) stay cache-line aligned, as without one.
+inline constexpr uint16_t kMbufPrivSize = RTE_ALIGN(sizeof(MbufParse), RTE_CACHE_LINE_SIZE);
+static_assert(kMbufPrivSize % RTE_MBUF_PRIV_ALIGN == 0);
 
 // The parse area of an mbuf from such a pool; nullptr for an mbuf from a pool without one.
 inline MbufParse* mbuf_parse(rte_mbuf* m) {
