@@ -2,7 +2,7 @@
 """Data-parallel training of a classifier on scikit-learn's bundled digits (8x8 images, 10
 classes; no download), with the gradients summed by Gloo or by inagg.
 
-    train_digits.py train [--rank R --world-size N --master ADDR:PORT] --comm gloo|backend|inagg|inagg-bf16 \
+    train_digits.py train [--rank R --world-size N --master ADDR:PORT] --comm gloo|gloo-fp16|backend|inagg|inagg-bf16 \
         [--control SOCKET --job-id ID] [--hidden 2048 --depth 2 --epochs 10 ...] --out RUN.json
     train_digits.py report RUN.json... [--plot FILE.png] [--loss-tolerance 1e-3] [--min-accuracy 0.9]
                            [--link-rate BITS_PER_S]
@@ -14,8 +14,10 @@ RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; on Debian 12 `python3 -m inagg.to
 gradient buckets are summed by the appliance, everything else (DDP's broadcast of the initial
 weights, evaluation, the final gathering of results) goes through the backend's Gloo group.
 Otherwise the process group is Gloo and the gradient buckets are summed by a DDP communication
-hook: PyTorch's own allreduce_hook on Gloo (--comm gloo), inagg's allreduce_hook (--comm inagg:
-fp32 through the appliance) or inagg's bf16_compress_hook (--comm inagg-bf16). The model is an
+hook: PyTorch's own allreduce_hook on Gloo (--comm gloo), PyTorch's fp16_compress_hook on Gloo
+(--comm gloo-fp16: fp16 on the wire; 1.13 runs its bf16_compress_hook only with NCCL), inagg's
+allreduce_hook (--comm inagg: fp32 through the appliance) or inagg's bf16_compress_hook (--comm
+inagg-bf16). The model is an
 MLP 64 -> hidden (x depth) -> 10; the same seed gives every run the same initial weights, the same
 train/test split and the same data order (each global batch is split into world-size slices, one
 per rank). Rank 0 writes RUN.json: the global mean loss of every step, its time and (hook runs)
@@ -27,7 +29,7 @@ group's counters and the appliance's counters for its job.
 `report` prints the runs side by side and checks them: every run's last test accuracy at least
 --min-accuracy, and the loss curve of every fp32 run within --loss-tolerance of the first run's
 (relative, per step: |a - b| <= tol * max(|a|, |b|)); the runs differ only in the order the sums
-are taken. bf16 runs are checked for accuracy only. With --plot it draws loss and step time
+are taken. Runs with 16 bits on the wire (bf16, fp16) are checked for accuracy only. With --plot it draws loss and step time
 against the step for every run (matplotlib).
 """
 import argparse
@@ -46,7 +48,7 @@ def parse_args(argv):
     t.add_argument("--world-size", type=int, help="the number of ranks (default: $WORLD_SIZE)")
     t.add_argument("--master", help="rank 0's ADDRESS:PORT for the rendezvous (TCP; default: torchrun's "
                    "$MASTER_ADDR:$MASTER_PORT)")
-    t.add_argument("--comm", choices=["gloo", "backend", "inagg", "inagg-bf16"], required=True)
+    t.add_argument("--comm", choices=["gloo", "gloo-fp16", "backend", "inagg", "inagg-bf16"], required=True)
     t.add_argument("--control", help="the appliance's control socket (inagg runs: rank 0 registers the job there; "
                    "backend runs: default $INAGG_CONTROL)")
     t.add_argument("--job-id", type=int, default=1)
@@ -165,9 +167,10 @@ def train(a):
     state = hook = None
     if a.comm == "backend":
         pass  # DDP as on any backend: its reducer hands the buckets to the process group
-    elif a.comm == "gloo":
+    elif a.comm in ("gloo", "gloo-fp16"):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        hook, hook_state = default_hooks.allreduce_hook, None
+        hook = default_hooks.fp16_compress_hook if a.comm == "gloo-fp16" else default_hooks.allreduce_hook
+        hook_state = None
     else:
         import inagg
         import inagg.torch
@@ -284,6 +287,10 @@ def train(a):
     os._exit(0)
 
 
+# Runs whose gradients cross the wire in 16 bits: half the bytes, and loss curves not compared.
+SIXTEEN_BITS = ("inagg-bf16", "gloo-fp16")
+
+
 def union(intervals):
     """Seconds covered by at least one of the (start, end) intervals."""
     total, end = 0.0, float("-inf")
@@ -365,7 +372,7 @@ def report(a):
         # appliance each rank sends G and receives G at once, G / rate; a ring sends 2 (n-1) / n G.
         print(f"bounds at {a.link_rate / 1e9:g} Gbit/s per link (the wire alone, no headers):")
         for r in runs:
-            g = r["parameters"] * (2 if r["comm"] == "inagg-bf16" else 4)
+            g = r["parameters"] * (2 if r["comm"] in SIXTEEN_BITS else 4)
             n = r.get("world_size") or 4
             ina, ring = 8 * g / a.link_rate, 8 * g * 2 * (n - 1) / n / a.link_rate
             comm = r["mean_comm_s"]
@@ -377,11 +384,16 @@ def report(a):
                 after = r["mean_after_s"]
                 print(f"    of which waiting for the last rank's bucket {1e3 * r['mean_wait_s']:.0f} ms, after it arrived "
                       f"{1e3 * after:.0f} ms = {after / ina:.2f}x the in-network bound, {after / ring:.2f}x the ring's")
-    for r in runs[1:]:
-        speed = ref["mean_step_s"] / r["mean_step_s"]
-        print(f"{r['comm']} vs {ref['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "
-              f"{'faster' if speed >= 1 else 'slower'} ({1e3 * r['mean_step_s']:.0f} vs {1e3 * ref['mean_step_s']:.0f} ms), "
-              f"communication {ms(r['mean_comm_s'])} vs {ms(ref['mean_comm_s'])} ms per step")
+    pairs = [(r, ref) for r in runs[1:]]
+    # 16 bits on the wire against Gloo with 16 bits on the wire too, when both ran.
+    half = next((r for r in runs if r["comm"] == "gloo-fp16"), None)
+    if half is not None:
+        pairs += [(r, half) for r in runs if r["comm"] in SIXTEEN_BITS and r is not half]
+    for r, base in pairs:
+        speed = base["mean_step_s"] / r["mean_step_s"]
+        print(f"{r['comm']} vs {base['comm']}: a step {speed if speed >= 1 else 1 / speed:.2f}x "
+              f"{'faster' if speed >= 1 else 'slower'} ({1e3 * r['mean_step_s']:.0f} vs {1e3 * base['mean_step_s']:.0f} ms), "
+              f"communication {ms(r['mean_comm_s'])} vs {ms(base['mean_comm_s'])} ms per step")
     for r in runs:
         acc = r["epochs"][-1]["test_accuracy"]
         if acc < a.min_accuracy:
@@ -397,10 +409,10 @@ def report(a):
             rel = abs(x["loss"] - y["loss"]) / max(abs(x["loss"]), abs(y["loss"]), 1e-12)
             if rel > worst:
                 worst, at = rel, i
-        checked = r["comm"] != "inagg-bf16"
+        checked = r["comm"] not in SIXTEEN_BITS
         verdict = "" if not checked else (" (within)" if worst <= a.loss_tolerance else " (OUTSIDE)")
         print(f"loss curves {r['comm']} vs {ref['comm']}: largest relative difference {worst:.2e} at step {at + 1}"
-              f"{verdict}{'' if checked else ' (bf16 on the wire: not compared)'}; tolerance {a.loss_tolerance:g}")
+              f"{verdict}{'' if checked else ' (16 bits on the wire: not compared)'}; tolerance {a.loss_tolerance:g}")
         if checked and worst > a.loss_tolerance:
             print(f"FAIL: {r['comm']}'s loss curve leaves {ref['comm']}'s: {worst:.2e} > {a.loss_tolerance:g}")
             ok = False
