@@ -129,12 +129,7 @@ class CommTimer:
         self.intervals, self.buckets, self.wall = [], [], []
 
     def seconds(self):
-        total, end = 0.0, float("-inf")
-        for a, b in sorted(self.intervals):
-            if b > end:
-                total += b - max(a, end)
-                end = b
-        return total
+        return union(self.intervals)
 
 
 def train(a):
@@ -307,7 +302,7 @@ def comm_parts(ranks):
     bucket waited for the last rank to hand over the same bucket (skew: the slowest rank's
     backward pass, not the network), and `after_s`, from that moment until the rank had the sum
     (the transport and the network). Means over the ranks; buckets that overlap count once."""
-    ranks = [r for r in ranks]
+    ranks = list(ranks)
     buckets = min(len(r) for r in ranks)
     last = [max(r[b][0] for r in ranks) for b in range(buckets)]
     wait = sum(union([(r[b][0], min(last[b], r[b][1])) for b in range(buckets)]) for r in ranks) / len(ranks)
@@ -325,9 +320,7 @@ def mean_of(steps, key):
 
 def mean_comm(steps):
     """Mean communication time per step, None when the steps do not record it (backend runs)."""
-    if not steps or any("comm_s" not in st for st in steps):
-        return None
-    return sum(st["comm_s"] for st in steps) / len(steps)
+    return mean_of(steps, "comm_s")
 
 
 def ms(seconds):

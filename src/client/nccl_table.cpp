@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "inagg/control/reply_json.hpp"
+
 namespace inagg::client::nccl {
 
 namespace {
@@ -128,16 +130,6 @@ std::string footer(unsigned failed_checks, double avg_busbw, std::optional<doubl
 
 namespace {
 
-// A JSON string of text that needs no escaping beyond quotes and backslashes (names, modes).
-std::string quoted(std::string_view text) {
-  std::string q = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') q += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) q += c;
-  }
-  return q + "\"";
-}
-
 std::string placement_json(const std::optional<Measurement>& m) {
   if (!m) return "null";
   return format("{\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %s}", m->time_us, m->algbw,
@@ -147,14 +139,15 @@ std::string placement_json(const std::optional<Measurement>& m) {
 }  // namespace
 
 std::string results_json(const std::vector<ResultRow>& rows, const RunSummary& summary) {
-  std::string j = "{\"program\": " + quoted(summary.program) + ", \"mode\": " + quoted(summary.mode) +
+  std::string j = "{\"program\": " + control::json_quote(summary.program) +
+                  ", \"mode\": " + control::json_quote(summary.mode) +
                   format(", \"rank\": %u, \"ranks\": %u, \"results\": [", summary.rank, summary.ranks);
   for (size_t i = 0; i < rows.size(); ++i) {
     const ResultRow& r = rows[i];
     j += (i ? ", " : "") +
          format("{\"size_bytes\": %llu, \"count\": %llu, \"type\": ", static_cast<unsigned long long>(r.bytes),
                 static_cast<unsigned long long>(r.count)) +
-         quoted(type_name(r.dtype)) + ", \"redop\": " + quoted(r.op) +
+         control::json_quote(type_name(r.dtype)) + ", \"redop\": " + control::json_quote(r.op) +
          ", \"out_of_place\": " + placement_json(r.out_of_place) + ", \"in_place\": " + placement_json(r.in_place) +
          "}";
   }

@@ -25,10 +25,7 @@ uint32_t IpAddr::v4_host_order() const {
          static_cast<uint32_t>(bytes[2]) << 8 | bytes[3];
 }
 
-bool IpAddr::is_v4_mapped() const {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return version == IpVersion::v6 && std::memcmp(bytes.data(), kPrefix, 12) == 0;
-}
+bool IpAddr::is_v4_mapped() const { return version == IpVersion::v6 && is_v4_mapped_bytes(bytes.data()); }
 
 IpAddr gid_address(const IpAddr& ip) {
   if (!ip.is_v4_mapped()) return ip;

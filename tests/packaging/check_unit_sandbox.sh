@@ -12,8 +12,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-sed -e 's|@bindir@|/usr/bin|g; s|@libexecdir@|/usr/libexec/inagg|g; s|@sysconfdir@|/etc|g; s|@docdir@|/usr/share/doc/inagg|g' \
-  "$src/systemd/inagg@.service.in" >"$tmp/inagg@.service"
+# unit BINDIR LIBEXECDIR: the unit with its @dirs@ filled in.
+unit() {
+  sed -e "s|@bindir@|$1|g; s|@libexecdir@|$2|g; s|@sysconfdir@|/etc|g; s|@docdir@|/usr/share/doc/inagg|g" \
+    "$src/systemd/inagg@.service.in"
+}
+unit /usr/bin /usr/libexec/inagg >"$tmp/inagg@.service"
 grep -q '@[a-z]*@' "$tmp/inagg@.service" && fail "a @dir@ left unfilled: $(grep -o '@[a-z]*@' "$tmp/inagg@.service" | head -n 1)"
 out=$(systemd-analyze security --offline=yes "$tmp/inagg@.service" 2>&1)
 score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' <<<"$out")
@@ -24,8 +28,7 @@ grep -q '^ProtectSystem=strict$' "$tmp/inagg@.service" || fail "ProtectSystem is
 
 # verify: the build's inagg for @bindir@/inagg and the tree's inagg-hugepages for @libexecdir@.
 mkdir -p "$tmp/verify"
-sed -e "s|@bindir@|$(dirname "$inagg")|g; s|@libexecdir@|$src/systemd|g; s|@sysconfdir@|/etc|g; s|@docdir@|/usr/share/doc/inagg|g" \
-  "$src/systemd/inagg@.service.in" >"$tmp/verify/inagg@.service"
+unit "$(dirname "$inagg")" "$src/systemd" >"$tmp/verify/inagg@.service"
 vout=$(cd "$tmp/verify" && systemd-analyze verify ./inagg@rack1.service 2>&1)
 vrc=$?
 [ "$vrc" = 0 ] && [ -z "$vout" ] || fail "systemd-analyze verify inagg@rack1.service (exit $vrc): $vout"
