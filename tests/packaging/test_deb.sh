@@ -4,17 +4,21 @@
 #      and debian/changelog's version is meson's project version;
 #   2. dpkg-buildpackage -us -uc (source and binary), in a copy of the tree (the tree itself stays
 #      clean);
-#   3. the package holds the binaries with their manual pages, the configs (the only conffiles),
-#      the examples, the systemd unit, the hugepage helper and the documents; lintian passes on
-#      the binary and the source package;
+#   3. inagg holds the binaries with their manual pages, the configs (the only conffiles), the
+#      examples, the systemd unit, the hugepage helper and the documents; python3-inagg the Python
+#      module with both extensions in Debian's python3 path; lintian passes on the binary packages
+#      and the source package;
 #   4. its dependencies: every package dh_shlibdeps found is in packages.txt's "runtime" part, and
 #      apt resolves the package for a root with nothing installed (apt-get --simulate against an
 #      empty dpkg status, with Debian's package lists);
-#   5. unpacked into a scratch root, every tool prints the package's version, the unit's
+#   5. unpacked into a scratch root, Debian's python3 imports the module and its torch backend
+#      from there (backend "inagg" registered with torch.distributed), every tool prints the
+#      package's version, the unit's
 #      ExecStartPre and ExecStart command lines (with the shipped inagg.env, paths moved into the
 #      root) run in config-check mode, a broken config fails the pre-start check, and the hugepage
 #      helper raises a reservation in a fake sysfs, never lowers one and refuses a bad size.
-# Most of its time is the build: about 1.5 CPU-minutes (-O0, no debug info).
+# Most of its time is the build: about 4 CPU-minutes (-O0, no debug info; half of it the torch
+# backend against libtorch's headers).
 #   test_deb.sh SRCDIR
 set -uo pipefail
 src=$(cd "$1" && pwd) || exit 1
@@ -61,8 +65,11 @@ if ! (cd "$tmp/inagg" &&
   fail "dpkg-buildpackage failed (the log's end is above)"
 fi
 deb=$tmp/inagg_${version}_$(dpkg --print-architecture).deb
-[ -f "$deb" ] || fail "dpkg-buildpackage made no $(basename "$deb"): $(ls "$tmp")"
-echo "ok: built $(basename "$deb") in $((SECONDS - start)) s"
+pydeb=$tmp/python3-inagg_${version}_$(dpkg --print-architecture).deb
+for d in "$deb" "$pydeb"; do
+  [ -f "$d" ] || fail "dpkg-buildpackage made no $(basename "$d"): $(ls "$tmp")"
+done
+echo "ok: built $(basename "$deb") and $(basename "$pydeb") in $((SECONDS - start)) s"
 
 # 3. What it holds.
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
@@ -86,13 +93,27 @@ man=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man1/inagg-ctl.1.
 grep -q '^\.SH NAME' <<<"$man" && grep -q 'remove job ID and free its slots' <<<"$man" ||
   fail "inagg-ctl's manual page does not show its --help: $(head -c 400 <<<"$man")"
 echo "ok: binaries, manual pages, configs (the only conffiles), examples, unit, helper and documents in place"
+pycontents=$(dpkg-deb -c "$pydeb" | awk '{print $6}' | sed 's|^\./|/|')
+pydir=/usr/lib/python3/dist-packages/inagg
+for f in "$pydir/__init__.py" "$pydir/torch.py" "$pydir/torchrun.py" /usr/share/doc/python3-inagg/copyright \
+  /usr/share/doc/python3-inagg/examples/train_digits.py; do
+  grep -qx "$f" <<<"$pycontents" || fail "python3-inagg lacks $f"
+done
+for e in _inagg _torch; do
+  grep -qx "$pydir/$e\.cpython-[0-9]*-[a-z0-9_]*-linux-gnu\.so" <<<"$pycontents" || fail "python3-inagg lacks the extension $e: $(grep "$pydir" <<<"$pycontents" | tr '\n' ' ')"
+done
+stray=$(comm -12 <(sort <<<"$contents" | grep -v '/$') <(sort <<<"$pycontents" | grep -v '/$'))
+[ -z "$stray" ] || fail "files in both packages: $stray"
+grep -q "^$pydir" <<<"$contents" && fail "inagg holds Python files: $(grep "^$pydir" <<<"$contents" | head -n 3)"
+echo "ok: python3-inagg holds the module, its two extensions and nothing of inagg's"
 
-# Debian's own checks on the binary package and the source package: no error, no warning. (Its
-# info tags are shown; this build is -O0, so lintian notes the missing _FORTIFY_SOURCE calls.)
+# Debian's own checks on the binary packages and the source package: no error, no warning. (Its
+# info and pedantic tags are shown; this build is -O0, so lintian notes the missing _FORTIFY_SOURCE
+# calls.)
 command -v lintian >/dev/null || fail "lintian is missing (scripts/setup installs it)"
-lint=$(lintian --fail-on error,warning --display-info "$tmp"/inagg_"${version}"_*.changes 2>&1); rc=$?
+lint=$(lintian --fail-on error,warning --display-info --pedantic "$tmp"/inagg_"${version}"_*.changes 2>&1); rc=$?
 [ $rc = 0 ] || fail "lintian: $lint"
-echo "ok: lintian passes on $(cd "$tmp" && ls inagg_"${version}".dsc "$(basename "$deb")" | tr '\n' ' ')(info tags: $(grep -c '^I:' <<<"$lint"))"
+echo "ok: lintian passes on $(cd "$tmp" && ls inagg_"${version}".dsc "$(basename "$deb")" "$(basename "$pydeb")" | tr '\n' ' ')(info and pedantic tags:$(grep '^[IP]:' <<<"$lint" | cut -d' ' -f2-3 | sort | uniq -c | tr -s ' \n' ' '))"
 
 # 4. Dependencies.
 depends=$(dpkg-deb -f "$deb" Depends | field_names)
@@ -110,11 +131,11 @@ fi
 mkdir -p "$tmp/apt/cache/archives/partial"
 : >"$tmp/apt/status"
 if ! apt-get -s -q --no-install-recommends -o Dir::State::status="$tmp/apt/status" -o Debug::NoLocking=1 \
-  -o Dir::Cache="$tmp/apt/cache" install "$deb" >"$tmp/apt.log" 2>&1; then
+  -o Dir::Cache="$tmp/apt/cache" install "$deb" "$pydeb" >"$tmp/apt.log" 2>&1; then
   tail -n 20 "$tmp/apt.log"
   fail "apt cannot install the package into an empty root: its dependencies do not resolve (above)"
 fi
-for p in inagg librte-eal23 librte-mempool-ring23 librte-net-mlx5-23; do
+for p in inagg python3-inagg python3-torch libtorch1.13 librte-eal23 librte-mempool-ring23 librte-net-mlx5-23; do
   grep -q "^Inst $p " "$tmp/apt.log" || fail "apt's plan for an empty root does not install $p"
 done
 echo "ok: $(echo "$depends" | wc -l) dependencies cover the libraries; apt resolves $(grep -c '^Inst' "$tmp/apt.log") packages for an empty root"
@@ -128,6 +149,19 @@ for tool in inagg inagg-ctl inagg-worker inagg-xdp inagg-decode; do
   [ "$out" = "$tool $version" ] || fail "$tool --version says '$out'; want '$tool $version'"
 done
 echo "ok: every tool says $version"
+
+# The Python module from the unpacked root, not from a build tree: Debian's python3 with the
+# root's dist-packages first on its path.
+dpkg -x "$pydeb" "$root" || fail "dpkg -x $(basename "$pydeb") failed"
+out=$(cd "$tmp" && PYTHONPATH=$root/usr/lib/python3/dist-packages /usr/bin/python3 -c '
+import sys
+import inagg, inagg.torch
+import torch.distributed as dist
+assert inagg.__file__.startswith(sys.argv[1]), inagg.__file__
+assert inagg.dtype_size("bf16") == 2 and "fp32" in inagg.DTYPES, inagg.DTYPES
+assert "INAGG" in dist.Backend._plugins and dist.Backend("inagg") == "inagg", "no backend inagg in torch.distributed"
+print("imported", inagg.__file__)' "$root" 2>&1) || fail "python3-inagg does not import from the unpacked root: $out"
+echo "ok: python3 $out; backend \"inagg\" registered"
 
 unit=$root/lib/systemd/system/inagg@.service
 eal_args=$(. "$root/etc/inagg/inagg.env" && echo "${INAGG_EAL_ARGS:-}")
