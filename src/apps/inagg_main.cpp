@@ -4,6 +4,7 @@
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_ethdev.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -291,10 +292,24 @@ int main(int argc, char** argv) {
   // Before EAL: a stop asked for during start-up ends the run cleanly (final stats, status 0).
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // Read before EAL starts: rte_eal_init reorders argv.
+  const std::vector<std::string> vdevs = dataplane::read_eal_vdevs(std::span<char* const>(argv, static_cast<size_t>(sep)));
   if (rte_eal_init(sep, argv) < 0) {
     std::cerr << "inagg: EAL initialisation failed: " << rte_strerror(rte_errno)
               << " (check the EAL options before `--`: hugepages or --no-huge, -l, --vdev, --file-prefix)\n";
     return 2;
+  }
+  // EAL goes on when a --vdev fails to probe; the appliance would then switch between fewer ports
+  // than it was given.
+  for (const std::string& name : vdevs) {
+    uint16_t port = 0;
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+      std::cerr << "inagg: --vdev " << name
+                << " did not become a port (EAL's lines above say why; net_af_packet and net_af_xdp need "
+                   "CAP_NET_RAW and CAP_NET_ADMIN and an existing interface)\n";
+      rte_eal_cleanup();
+      return 2;
+    }
   }
   dataplane::route_logs_to_rte_log();
   // dpdk-dumpcap and dpdk-pdump attach as secondary processes and capture from any port.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace inagg::dataplane {
@@ -97,7 +98,35 @@ bool parse_mask(std::string_view s, std::set<unsigned>* out) {
   return !out->empty();
 }
 
+// The value of option `opt` at args[*i]: "-lX", "-l X", "--opt=X", "--opt X" (then *i moves past X).
+bool option_value(std::span<char* const> args, size_t* i, std::string_view opt, std::string_view* v) {
+  const std::string_view a = args[*i];
+  if (a == opt) {
+    if (*i + 1 >= args.size()) return false;
+    *v = args[++*i];
+    return true;
+  }
+  if (opt.size() == 2 && a.substr(0, 2) == opt && a.size() > 2) {
+    *v = a.substr(2);
+    return true;
+  }
+  if (a.substr(0, opt.size()) == opt && a.size() > opt.size() && a[opt.size()] == '=') {
+    *v = a.substr(opt.size() + 1);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::vector<std::string> read_eal_vdevs(std::span<char* const> args) {
+  std::vector<std::string> names;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string_view v;
+    if (option_value(args, &i, "--vdev", &v) && !v.empty()) names.emplace_back(v.substr(0, v.find(',')));
+  }
+  return names;
+}
 
 std::optional<EalLcores> read_eal_lcores(std::span<char* const> args, std::string* error) {
   EalLcores r;
@@ -105,23 +134,7 @@ std::optional<EalLcores> read_eal_lcores(std::span<char* const> args, std::strin
   bool given = false;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string_view a = args[i];
-    // The value of option `opt`: "-lX", "-l X", "--opt=X", "--opt X".
-    auto value = [&](std::string_view opt, std::string_view* v) {
-      if (a == opt) {
-        if (i + 1 >= args.size()) return false;
-        *v = args[++i];
-        return true;
-      }
-      if (opt.size() == 2 && a.substr(0, 2) == opt && a.size() > 2) {
-        *v = a.substr(2);
-        return true;
-      }
-      if (a.substr(0, opt.size()) == opt && a.size() > opt.size() && a[opt.size()] == '=') {
-        *v = a.substr(opt.size() + 1);
-        return true;
-      }
-      return false;
-    };
+    auto value = [&](std::string_view opt, std::string_view* v) { return option_value(args, &i, opt, v); };
     std::string_view v;
     bool ok = true;
     if (value("-l", &v)) {
@@ -138,8 +151,11 @@ std::optional<EalLcores> read_eal_lcores(std::span<char* const> args, std::strin
       continue;
     }
     if (!ok) {
-      *error = "EAL option " + std::string(a) + (a.find(v) == std::string_view::npos ? " " + std::string(v) : "") +
-               ": cannot read the lcores in '" + std::string(v) + "' (e.g. -l 0-3, --lcores '(0,2)@0,1@1', -c 0xf)";
+      std::string msg = "EAL option ";
+      msg.append(a);
+      if (a.find(v) == std::string_view::npos) msg.append(" ").append(v);
+      msg.append(": cannot read the lcores in '").append(v).append("' (e.g. -l 0-3, --lcores '(0,2)@0,1@1', -c 0xf)");
+      *error = std::move(msg);
       return std::nullopt;
     }
   }

@@ -5,7 +5,7 @@
 set -uo pipefail
 inagg=$1 src=$2
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "/var/run/dpdk/inagg-cli-$$"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 expect() {  # expect STATUS NEEDLE -- ARGS...
   local want=$1 needle=$2
@@ -43,6 +43,10 @@ expect 2 "the engines' mbuf budget (4096 x 2 lcores) must leave buffers" -- -l 0
 expect 2 "the engines' mbuf budget (2048 x 5 lcores)" -- --lcores='(0,5)@0,1@1,2-4' -- --mbufs 8192 --mbuf-budget 2048 --check-config
 expect 2 "the engines' mbuf budget (2048 x 4 lcores)" -- -c 0x1f -- --mbufs 8192 --mbuf-budget 2048 --check-config
 expect 2 "cannot read the lcores in '0-x'" -- -l 0-x -- --check-config
+# A --vdev that fails to probe (no such interface; or, as a user, no CAP_NET_RAW): EAL goes on
+# without it, inagg does not.
+expect 2 "--vdev net_af_packet9 did not become a port" -- -l 0 --no-huge --no-pci -m 256 --file-prefix="inagg-cli-$$" \
+  --log-level=lib.eal:error --vdev="net_af_packet9,iface=inagg-none$$" -- --socket "" --mtu 1500 --mbufs 2048 --mbuf-budget 512
 # --job-lcores needs that many datapath lcores, at start-up and in --check-config.
 expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 2 --check-config
 expect 2 "--job-lcores 2 needs that many datapath lcores, and there is 1" -- -l 0 -- --job-lcores 2 --check-config

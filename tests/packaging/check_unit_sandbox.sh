@@ -25,6 +25,7 @@ score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' <<<"$o
 awk -v s="$score" 'BEGIN { exit !(s <= 6.0) }' || fail "exposure $score, above 6.0: $(grep '✗' <<<"$out" | head -n 10)"
 grep -q '^CapabilityBoundingSet=' "$tmp/inagg@.service" || fail "no CapabilityBoundingSet"
 grep -q '^ProtectSystem=strict$' "$tmp/inagg@.service" || fail "ProtectSystem is not strict"
+grep -q '^User=inagg$' "$tmp/inagg@.service" || fail "the unit does not run as its own user inagg"
 
 # verify: the build's inagg for @bindir@/inagg and the tree's inagg-hugepages for @libexecdir@.
 mkdir -p "$tmp/verify"

@@ -78,7 +78,7 @@ for f in /usr/bin/inagg /usr/bin/inagg-ctl /usr/bin/inagg-worker /usr/bin/inagg-
   /usr/share/inagg/examples/xdp/head-4workers.job /usr/share/inagg/examples/grafana/inagg-dashboard.json \
   /usr/share/man/man8/inagg.8.gz /usr/share/man/man1/inagg-ctl.1.gz /usr/share/man/man1/inagg-worker.1.gz \
   /usr/share/man/man1/inagg-xdp.1.gz /usr/share/man/man1/inagg-decode.1.gz \
-  /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages \
+  /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages /usr/lib/sysusers.d/inagg.conf \
   /usr/share/doc/inagg/README.md /usr/share/doc/inagg/docs/protocol.md /usr/share/doc/inagg/docs/architecture.md \
   /usr/share/doc/inagg/docs/deploy.md /usr/share/doc/inagg/copyright; do
   grep -qx "$f" <<<"$contents" || fail "the package lacks $f"
@@ -92,7 +92,9 @@ done
 man=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man1/inagg-ctl.1.gz | gzip -d)
 grep -q '^\.SH NAME' <<<"$man" && grep -q 'remove job ID and free its slots' <<<"$man" ||
   fail "inagg-ctl's manual page does not show its --help: $(head -c 400 <<<"$man")"
-echo "ok: binaries, manual pages, configs (the only conffiles), examples, unit, helper and documents in place"
+grep -q "systemd-sysusers.*inagg.conf" "$tmp/control/postinst" 2>/dev/null ||
+  fail "the postinst does not create the user inagg (systemd-sysusers inagg.conf): $(cat "$tmp/control/postinst" 2>&1)"
+echo "ok: binaries, manual pages, configs (the only conffiles), examples, unit, helper, sysusers file and documents in place"
 pycontents=$(dpkg-deb -c "$pydeb" | awk '{print $6}' | sed 's|^\./|/|')
 pydir=/usr/lib/python3/dist-packages/inagg
 for f in "$pydir/__init__.py" "$pydir/torch.py" "$pydir/torchrun.py" /usr/share/doc/python3-inagg/copyright \
@@ -149,6 +151,17 @@ for tool in inagg inagg-ctl inagg-worker inagg-xdp inagg-decode; do
   [ "$out" = "$tool $version" ] || fail "$tool --version says '$out'; want '$tool $version'"
 done
 echo "ok: every tool says $version"
+
+# The user the unit runs as, as systemd-sysusers creates it from the package's file in an empty root.
+mkdir -p "$tmp/sysroot/etc"
+systemd-sysusers --root="$tmp/sysroot" "$root/usr/lib/sysusers.d/inagg.conf" >"$tmp/sysusers.log" 2>&1 ||
+  fail "systemd-sysusers on the package's inagg.conf: $(cat "$tmp/sysusers.log")"
+user=$(grep '^inagg:' "$tmp/sysroot/etc/passwd") || fail "systemd-sysusers made no user inagg: $(cat "$tmp/sysroot/etc/passwd")"
+IFS=: read -r _ _ u_id _ _ u_home u_shell <<<"$user"
+[ "$u_id" -gt 0 ] && [ "$u_id" -lt 1000 ] && [ "$u_home" = /var/lib/inagg ] && [ "$u_shell" = /usr/sbin/nologin ] ||
+  fail "user inagg is '$user', want a system uid, home /var/lib/inagg, no login shell"
+grep -q '^User=inagg$' "$root/lib/systemd/system/inagg@.service" || fail "the unit does not run as user inagg"
+echo "ok: systemd-sysusers makes the unit's user: $user"
 
 # The Python module from the unpacked root, not from a build tree: Debian's python3 with the
 # root's dist-packages first on its path.

@@ -1,11 +1,13 @@
 // What EAL would make of its command line, read without starting it: for inagg --check-config,
-// which checks the budgets that depend on the number of datapath lcores.
+// which checks the budgets that depend on the number of datapath lcores, and for the check after
+// EAL started that every --vdev became a port.
 #pragma once
 
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace inagg::dataplane {
 
@@ -20,5 +22,8 @@ struct EalLcores {
 // "(0,2)@0,1@1"), or, when none is given, the CPUs this process may run on, as EAL does. On a
 // malformed value returns nullopt and says what is wrong.
 std::optional<EalLcores> read_eal_lcores(std::span<char* const> eal_args, std::string* error);
+
+// The device names of every --vdev ("net_pcap0" of --vdev=net_pcap0,rx_pcap=x), in order.
+std::vector<std::string> read_eal_vdevs(std::span<char* const> eal_args);
 
 }  // namespace inagg::dataplane
