@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The Docker image and a lab rack of containers made from it. The image is built once, offline,
 # from a copy of the tree (a local debian:bookworm made by docker/make-base-image, no registry);
-# `--help`, `self-check` and inagg-ctl run inside it. Then docker/lab-rack starts the appliance
+# Its build stage is `scripts/setup --demo` on a fresh Debian: it must say what it installs, how
+# long the build takes and its progress, and install none of the tests' tools (torch, QEMU,
+# Docker, tshark, spin, libFuzzer, lintian). `--help`, `self-check` and inagg-ctl run inside the
+# image. Then docker/lab-rack starts the appliance
 # container and 4 worker containers on veths, the workers run a --check'ed fp32 allreduce in ina
 # mode through the appliance, and the appliance's job stats and its SIGTERM exit are checked.
 # Starts dockerd itself (--iptables=false --bridge=none) when no engine is running, and stops only
@@ -19,7 +22,7 @@ dpid="" made_base="" rack_up=""
 tmp=$(mktemp -d /tmp/inaggc-test.XXXXXX)
 cleanup() {
   [ -n "$rack_up" ] && "$src/docker/lab-rack" down --name "$rack" >/dev/null 2>&1
-  docker rmi -f "$tag" >/dev/null 2>&1
+  docker rmi -f "$tag" "$tag-build" >/dev/null 2>&1
   docker image prune -f --filter "label=inagg.build-stage=$$" >/dev/null 2>&1
   [ -n "$made_base" ] && docker rmi -f debian:bookworm >/dev/null 2>&1
   if [ -n "$dpid" ]; then kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; fi
@@ -47,10 +50,25 @@ mkdir "$ctx"
 git -C "$src" ls-files -z --cached --others --exclude-standard |
   (cd "$src" && while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done) |
   (cd "$src" && xargs -0 cp --parents -t "$ctx") || fail "copy the tree"
-docker build --network host -q --force-rm --build-arg INAGG_BUILD_ID=$$ -f "$ctx/docker/Dockerfile" -t "$tag" "$ctx" \
-  >"$tmp/build.log" 2>&1 || { tail -n 30 "$tmp/build.log"; fail "docker build"; }
-rm -rf "$ctx"
+build() {  # build ARGS...: docker build of the copied tree, its output in $tmp/build.log
+  DOCKER_BUILDKIT=0 docker build --network host --force-rm --build-arg INAGG_BUILD_ID=$$ -f "$ctx/docker/Dockerfile" "$@" "$ctx" \
+    >>"$tmp/build.log" 2>&1 || { tail -n 30 "$tmp/build.log"; fail "docker build $*"; }
+}
+build -t "$tag"
 echo "image built in $((SECONDS - t0)) s"
+# The build stage as a first-time user's scripts/setup --demo (from the cache: no second build).
+build --target build -t "$tag-build"
+rm -rf "$ctx"
+for line in "setup: installing [0-9]* Debian packages" "setup: building the programs (about [0-9]* minutes" \
+  "setup: built 50%" "setup: built 100%" "setup: release build ready"; do
+  grep -q "^$line" "$tmp/build.log" || fail "scripts/setup --demo did not print '$line': $(grep '^setup:' "$tmp/build.log")"
+done
+status() { docker run --rm --entrypoint dpkg-query "$tag-build" -W -f '${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
+for p in iproute2 nftables ethtool meson; do status "$p" || fail "scripts/setup --demo did not install $p"; done
+for p in python3-torch qemu-system-x86 docker.io tshark spin libfuzzer-14-dev lintian; do
+  if status "$p"; then fail "scripts/setup --demo installed $p, which only the tests need"; fi
+done
+echo "scripts/setup --demo on a fresh Debian: $(grep -c '^setup: built' "$tmp/build.log") progress lines, $(grep -o '^setup: building the programs (about [0-9]* minutes' "$tmp/build.log" | grep -o '[0-9]* minutes'), none of the tests' tools"
 out=$(docker run --rm "$tag" --help 2>&1) || fail "--help: $out"
 grep -q "Usage: inagg \[EAL options\]" <<<"$out" || fail "--help output: $out"
 out=$(docker run --rm "$tag" self-check 2>&1) || fail "self-check: $out"

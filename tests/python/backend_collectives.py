@@ -13,6 +13,13 @@
         which calls went through the appliance and which through Gloo, and (rank 0) the
         appliance's counters for the job must show every slot those sums make released with all
         ranks' packets. Writes OUT_DIR/check.R.json (the counters, the job's id and stats).
+    backend_collectives.py dtype OUT_DIR
+        with INAGG_DTYPE=bf16, fp16 or int32 (the job's dtype): all_reduce of that dtype through the
+        appliance, bit for bit against the scalar reference (16-bit floats widened to fp32, summed
+        in rank order, rounded once to nearest even; int32 wrapping), and against Gloo's all_reduce
+        of the same inputs in a Gloo group (int32 equal; 16-bit floats, which Gloo rounds after
+        every add, within a few units in the last place); the counters say the appliance summed
+        them. Writes OUT_DIR/dtype.R.json.
     backend_collectives.py loop OUT_DIR
         all_reduce in a loop until it raises (the test kills one rank's process meanwhile); the
         rank writes OUT_DIR/pid.R before its first sum and OUT_DIR/loop.R.json with the error.
@@ -196,6 +203,94 @@ def check(out):
     return 1 if c.failed else 0
 
 
+def bf16_bits(f32):
+    """float32 -> bfloat16 bits (uint16), rounded to nearest even (no NaNs here)."""
+    u = np.asarray(f32, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def dtype_case(dtype, rank, count, salt):
+    """(rank's input tensor, the reference sum's bits as numpy, a bits view of a tensor, ulp)."""
+    if dtype == "int32":
+        def gen(r):
+            return np.random.default_rng(104729 * r + salt + count).integers(-2**31, 2**31, count, dtype=np.int64).astype(np.int32)
+        acc = gen(0).copy()
+        for r in range(1, dist.get_world_size()):
+            acc = acc + gen(r)  # int32 + int32 wraps
+        return torch.from_numpy(gen(rank)), acc, lambda t: t.numpy(), 0.0
+    f32 = [rank_input(r, count, salt) for r in range(dist.get_world_size())]
+    if dtype == "fp16":
+        halves = [x.astype(np.float16) for x in f32]
+        acc = halves[0].astype(np.float32)
+        for h in halves[1:]:
+            acc = acc + h.astype(np.float32)  # float32 adds, in rank order
+        return torch.from_numpy(halves[rank]), acc.astype(np.float16).view(np.uint16), \
+            lambda t: t.numpy().view(np.uint16), 2.0**-10
+    bits = [bf16_bits(x) for x in f32]
+    acc = (bits[0].astype(np.uint32) << 16).view(np.float32)
+    for b in bits[1:]:
+        acc = acc + (b.astype(np.uint32) << 16).view(np.float32)
+    return torch.from_numpy(bits[rank].view(np.int16)).view(torch.bfloat16), bf16_bits(acc), \
+        lambda t: t.view(torch.int16).numpy().view(np.uint16), 2.0**-7
+
+
+def as_float(bits, dtype):
+    if dtype == "fp16":
+        return bits.view(np.float16).astype(np.float64)
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def dtype_check(out):
+    dtype = os.environ["INAGG_DTYPE"]
+    dist.init_process_group("inagg", timeout=timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    gloo = dist.new_group(backend="gloo")
+    c = Checks(rank)
+    if not pg.uses_appliance:
+        raise SystemExit(f"rank {rank}: FAIL: the process group does not use the appliance: {pg.gloo_only}")
+    element = 4 if dtype == "int32" else 2
+    before = pg.counters()
+    appliance_bytes, calls = 0, 0
+    for salt, count in enumerate([3 << 20, 1001]):
+        t, want, bits_of, ulp = dtype_case(dtype, rank, count, 40 + salt)
+        g = t.clone()
+        dist.all_reduce(t)
+        c.equal(f"all_reduce of {count} {dtype} (appliance) against the scalar reference", bits_of(t), want)
+        appliance_bytes += element * count
+        calls += 1
+        try:
+            dist.all_reduce(g, group=gloo)
+        except RuntimeError as e:  # a dtype this Gloo does not sum: the reference above stands alone
+            print(f"rank {rank}: Gloo cannot sum {dtype}: {str(e).splitlines()[0]}", flush=True)
+            continue
+        if dtype == "int32":
+            c.equal(f"all_reduce of {count} int32: appliance against Gloo", t.numpy(), g.numpy())
+            continue
+        a, b = as_float(bits_of(t), dtype), as_float(bits_of(g), dtype)
+        scale = max(float(np.abs(as_float(bits_of(x), dtype)).max()) for x in [t, g]) or 1.0
+        worst = float(np.abs(a - b).max())
+        if worst > 4 * ulp * scale:
+            c.failed.append(f"all_reduce of {count} {dtype}: the appliance's sum and Gloo's differ by {worst:g} "
+                            f"(more than 4 units in the last place of {scale:g})")
+        else:
+            print(f"rank {rank}: ok: all_reduce of {count} {dtype}: appliance and Gloo within {worst:g} "
+                  f"(4 ulp of {scale:g} allowed: Gloo rounds after every add)", flush=True)
+    dist.barrier()
+    after = pg.counters()
+    got = {k: after[k] - before.get(k, 0) for k in inagg.torch.COUNTERS}
+    for k, v in {"allreduce_appliance": calls, "allreduce_gloo": 0, "appliance_bytes": appliance_bytes, "failed": 0}.items():
+        if got[k] != v:
+            c.failed.append(f"counter {k}: {got[k]}, want {v}")
+    with open(os.path.join(out, f"dtype.{rank}.json"), "w") as f:
+        json.dump({"dtype": dtype, "job_id": pg.job_id, "counters": got, "failed": c.failed}, f)
+    for why in c.failed:
+        print(f"rank {rank}: FAIL: {why}", flush=True)
+    dist.destroy_process_group()
+    print(f"rank {rank}: {'FAILED' if c.failed else 'passed'}", flush=True)
+    return 1 if c.failed else 0
+
+
 def loop(out):
     dist.init_process_group("inagg", timeout=timedelta(seconds=120))
     rank = dist.get_rank()
@@ -222,7 +317,7 @@ def loop(out):
 def main():
     what, out = sys.argv[1], sys.argv[2]
     try:
-        rc = check(out) if what == "check" else loop(out)
+        rc = {"check": check, "dtype": dtype_check, "loop": loop}[what](out)
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         rc = 1

@@ -9,6 +9,9 @@
 #     from every rank's input, all_reduce of 16 MiB bit for bit through the appliance, the process
 #     group's counters exact (which calls went through the appliance, which through Gloo), the
 #     appliance's counters for the job; after destroy_process_group the job is gone.
+#  1b. Every other dtype as the job's (INAGG_DTYPE bf16, fp16, int32; backend_collectives.py
+#     dtype): all_reduce through the appliance bit for bit against the scalar reference and
+#     against Gloo's all_reduce of the same inputs, the counters saying the appliance summed it.
 #  2. A rank killed (SIGKILL) in a loop of all_reduce: every other rank raises, and the job is
 #     removed from the appliance.
 #  3. Training: examples/train_digits.py under torchrun, once with Gloo and once with the backend
@@ -90,6 +93,21 @@ job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"]
 job_listed "$job" && fail "collectives: job $job is still on the appliance after destroy_process_group: $(C list)"
 grep -q "^inagg: job $job added" "$tmp/inagg.log" || fail "collectives: the appliance did not log job $job's registration"
 echo "ok: collectives: every result as the reference, the counters exact; job $job registered over tcp://$subnet.1:18590, removed at destroy_process_group"
+
+# 1b. The other dtypes, each the job's dtype in a run of its own (a job sums one dtype).
+port=29545
+for dtype in bf16 fp16 int32; do
+  INAGG_DTYPE=$dtype launch "dtype-$dtype" $port "$src/tests/python/backend_collectives.py" dtype "$tmp"
+  port=$((port + 1))
+  finish "dtype-$dtype" 300
+  for r in $(seq 0 $((n - 1))); do
+    wait "${agents[$r]}" || fail "$dtype: rank $r's torchrun exited with $?: $(grep -E 'FAIL|Error|error' "$tmp/dtype-$dtype.$r.log" | head -n 5)"
+    grep -q "^rank $r: passed" "$tmp/dtype-$dtype.$r.log" || fail "$dtype: rank $r did not pass: $(tail -n 5 "$tmp/dtype-$dtype.$r.log")"
+  done
+  grep -h "^rank 0" "$tmp/dtype-$dtype.0.log"
+done
+gloo_cannot=$(grep -l "Gloo cannot sum" "$tmp"/dtype-*.0.log | sed 's|.*/dtype-\([a-z0-9]*\)\.0\.log|\1|' | paste -sd' ' -)
+echo "ok: bf16, fp16 and int32 jobs: all_reduce through the appliance as the scalar reference, and as Gloo's${gloo_cannot:+ (Gloo cannot sum: $gloo_cannot)}"
 
 # 2. A rank killed in a loop of all_reduce.
 rm -f "$tmp"/pid.*
