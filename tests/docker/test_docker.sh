@@ -59,6 +59,8 @@ echo "image built in $((SECONDS - t0)) s"
 # The build stage as a first-time user's scripts/setup --demo (from the cache: no second build).
 build --target build -t "$tag-build"
 rm -rf "$ctx"
+# (The build's output has the terminal's colour resets, ESC [0m, where apt's stderr and stdout meet.)
+sed -i 's/\x1b\[[0-9;]*m//g' "$tmp/build.log"
 for line in "setup: installing [0-9]* Debian packages" "setup: building the programs (about [0-9]* minutes" \
   "setup: built 50%" "setup: built 100%" "setup: release build ready"; do
   grep -q "^$line" "$tmp/build.log" || fail "scripts/setup --demo did not print '$line': $(grep '^setup:' "$tmp/build.log")"
