@@ -14,18 +14,29 @@
 # af_packet and af_xdp (`--ports`, with the rack's default threaded NAPI on the hosts' eth0), and
 # the rack without threaded NAPI (`--host-napi off`): af_packet-softirq and bridge-softirq;
 # af_packet-nice: af_packet with inagg under `nice -n -10` (a bridge forwards in softirq, ahead of
-# every process; an appliance is a process among the others).
+# every process; an appliance is a process among the others); ovs: Open vSwitch with DPDK instead of
+# inagg on the same net_af_packet vdevs, EAL options and cores (bench/ovs_dpdk.sh: a netdev bridge,
+# `actions=NORMAL`, its PMD thread on inagg's datapath CPU sleeping up to BENCH_IDLE_SLEEP_US when
+# idle, `pmd-maxsleep`, as inagg's lab mode; skipped, with a message, without OVS-DPDK). OVS on
+# net_af_packet takes MTU 1500 at most (the PMD's largest frame is 1518 bytes, and OVS sizes its
+# mbufs from the MTU), so ovs runs on a rack of MTU 1500 (`--mtu 1500`), as does its reference
+# af_packet-1500 (inagg); the rack's default is 4200 for the others.
 # inagg runs in lab mode, --idle-sleep-us BENCH_IDLE_SLEEP_US (default 100, scripts/rack's advice);
 # 0 busy-polls. A Gloo run that does not finish within BENCH_GLOO_TIMEOUT seconds (default 180)
 # is reported as nan (and said why), not waited for.
 # Ends with `gloo_af_packet_vs_bridge=X ... fwd_bridge_gbps=A ...`: for every variant, the median
 # over the rounds of its Gloo time over the bridge's in the same round (the softirq variants over
 # bridge-softirq; `_vs_best_bridge`: over the faster of the two bridges in that round), and of its
-# forwarding rate; the per-round figures and the ranges above it.
+# forwarding rate; the per-round figures and the ranges above it. With ovs and af_packet both run:
+# `gloo_af_packet_1500_vs_ovs` (time through inagg over time through OVS-DPDK: below 1, inagg is
+# faster) and `fwd_af_packet_1500_vs_ovs` (rate over rate: above 1, inagg is faster), round by round;
+# the two MTU-1500 variants are not set against the bridges (of MTU 4200).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib/wait.sh
 . scripts/lib/wait.sh
+# shellcheck source=ovs_dpdk.sh
+. bench/ovs_dpdk.sh
 rate=${BENCH_RATE:-1gbit}
 size=${BENCH_SIZE:-67108864}
 iters=${BENCH_ITERS:-3}
@@ -33,7 +44,7 @@ secs=${BENCH_SECS:-3}
 rounds=${BENCH_ROUNDS:-3}
 idle_us=${BENCH_IDLE_SLEEP_US:-100}
 gloo_timeout=${BENCH_GLOO_TIMEOUT:-180}
-read -ra variants <<<"${BENCH_VARIANTS:-bridge af_packet af_xdp af_packet-softirq bridge-softirq}"
+read -ra variants <<<"${BENCH_VARIANTS:-bridge af_packet af_xdp af_packet-softirq bridge-softirq af_packet-1500 ovs}"
 nice_cmd=()
 rack=ibp$$
 rack=${rack:0:11}
@@ -42,6 +53,7 @@ tmp=$(mktemp -d)
 pid="" others=()
 cleanup() {
   for p in "${others[@]}" $pid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  ovs_down
   scripts/rack down --name "$rack" >/dev/null 2>&1
   rm -rf "$tmp" "/var/run/dpdk/$prefix"
 }
@@ -51,6 +63,10 @@ die() { echo "bench ports: $*" >&2; exit 1; }
 command -v iperf3 >/dev/null || die "needs iperf3 (scripts/packages.txt; apt-get install iperf3)"
 /usr/bin/python3 -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null ||
   die "needs python3-torch with Gloo"
+if [[ " ${variants[*]} " == *" ovs "* ]] && ! ovs_find; then
+  echo "bench ports: skipping the variant ovs: $ovs_why" >&2
+  mapfile -t variants < <(printf '%s\n' "${variants[@]}" | grep -vx ovs)
+fi
 
 # up VARIANT [RACK_ARGS...]: the rack for VARIANT, and inagg on its ports unless it is the bridge.
 up() {
@@ -60,13 +76,25 @@ up() {
     bridge) args=(--bridge) ;;
     af_packet) args=(--ports af_packet) ;;
     af_packet-nice) args=(--ports af_packet) ;;
+    af_packet-1500) args=(--ports af_packet --mtu 1500) ;;
+    ovs) args=(--ports af_packet --mtu 1500) ;;
     af_xdp) args=(--ports af_xdp) ;;
     af_packet-softirq) args=(--ports af_packet --host-napi off) ;;
     bridge-softirq) args=(--bridge --host-napi off) ;;
-    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq, bridge-softirq, af_packet-nice)" ;;
+    *) die "unknown variant '$v' (bridge, af_packet, af_xdp, af_packet-softirq, bridge-softirq, af_packet-nice, af_packet-1500, ovs)" ;;
   esac
   scripts/rack up --name "$rack" --workers 4 "${args[@]}" "$@" >"$tmp/rack.log" 2>&1 || die "rack up: $(cat "$tmp/rack.log")"
   [[ "$v" == bridge* ]] && return 0
+  if [ "$v" = ovs ]; then
+    local devs=() i=0 d
+    rm -rf "$tmp/ovs"  # the last round's database and logs
+    ovs_up "$tmp/ovs" "$prefix-ovs" 0x2 0x1 --no-huge --no-pci -m 1024 --log-level=lib.eal:error ||
+      die "OVS-DPDK did not start: $(ovs_log 3 | tr '\n' ' ')"
+    ovs_vsctl --no-wait set Open_vSwitch . "other_config:pmd-maxsleep=$idle_us" || die "OVS-DPDK: pmd-maxsleep"
+    for d in $(scripts/rack vdevs --name "$rack"); do devs+=("p$i" "${d#--vdev=}"); i=$((i + 1)); done
+    { ovs_add_ports "${devs[@]}" && ovs_flows normal; } || die "OVS-DPDK's ports: $(ovs_log 3 | tr '\n' ' ')"
+    return 0
+  fi
   rm -f "$tmp/ctl.sock" "$tmp/inagg.log"  # the previous inagg's log says "forwarding on" too
   nice_cmd=()
   [ "$v" = af_packet-nice ] && nice_cmd=(nice -n -10)
@@ -79,6 +107,7 @@ up() {
     die "inagg ($v) did not start: $(grep -v '^lib' "$tmp/inagg.log" | tail -n 3)"
 }
 down() {
+  ovs_down
   if [ -n "$pid" ]; then
     kill "$pid"
     wait "$pid" 2>/dev/null
@@ -114,21 +143,22 @@ gloo() {
   [ -n "$g" ] || die "Gloo ($1) printed no times"
 }
 
-# lcore_schedstat PID: "RUN_NS WAIT_NS THREADS" summed over inagg's datapath lcore threads
-# (rte-worker-N): time run, and time runnable but waiting for a CPU (/proc/.../schedstat).
+# lcore_schedstat PID [THREAD_PREFIX]: "RUN_NS WAIT_NS THREADS" summed over the datapath threads
+# (inagg's rte-worker-N; OVS's pmd-cNN/...): time run, and time runnable but waiting for a CPU
+# (/proc/.../schedstat).
 lcore_schedstat() {
   local t r w n=0 sr=0 sw=0
   for t in /proc/"$1"/task/*; do
-    [[ "$(cat "$t/comm" 2>/dev/null)" == rte-worker* ]] || continue
+    [[ "$(cat "$t/comm" 2>/dev/null)" == "${2:-rte-worker}"* ]] || continue
     read -r r w _ <"$t/schedstat" || continue
     sr=$((sr + r)) sw=$((sw + w)) n=$((n + 1))
   done
-  [ "$n" -gt 0 ] || echo "bench ports: no rte-worker thread in inagg ($1): $(cat /proc/"$1"/task/*/comm 2>/dev/null | tr '\n' ' ')" >&2
+  [ "$n" -gt 0 ] || echo "bench ports: no ${2:-rte-worker} thread in process $1: $(cat /proc/"$1"/task/*/comm 2>/dev/null | tr '\n' ' ')" >&2
   echo "$sr $sw $n"
 }
 
-# forward VARIANT: f = iperf3's total of two flows (Gbit/s), c = inagg's datapath lcore's CPU meanwhile
-# (cores; nan for the bridge).
+# forward VARIANT: f = iperf3's total of two flows (Gbit/s), c = the datapath's CPU meanwhile (inagg's
+# lcore, OVS's PMD thread; cores; nan for the bridge).
 forward() {
   local v=$1 s=() cl=()
   c=nan
@@ -148,11 +178,13 @@ forward() {
   done
   others+=("${cl[@]}")
   wq=nan
-  if [ -n "$pid" ]; then
+  local dp=$pid th=rte-worker
+  [ "$v" = ovs ] && dp=$ovs_sw_pid th=pmd-
+  if [ -n "$dp" ]; then
     local a b t0 t1
-    a=$(lcore_schedstat "$pid") t0=$(date +%s%N)
+    a=$(lcore_schedstat "$dp" "$th") t0=$(date +%s%N)
     sleep "$secs"  # the measurement interval, not a wait for a state
-    b=$(lcore_schedstat "$pid") t1=$(date +%s%N)
+    b=$(lcore_schedstat "$dp" "$th") t1=$(date +%s%N)
     read -r c wq < <(awk -v a="$a" -v b="$b" -v t="$((t1 - t0))" 'BEGIN {split(a, x, " "); split(b, y, " ");
       if (x[3] + 0 == 0) print "nan nan"; else printf "%.3f %.3f\n", (y[1] - x[1]) / t, (y[2] - x[2]) / t}')
   fi
@@ -191,11 +223,12 @@ by = {}
 for r, v, g, f, c in rows:
     by.setdefault(v, {})[r] = (float(g), float(f))
 out = []
+MTU1500 = ("ovs", "af_packet-1500")
 def rng(xs):
     return f"median {statistics.median(xs):.2f} [{min(xs):.2f}-{max(xs):.2f}]"
 for v in by:
     ref = "bridge-softirq" if v.endswith("-softirq") else "bridge"
-    if v.startswith("bridge") or ref not in by:
+    if v.startswith("bridge") or ref not in by or v in MTU1500:
         continue
     ratios = [by[v][r][0] / by[ref][r][0] for r in by[v] if r in by[ref]]
     ok = [x for x in ratios if x == x]  # nan: a Gloo run that did not finish
@@ -205,7 +238,7 @@ for v in by:
     out.append(f"gloo_{v.replace('-', '_')}_vs_{ref.replace('-', '_')}={statistics.median(ok) if ok else float('nan'):.2f}")
 if "bridge" in by and "bridge-softirq" in by:
     # The rack's default (threaded NAPI) against whichever bridge was faster in the same round.
-    for v in (x for x in by if not x.startswith("bridge")):
+    for v in (x for x in by if not x.startswith("bridge") and x not in MTU1500):
         ratios = [by[v][r][0] / min(by["bridge"][r][0], by["bridge-softirq"][r][0])
                   for r in by[v] if r in by["bridge"] and r in by["bridge-softirq"]]
         ok = [x for x in ratios if x == x]
@@ -217,5 +250,12 @@ for v in by:
     f = [x[1] for x in by[v].values() if x[1] == x[1]]
     print(f"gloo {v}: {rng(g) if g else 'none finished'} s; forwarding {v}: {rng(f) if f else 'none'} Gbit/s")
     out.append(f"fwd_{v.replace('-', '_')}_gbps={statistics.median(f) if f else float('nan'):.2f}")
+if "ovs" in by and "af_packet-1500" in by:
+    # inagg against OVS-DPDK on the same ports, round by round (Gloo: time, lower is better).
+    for i, what in ((0, "gloo"), (1, "fwd")):
+        ratios = [by["af_packet-1500"][r][i] / by["ovs"][r][i] for r in by["ovs"] if r in by["af_packet-1500"]]
+        ok = [x for x in ratios if x == x]
+        print(f"{what} af_packet-1500 / ovs: {rng(ok) if ok else 'none'} over {len(ok)} rounds")
+        out.append(f"{what}_af_packet_1500_vs_ovs={statistics.median(ok) if ok else float('nan'):.2f}")
 print(" ".join(out))
 PY
