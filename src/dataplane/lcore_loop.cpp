@@ -193,6 +193,15 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
     send(m, now_ns);
     return;
   }
+  // Nothing registered on this lcore (no job, no route, no closed connection): no frame can be
+  // a job's, so RoCEv2 is bridged as a plain switch would, without its parse.
+  if (!from_handover && l.engine->knows_no_connection()) {
+    ++l.c.roce;
+    l.engine->count_passthrough();
+    learn_source(data + 6, m->port, now_ns);
+    send(m, now_ns);
+    return;
+  }
   wire::Layout layout;
   const wire::ParseStatus st = wire::parse_frame({data, len}, layout);
   handle_roce(m, st, layout, now_ns, from_handover);

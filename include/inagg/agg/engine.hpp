@@ -302,6 +302,14 @@ class alignas(64) Engine {
   void hold_closed(const control::JobSpec& spec);
   void release_closed(uint32_t job_id, uint64_t linger_ns);
   size_t closed_connections() const;  // held or lingering, not yet expired
+  // No frame can belong to anything this engine knows: no job, no route to another lcore's job, no
+  // connection held closed. The dataplane then bridges RoCEv2 like any frame, without parsing it
+  // (docs/protocol.md section 4), and counts it here as passed through.
+  bool knows_no_connection() const { return jobs_.empty() && routes_.empty() && closed_.empty(); }
+  void count_passthrough() {
+    ++totals_.rx_packets;
+    ++totals_.passthrough;
+  }
 
   // Which lcore takes a connection's packets, when a job is spread over lcores or owned by another
   // (the datapath's routes, kept in the engine's connection table so that one table answers both
