@@ -293,7 +293,8 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   // Read before EAL starts: rte_eal_init reorders argv.
-  const std::vector<std::string> vdevs = dataplane::read_eal_vdevs(std::span<char* const>(argv, static_cast<size_t>(sep)));
+  const std::vector<std::string> vdevs =
+      dataplane::read_eal_vdevs(std::span<char* const>(argv, static_cast<size_t>(sep)));
   if (rte_eal_init(sep, argv) < 0) {
     std::cerr << "inagg: EAL initialisation failed: " << rte_strerror(rte_errno)
               << " (check the EAL options before `--`: hugepages or --no-huge, -l, --vdev, --file-prefix)\n";
