@@ -15,7 +15,7 @@
 #                    fwd_vs_ovs_p2p against port-to-port rules (in_port=1,output:2 and back)
 #   fwd1500_vs_ovs   the same with 1514-byte frames (a full 1500-byte MTU)
 #   fwdroce_vs_ovs   the same with RoCEv2 frames of no registered job (scripts/gen-pcap, 4 ranks,
-#                    1 KiB payloads): inagg checks each for a job and bridges it
+#                    1 KiB payloads): with nothing registered inagg bridges them unparsed
 #   Without OVS-DPDK these print nan and say why. Its ovsdb-server and ovs-vswitchd run from a
 #   directory of this run (bench/ovs_dpdk.sh), never as the system's service; OVS's rate is the tx
 #   packets of both ports over BENCH_OVS_SECS (default 2) seconds once both forward.

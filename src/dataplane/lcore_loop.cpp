@@ -188,19 +188,19 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
   // A handed-over frame comes with the parse the lcore that received it made.
   if (MbufParse* carried = from_handover ? mbuf_parse(m) : nullptr)
     return handle_roce(m, carried->status, carried->layout, now_ns, true);
-  if (!from_handover && !looks_like_roce(data, len)) {
-    learn_source(data + 6, m->port, now_ns);
-    send(m, now_ns);
-    return;
-  }
-  // Nothing registered on this lcore (no job, no route, no closed connection): no frame can be
-  // a job's, so RoCEv2 is bridged as a plain switch would, without its parse.
-  if (!from_handover && l.engine->knows_no_connection()) {
-    ++l.c.roce;
-    l.engine->count_passthrough();
-    learn_source(data + 6, m->port, now_ns);
-    send(m, now_ns);
-    return;
+  // Not RoCEv2, or nothing registered on this lcore (no job, no route, no closed connection), so
+  // that no frame can be a job's: bridged as a plain switch would, without a parse.
+  if (!from_handover) {
+    const bool roce = looks_like_roce(data, len);
+    if (!roce || l.engine->knows_no_connection()) {
+      if (roce) {
+        ++l.c.roce;
+        l.engine->count_passthrough();
+      }
+      learn_source(data + 6, m->port, now_ns);
+      send(m, now_ns);
+      return;
+    }
   }
   wire::Layout layout;
   const wire::ParseStatus st = wire::parse_frame({data, len}, layout);
