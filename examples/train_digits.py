@@ -2,7 +2,8 @@
 """Data-parallel training of a classifier on scikit-learn's bundled digits (8x8 images, 10
 classes; no download), with the gradients summed by Gloo or by inagg.
 
-    train_digits.py train [--rank R --world-size N --master ADDR:PORT] --comm gloo|gloo-fp16|backend|inagg|inagg-bf16 \
+    train_digits.py train [--rank R --world-size N --master ADDR:PORT]
+        --comm gloo|gloo-fp16|backend|inagg|inagg-bf16|gloo-sharded|backend-sharded \
         [--control SOCKET --job-id ID] [--hidden 2048 --depth 2 --epochs 10 ...] --out RUN.json
     train_digits.py report RUN.json... [--plot FILE.png] [--loss-tolerance 1e-3] [--min-accuracy 0.9]
                            [--link-rate BITS_PER_S]
@@ -17,20 +18,24 @@ Otherwise the process group is Gloo and the gradient buckets are summed by a DDP
 hook: PyTorch's own allreduce_hook on Gloo (--comm gloo), PyTorch's fp16_compress_hook on Gloo
 (--comm gloo-fp16: fp16 on the wire; 1.13 runs its bf16_compress_hook only with NCCL), inagg's
 allreduce_hook (--comm inagg: fp32 through the appliance) or inagg's bf16_compress_hook (--comm
-inagg-bf16). The model is an
+inagg-bf16). With --comm backend-sharded (the backend) or gloo-sharded (Gloo) there is no DDP:
+the training is sharded (ShardedSGD: gradients reduce-scattered, the optimizer's state 1/n per
+rank, the parameters all-gathered after each step). The model is an
 MLP 64 -> hidden (x depth) -> 10; the same seed gives every run the same initial weights, the same
 train/test split and the same data order (each global batch is split into world-size slices, one
 per rank). Rank 0 writes RUN.json: the global mean loss of every step, its time and (hook runs)
 the time its buckets spent in communication (from the hook handing a bucket over to its mean being
-ready, the union over the step's buckets; it overlaps the backward pass), the sizes of the
+ready, the union over the step's buckets; it overlaps the backward pass; sharded runs: the
+reduce-scatter's and the all-gather's, after the backward pass), the sizes of the
 buckets, per epoch the training loss and the test accuracy, and (backend runs) the process
 group's counters and the appliance's counters for its job.
 
 `report` prints the runs side by side and checks them: every run's last test accuracy at least
 --min-accuracy, and the loss curve of every fp32 run within --loss-tolerance of the first run's
 (relative, per step: |a - b| <= tol * max(|a|, |b|)); the runs differ only in the order the sums
-are taken. Runs with 16 bits on the wire (bf16, fp16) are checked for accuracy only. With --plot it draws loss and step time
-against the step for every run (matplotlib).
+are taken. Runs with 16 bits on the wire (bf16, fp16) are checked for accuracy only. With --plot it
+draws, for every run, the loss against the step and against the training time (the steps' times
+summed), and the step time against the step (matplotlib).
 """
 import argparse
 import json
@@ -48,7 +53,8 @@ def parse_args(argv):
     t.add_argument("--world-size", type=int, help="the number of ranks (default: $WORLD_SIZE)")
     t.add_argument("--master", help="rank 0's ADDRESS:PORT for the rendezvous (TCP; default: torchrun's "
                    "$MASTER_ADDR:$MASTER_PORT)")
-    t.add_argument("--comm", choices=["gloo", "gloo-fp16", "backend", "inagg", "inagg-bf16"], required=True)
+    t.add_argument("--comm", choices=["gloo", "gloo-fp16", "backend", "inagg", "inagg-bf16", "gloo-sharded",
+                                      "backend-sharded"], required=True)
     t.add_argument("--control", help="the appliance's control socket (inagg runs: rank 0 registers the job there; "
                    "backend runs: default $INAGG_CONTROL)")
     t.add_argument("--job-id", type=int, default=1)
@@ -132,6 +138,72 @@ class CommTimer:
         return union(self.intervals)
 
 
+class ShardedSGD:
+    """Sharded data parallelism (ZeRO stage 2, FSDP's SHARD_GRAD_OP over one flat buffer): every
+    rank holds the whole model for its forward and backward pass; after backward the gradients,
+    flattened into one buffer of n equal shards, are reduce-scattered (rank r receives the sum of
+    shard r), the optimizer (SGD with momentum, its state a shard per rank: 1/n of DDP's) steps
+    that shard of the parameters, and the shards are all-gathered back into every rank's model.
+    The model's parameters become views of the flat buffer. The same arithmetic as DDP with SGD
+    (each element's mean gradient, then the same update), so the loss curves agree with DDP's up
+    to the order of the sums.
+
+    Through the backend: dist.reduce_scatter_tensor and dist.all_gather_into_tensor. On Gloo
+    (PyTorch 1.13's has no reduce-scatter): all_reduce of the whole buffer, each rank taking its
+    shard, and all_gather into the buffer's chunks, as a user of Gloo would write it."""
+
+    def __init__(self, torch, dist, model, world, rank, lr, gloo):
+        self.torch, self.dist, self.world, self.gloo = torch, dist, world, gloo
+        self.params = list(model.parameters())
+        total = sum(p.numel() for p in self.params)
+        self.shard_len = -(-total // world)
+        self.flat = torch.zeros(self.shard_len * world)
+        self.grads = torch.zeros_like(self.flat)
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            self.flat[off:off + n].copy_(p.data.reshape(-1))
+            p.data = self.flat[off:off + n].view_as(p)
+            off += n
+        dist.broadcast(self.flat, 0)  # rank 0's initial weights, as DDP starts
+        self.mine = slice(rank * self.shard_len, (rank + 1) * self.shard_len)
+        self.shard = self.flat[self.mine].clone().requires_grad_()
+        self.opt = torch.optim.SGD([self.shard], lr=lr, momentum=0.9)
+        self.reduce_scatter_s = self.all_gather_s = 0.0
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        """The gradients summed and the parameters updated and gathered; returns the seconds
+        spent in the reduce-scatter and the all-gather."""
+        torch, dist = self.torch, self.dist
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            self.grads[off:off + n].copy_(p.grad.reshape(-1))
+            off += n
+        mine = torch.empty(self.shard_len)
+        t0 = time.perf_counter()
+        if self.gloo:
+            dist.all_reduce(self.grads)
+            mine.copy_(self.grads[self.mine])
+        else:
+            dist.reduce_scatter_tensor(mine, self.grads)
+        t1 = time.perf_counter()
+        self.shard.grad = mine.div_(self.world)
+        self.opt.step()
+        t2 = time.perf_counter()
+        if self.gloo:
+            dist.all_gather(list(self.flat.chunk(self.world)), self.shard.detach())
+        else:
+            dist.all_gather_into_tensor(self.flat, self.shard.detach())
+        t3 = time.perf_counter()
+        self.reduce_scatter_s, self.all_gather_s = t1 - t0, t3 - t2
+        return (t1 - t0) + (t3 - t2)
+
+
 def train(a):
     import torch
     import torch.distributed as dist
@@ -141,7 +213,9 @@ def train(a):
     if a.rank is None or a.world_size is None:
         a.rank, a.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     init = {"init_method": f"tcp://{a.master}"} if a.master else {"init_method": "env://"}
-    if a.comm == "backend":
+    on_backend = a.comm in ("backend", "backend-sharded")
+    sharded = a.comm.endswith("-sharded")
+    if on_backend:
         import inagg.torch
         options = inagg.torch.Options(control=a.control, job_id=a.job_id, message=a.message, payload=a.payload,
                                       window=a.window, ack_timeout_ms=a.ack_timeout_ms, retry=a.retry)
@@ -160,8 +234,8 @@ def train(a):
     params = sum(p.numel() for p in model.parameters())
 
     state = hook = None
-    if a.comm == "backend":
-        pass  # DDP as on any backend: its reducer hands the buckets to the process group
+    if on_backend or sharded:
+        pass  # DDP as on any backend (its reducer hands the buckets to the process group), or sharded
     elif a.comm in ("gloo", "gloo-fp16"):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hook = default_hooks.fp16_compress_hook if a.comm == "gloo-fp16" else default_hooks.allreduce_hook
@@ -177,11 +251,15 @@ def train(a):
         state = hook_state = inagg.torch.InaggState(comm)
         hook = inagg.torch.bf16_compress_hook if a.comm == "inagg-bf16" else inagg.torch.allreduce_hook
 
-    ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
     timer = CommTimer(hook)
-    if hook is not None:
-        ddp.register_comm_hook(hook_state, timer.hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
+    if sharded:
+        ddp = model
+        opt = ShardedSGD(torch, dist, model, world, rank, a.lr, gloo=not on_backend)
+    else:
+        ddp = DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
+        if hook is not None:
+            ddp.register_comm_hook(hook_state, timer.hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     global_batch = a.batch * world
@@ -191,6 +269,9 @@ def train(a):
         print(f"# {a.comm}: {world} ranks, MLP 64-{'-'.join([str(a.hidden)] * a.depth)}-10 ({params} parameters, "
               f"{params * 4 / 2**20:.1f} MiB of fp32 gradients per step), {len(x_train)} train / {len(x_test)} test "
               f"samples, {steps_per_epoch} steps of {a.batch} x {world} per epoch", flush=True)
+        if sharded:
+            print(f"# sharded: gradients reduce-scattered, optimizer state {opt.shard_len} elements per rank "
+                  f"(DDP's: {params}), parameters all-gathered after each step", flush=True)
         print(f"{'epoch':>5} {'train loss':>10} {'test acc':>8} {'step ms':>8} {'comm ms':>8}", flush=True)
     for epoch in range(a.epochs):
         order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(a.seed * 1000 + epoch))
@@ -203,10 +284,12 @@ def train(a):
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(ddp(x_train[idx]), y_train[idx])
             loss.backward()
-            opt.step()
+            comm_s = opt.step()
             step = {"loss": loss.item(), "step_s": time.perf_counter() - t0}
             if hook is not None:  # the backend's time in communication is not seen from here
                 step.update(comm_s=timer.seconds(), buckets=list(timer.buckets), wall=list(timer.wall))
+            elif sharded:  # after the backward pass, not overlapping it
+                step.update(comm_s=comm_s, reduce_scatter_s=opt.reduce_scatter_s, all_gather_s=opt.all_gather_s)
             steps.append(step)
         # Evaluation: each rank a slice of the test set, the counts summed over Gloo (which also
         # keeps the ranks together, so the next epoch's first allreduce starts without skew).
@@ -228,13 +311,15 @@ def train(a):
     if state is not None:
         state.close()
         transport = state.comm.counters()
-    if a.comm == "backend":
+    if on_backend:
         pg = dist.group.WORLD
         transport = pg.counters()
-        # The bucket sizes DDP settled on (bytes), for a check of the appliance's counters.
-        sizes = ddp._get_ddp_logging_data().get("bucket_sizes", "")
-        backend = {"job_id": pg.job_id, "address": pg.address,
-                   "bucket_bytes": [int(b) for b in str(sizes).split(",") if b.strip()]}
+        if sharded:  # one reduce-scatter of the flat gradient buffer a step
+            buckets = [opt.grads.numel() * opt.grads.element_size()]
+        else:  # the bucket sizes DDP settled on (bytes), for a check of the appliance's counters
+            sizes = ddp._get_ddp_logging_data().get("bucket_sizes", "")
+            buckets = [int(b) for b in str(sizes).split(",") if b.strip()]
+        backend = {"job_id": pg.job_id, "address": pg.address, "bucket_bytes": buckets}
     # Every rank's per-step losses, for the global mean loss of each step, and its transport's counters.
     gathered = [None] * world
     dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport, [st.get("wall") for st in steps]))
@@ -243,7 +328,7 @@ def train(a):
     job_stats = None
     if state is not None and rank == 0 and a.control:
         job_stats = state.comm.job_stats()
-    if backend is not None and rank == 0:
+    if backend is not None and rank == 0 and dist.group.WORLD.uses_appliance:
         job_stats = {}
         for line in dist.group.WORLD.job_stats().splitlines():
             k, _, v = line.partition(" ")
@@ -275,7 +360,7 @@ def train(a):
     # GIL the destroying thread holds (gdb: Reducer::~Reducer -> ~ProcessGroupGloo -> thread::join,
     # the worker in PyEval_AcquireThread): the rank never exits. Nothing is left to write.
     dist.barrier()
-    if a.comm == "backend":
+    if on_backend:
         dist.destroy_process_group()  # inagg's: the transport quiet, then rank 0 removes the job
     sys.stdout.flush()
     sys.stderr.flush()
@@ -369,6 +454,20 @@ def report(a):
             n = r.get("world_size") or 4
             ina, ring = 8 * g / a.link_rate, 8 * g * 2 * (n - 1) / n / a.link_rate
             comm = r["mean_comm_s"]
+            if r["comm"].endswith("-sharded"):
+                # A reduce-scatter and an all-gather each carry (n-1)/n G a rank each way at best (a
+                # ring's); the backend's reduce-scatter has the appliance sum the whole buffer (G each
+                # way), and the all-gather goes through Gloo's ring.
+                part = ring / 2
+                appliance = r["comm"] == "backend-sharded"
+                rs = ina if appliance else ring
+                print(f"  {r['comm']}: {g / 1e6:.1f} MB a step; reduce-scatter: bound {1e3 * part:.0f} ms, "
+                      f"{'the whole sum through the appliance' if appliance else 'an all_reduce on a ring'} "
+                      f"{1e3 * rs:.0f} ms; all-gather (a ring) {1e3 * part:.0f} ms; communication "
+                      f"{1e3 * comm:.0f} ms = {comm / (rs + part):.2f}x the sum of those two "
+                      f"(reduce-scatter {1e3 * mean_of(r['steps'][2:], 'reduce_scatter_s'):.0f} ms, all-gather "
+                      f"{1e3 * mean_of(r['steps'][2:], 'all_gather_s'):.0f} ms)")
+                continue
             print(f"  {r['comm']}: {g / 1e6:.1f} MB a step; in-network bound {1e3 * ina:.0f} ms, ring bound "
                   f"{1e3 * ring:.0f} ms; communication "
                   + (f"{1e3 * comm:.0f} ms = {comm / ina:.2f}x the in-network bound, {comm / ring:.2f}x the ring's"
@@ -413,12 +512,18 @@ def report(a):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+        fig, (ax1, ax0, ax2) = plt.subplots(3, 1, figsize=(9, 11))
         for i, r in enumerate(runs):
             x = range(1, len(r["steps"]) + 1)
             color = f"C{i}"
             ax1.plot(x, [s["loss"] for s in r["steps"]], label=r["comm"], color=color, linewidth=1,
                      linestyle=["-", "--", ":"][i % 3])
+            elapsed, t = [], 0.0  # the run's training time: its steps' times summed (no evaluation)
+            for s in r["steps"]:
+                t += s["step_s"]
+                elapsed.append(t)
+            ax0.plot(elapsed, [s["loss"] for s in r["steps"]], label=f"{r['comm']} ({t:.1f} s)", color=color,
+                     linewidth=1)
             ax2.plot(x, [1e3 * s["step_s"] for s in r["steps"]], color=color, linewidth=1,
                      label=f"{r['comm']}: step (mean {1e3 * r['mean_step_s']:.0f} ms)")
             if r["mean_comm_s"] is not None:
@@ -428,6 +533,11 @@ def report(a):
         ax1.set_yscale("log")
         ax1.legend()
         ax1.set_title(f"digits, {ref['world_size']} ranks, MLP with {ref['parameters']} parameters")
+        ax1.set_xlabel("step")
+        ax0.set_ylabel("training loss")
+        ax0.set_yscale("log")
+        ax0.set_xlabel("training time, s (the steps' times summed)")
+        ax0.legend()
         ax2.set_ylabel("ms per step")
         ax2.set_xlabel("step")
         ax2.legend(fontsize="small")

@@ -14,10 +14,11 @@
 #     against Gloo's all_reduce of the same inputs, the counters saying the appliance summed it.
 #  2. A rank killed (SIGKILL) in a loop of all_reduce: every other rank raises, and the job is
 #     removed from the appliance.
-#  3. Training: examples/train_digits.py under torchrun, once with Gloo and once with the backend
-#     (DDP with no hook); the loss curves agree within LOSS_TOLERANCE, test accuracy reaches 0.9,
-#     and every gradient bucket DDP made was summed by the appliance (its counters for the job
-#     against the buckets' sizes), the job removed at the end.
+#  3. Training: examples/train_digits.py under torchrun, with Gloo (DDP), with the backend (DDP
+#     with no hook) and sharded through the backend (gradients reduce-scattered, parameters
+#     all-gathered); the loss curves agree within LOSS_TOLERANCE, test accuracy reaches 0.9, every
+#     gradient bucket DDP made and every step's reduce-scatter was summed by the appliance (its
+#     counters for the job against the sizes), the jobs removed at the end.
 #   test_backend.sh INAGG INAGG_CTL SRCDIR PYTHONPATH
 # PYTHON_PRELOAD (set by meson in a sanitizer build): the sanitizer runtimes the Python processes
 # need to load the instrumented extensions.
@@ -141,19 +142,24 @@ train() {
 }
 train gloo 29543
 train backend 29544
+train backend-sharded 29547
 PYTHONPATH="$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 "$python" "$src/examples/train_digits.py" report "$tmp/gloo.json" "$tmp/backend.json" \
-  --loss-tolerance $LOSS_TOLERANCE --min-accuracy 0.9 >"$tmp/report.log" 2>&1
+  "$tmp/backend-sharded.json" --loss-tolerance $LOSS_TOLERANCE --min-accuracy 0.9 >"$tmp/report.log" 2>&1
 status=$?
 cat "$tmp/report.log"
 [ $status = 0 ] || fail "the training runs do not meet the checks (report above)"
-# Every bucket of every step through the appliance: DDP's bucket sizes (bytes) in slots, as
-# backend_collectives.py's slots_of counts them, against the appliance's counters for the job.
-check=$(PYTHONPATH="$src/tests/python:$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 \
-  "$python" - "$tmp/backend.json" <<'EOF'
+# Every bucket of every step through the appliance: DDP's bucket sizes (bytes; the sharded run: its
+# flat gradient buffer, one reduce-scatter a step) in slots, as backend_collectives.py's slots_of
+# counts them, against the appliance's counters for the job and the process group's.
+# sums_checked RUN.json: "ok JOB SLOTS SUMS", or what differs.
+sums_checked() {
+  PYTHONPATH="$src/tests/python:$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 \
+    "$python" - "$1" <<'EOF'
 import json, sys
 from backend_collectives import slots_of
 run = json.load(open(sys.argv[1]))
 steps, buckets, payload = len(run["steps"]), run["backend"]["bucket_bytes"], run["payload"]
+kind = "reduce_scatter_appliance" if run["comm"] == "backend-sharded" else "allreduce_appliance"
 want = steps * sum(slots_of(b, payload) for b in buckets)
 js, pg = run["job_stats"], run["transport"][0]
 problems = []
@@ -162,13 +168,16 @@ if not buckets:
 if js["slots_released"] != want or js["aggregated_packets"] != 4 * want or js["held_packets"] != 0:
     problems.append(f"the appliance released {js['slots_released']} slots ({js['aggregated_packets']} packets, "
                     f"{js['held_packets']} held); {steps} steps of buckets {buckets} make {want}")
-if pg["allreduce_appliance"] != steps * len(buckets) or pg["appliance_bytes"] != steps * sum(buckets):
-    problems.append(f"rank 0's counters: {pg['allreduce_appliance']} sums of {pg['appliance_bytes']} bytes through the "
+if pg[kind] != steps * len(buckets) or pg["appliance_bytes"] != steps * sum(buckets):
+    problems.append(f"rank 0's counters: {pg[kind]} {kind}, {pg['appliance_bytes']} bytes through the "
                     f"appliance; {steps} steps of buckets {buckets} make {steps * len(buckets)}, {steps * sum(buckets)} bytes")
 print("; ".join(problems) if problems else f"ok {run['job_id']} {want} {steps * len(buckets)}")
 EOF
-) || fail "reading $tmp/backend.json"
-read -r verdict job slots sums <<<"$check"
-[ "$verdict" = ok ] || fail "training with the backend: $check"
-job_listed "$job" && fail "training: job $job is still on the appliance after the run: $(C list)"
-echo "ok: training: loss curves within $LOSS_TOLERANCE of Gloo's, accuracy >= 0.9; all $sums gradient buckets summed by the appliance ($slots slots), job $job removed"
+}
+for comm in backend backend-sharded; do
+  check=$(sums_checked "$tmp/$comm.json") || fail "reading $tmp/$comm.json"
+  read -r verdict job slots sums <<<"$check"
+  [ "$verdict" = ok ] || fail "training with $comm: $check"
+  job_listed "$job" && fail "training with $comm: job $job is still on the appliance after the run: $(C list)"
+  echo "ok: training with $comm: loss curve within $LOSS_TOLERANCE of Gloo's, accuracy >= 0.9; all $sums gradient sums through the appliance ($slots slots), job $job removed"
+done
