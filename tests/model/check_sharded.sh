@@ -14,36 +14,9 @@ model=$1
 . "$(dirname "$0")/spin_workdir.sh" "$model"
 A=(-DW=1 -DMSGS=4 -DLMAX=2)
 B=(-DW=2 -DMSGS=5 -DLMAX=1)
-results=()
-# check NAME safety|liveness EXPECT SPIN_FLAGS...: EXPECT is "holds" or a pattern that pan's
-# first error line must match (the claim that catches the mutation).
-check() {
-  local name=$1 kind=$2 expect=$3
-  shift 3
-  local cflags=(-DSAFETY) run=(./pan -m300000)
-  [ "$kind" = liveness ] && { cflags=(-DNP -DNFAIR=3); run=(./pan -l -f -m300000); }
-  rm -f pan pan.c model.pml.trail
-  spin "$@" -a model.pml >spin.log 2>&1 || { echo "FAIL: $name: spin: $(tail -n 3 spin.log)"; exit 1; }
-  # -DMEMLIM: the largest run needs ~470 MB; stop rather than take the machine's memory.
-  gcc -O2 "${cflags[@]}" -DMEMLIM=1024 -o pan pan.c >gcc.log 2>&1 ||
-    { echo "FAIL: $name: gcc pan.c: $(grep -m3 error gcc.log)"; exit 1; }
-  "${run[@]}" >pan.log 2>&1
-  grep -q "Full statespace search\|errors: [1-9]" pan.log ||
-    { echo "FAIL: $name: pan did not finish: $(tail -n 5 pan.log)"; exit 1; }
-  local states err
-  states=$(awk '/states, stored/ {print $1}' pan.log)
-  err=$(grep -m1 -E 'assertion violated|invalid end state|non-progress cycle|acceptance cycle' pan.log |
-    sed 's/ (at depth.*//; s/^pan:[0-9]*: //')
-  if [ "$expect" = holds ]; then
-    grep -q "errors: 0" pan.log || { echo "FAIL: $name breaks a claim: $err"; exit 1; }
-    results+=("$name: holds ($states states)")
-  else
-    grep -q "errors: 0" pan.log && { echo "FAIL: $name went unnoticed: the model checks less than it claims"; exit 1; }
-    grep -q -- "$expect" <<<"$err" ||
-      { echo "FAIL: $name was caught by '$err', not by the claim it is about ('$expect')"; exit 1; }
-    results+=("$name: caught: $err")
-  fi
-}
+# The largest run needs ~470 MB.
+# shellcheck source=spin_check.sh
+. "$(dirname "$0")/spin_check.sh"
 check "A safety" safety holds "${A[@]}"
 check "A safety, mutation 2 (own cursor)" safety holds "${A[@]}" -DMUTATION=2
 check "A safety, a rogue sender" safety holds "${A[@]}" -DROGUE
