@@ -9,13 +9,14 @@
 # gigabytes: docs/model/README.md.
 set -uo pipefail
 model=$1
+here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=spin_workdir.sh
-. "$(dirname "$0")/spin_workdir.sh" "$model"
+. "$here/spin_workdir.sh" "$model"
 A=(-DW=1 -DMSGS=1 -DLMAX=1)
 # The liveness run needs ~900 MB.
 SPIN_MEMLIM=2048
 # shellcheck source=spin_check.sh
-. "$(dirname "$0")/spin_check.sh"
+. "$here/spin_check.sh"
 check "safety" safety holds "${A[@]}"
 check "liveness" liveness holds "${A[@]}"
 check "mutation 1 (the held packet released with the rack's partial)" safety "==15)" "${A[@]}" -DMUTATION=1

@@ -10,13 +10,14 @@
 # slots reused). B's liveness run (3.8M states, ~2 min) is too slow for CI: docs/model/README.md.
 set -uo pipefail
 model=$1
+here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=spin_workdir.sh
-. "$(dirname "$0")/spin_workdir.sh" "$model"
+. "$here/spin_workdir.sh" "$model"
 A=(-DW=1 -DMSGS=4 -DLMAX=2)
 B=(-DW=2 -DMSGS=5 -DLMAX=1)
 # The largest run needs ~470 MB.
 # shellcheck source=spin_check.sh
-. "$(dirname "$0")/spin_check.sh"
+. "$here/spin_check.sh"
 check "A safety" safety holds "${A[@]}"
 check "A safety, mutation 2 (own cursor)" safety holds "${A[@]}" -DMUTATION=2
 check "A safety, a rogue sender" safety holds "${A[@]}" -DROGUE
