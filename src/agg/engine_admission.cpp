@@ -80,9 +80,26 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     if (c.start_psn > 0xffffff) return fail("rank " + std::to_string(c.rank) + ": start PSN is 24-bit");
   }
   std::sort(s.conns.begin(), s.conns.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+  // A leaf's part of a job across racks: its rack's connections in ring order, from the downlink
+  // to the uplink (docs/protocol.md section 21), a chain rather than a ring; one engine, live.
+  if (s.tier == control::Tier::leaf) {
+    if (s.workers < 2)
+      return fail("a leaf needs at least 2 connections: the downlink (rank 0) and the uplink (the last rank)");
+    if (s.replay) return fail("a leaf cannot be a replay job (a capture has no spine to answer its partials)");
+    if (nshards > 1) return fail("a leaf runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
+    if (start == JobStart::resume)
+      return fail("a leaf cannot resume after a restart yet: remove it from the state directory and register it again");
+    for (unsigned r = 0; r + 1 < s.workers; ++r)
+      if (!(s.conns[r].dst_ip == s.conns[r + 1].src_ip))
+        return fail("not a rack's chain: rank " + std::to_string(r) + " writes to " + util::ip_text(s.conns[r].dst_ip) +
+                    " but rank " + std::to_string(r + 1) + " sends from " + util::ip_text(s.conns[r + 1].src_ip) +
+                    " (a leaf's conn lines run from the downlink, the previous rack's last rank writing to this "
+                    "rack's first, to the uplink, this rack's last rank writing to the next rack's first)");
+  }
   // The ring: rank r writes to rank r+1, so its destination is where r+1 sends from. A job that is
-  // not a ring cannot be summed (some receiver's traffic would never match), so refuse it now.
-  for (unsigned r = 0; r < s.workers; ++r) {
+  // not a ring cannot be summed (some receiver's traffic would never match), so refuse it now. (A
+  // spine's ranks are the racks' uplinks: no ring.)
+  for (unsigned r = 0; r < s.workers && s.tier == control::Tier::flat; ++r) {
     const control::ConnectionSpec& c = s.conns[r];
     const control::ConnectionSpec& succ = s.conns[(r + 1) % s.workers];
     if (!(c.dst_ip == succ.src_ip) && s.workers == 1)
@@ -121,8 +138,9 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
 
   // A shard holds its share of the 2 W ppm slots: every K-th sequence of any 2 W ppm in a row.
   const uint32_t nslots = static_cast<uint32_t>((2 * s.window * ppm + nshards - 1) / nshards);
-  const size_t mem =
-      static_cast<size_t>(nslots) * (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + s.payload_bytes);
+  const bool leaf = s.tier == control::Tier::leaf;
+  const size_t mem = static_cast<size_t>(nslots) *
+                     (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + (leaf ? 2 : 1) * size_t{s.payload_bytes});
   const size_t mbufs = static_cast<size_t>(nslots) * s.workers;
   if (memory_used_ + mem > cfg_.memory_budget_bytes)
     return fail("needs " + std::to_string(mem >> 10) + " KiB of slot memory but only " +
@@ -142,6 +160,16 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   job->sums =
       static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
   if (job->sums == nullptr) return fail("out of memory for the retained sums");
+  if (leaf) {
+    job->partials =
+        static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
+    if (job->partials == nullptr) {
+      std::free(job->sums);
+      return fail("out of memory for the retained partials");
+    }
+    job->uplink = s.workers - 1;
+    job->local_mask = full_mask(s.workers) & ~1ull;
+  }
   job->shards = shard.shared;
   job->shard = shard.index;
   job->nshards = nshards;
@@ -207,6 +235,8 @@ void Engine::free_job_memory(Job& job) {
   std::vector<Job::Slot>().swap(job.slots);
   std::free(job.sums);
   job.sums = nullptr;
+  std::free(job.partials);
+  job.partials = nullptr;
   memory_used_ -= job.memory;
   mbufs_reserved_ -= job.mbufs;
   job.memory = job.mbufs = 0;

@@ -5,6 +5,7 @@
 //   engine_job.cpp         a job's packets as they arrive: hold, ACKs; the way chosen per job
 //   engine_release.cpp     sums, releases in PSN order, retained copies; frame helpers
 //   engine_shards.cpp      what only a shard of a spread job does: ticket, ordered path, shared ACKs
+//   engine_leaf.cpp        what only a leaf of a job across racks does: partials up, the total down
 //   engine_recovery.cpp    NAKs, resends, timers
 //   engine_resume.cpp      a job reloaded after a restart, until it finds where its ranks are
 #pragma once
@@ -133,9 +134,11 @@ struct alignas(64) Engine::Job {
     uint64_t seq = 0;      // slot sequence (message * ppm + packet index) it holds
     uint64_t arrived = 0;  // one bit per rank
     engine_detail::SlotState state = engine_detail::SlotState::empty;
-    bool ecn = false;     // some input was CE-marked or had FECN
-    bool summed = false;  // complete, and the sum is in its packets (a shard sums before its turn)
+    bool ecn = false;          // some input was CE-marked or had FECN
+    bool summed = false;       // complete, and the sum is in its packets (a shard sums before its turn)
+    bool partial_out = false;  // a leaf: its rack's partial is in the uplink's packet (released in order)
     uint32_t payload_crc = 0;
+    uint32_t partial_crc = 0;  // a leaf: the CRC of the partial
   };
 
   control::JobSpec spec;
@@ -158,6 +161,14 @@ struct alignas(64) Engine::Job {
   std::vector<Held> held;   // nslots x n
   uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned
   std::vector<Conn> conns;
+  // A leaf of a job across racks (control::Tier::leaf, docs/protocol.md section 21): rank 0 is the
+  // downlink (its sender in another rack, the total coming down through the spine), rank n-1 the
+  // uplink (its packet carries the rack's partial up). Not a leaf: uplink == kNotLeaf.
+  static constexpr unsigned kNotLeaf = ~0u;
+  unsigned uplink = kNotLeaf;
+  uint64_t local_mask = 0;      // the ranks whose senders sit in this rack: all but the downlink
+  uint64_t up_cursor = 0;       // the uplink's next sequence to release (it runs ahead of `cursor`)
+  uint8_t* partials = nullptr;  // nslots x P partials, for the uplink's retransmissions
   wire::Crc32Shift shift;
   uint64_t cursor = 0;  // next sequence to release (a shard: next of its own)
   uint64_t floor = 0;   // sequences below it are stale: 0, or where a job resumed after a restart
@@ -181,6 +192,16 @@ struct alignas(64) Engine::Job {
   Slot& slot(uint64_t seq) { return slots[index(seq)]; }
   Held& held_at(uint64_t seq, unsigned rank) { return held[index(seq) * spec.workers + rank]; }
   uint8_t* sum_at(uint64_t seq) { return sums + index(seq) * spec.payload_bytes; }
+  uint8_t* partial_at(uint64_t seq) { return partials + index(seq) * spec.payload_bytes; }
+  bool leaf() const { return uplink != kNotLeaf; }
+  // Every sequence below this went out to rank's receiver (a job of one engine): a leaf's uplink
+  // runs ahead of the rest.
+  uint64_t released_for(unsigned rank) const { return rank == uplink ? up_cursor : cursor; }
+  // The ranks a slot still waits for before it can move: a leaf waits for its rack's packets until
+  // the partial is out, then for the downlink's total.
+  uint64_t awaited(const Slot& s) const {
+    return leaf() && !s.partial_out ? local_mask : engine_detail::full_mask(spec.workers);
+  }
   // How far back the slots reach: sequences older than the newest minus this are not held.
   uint64_t span() const { return uint64_t{nslots} << shard_shift; }
   // The first of this engine's sequences at or after s.

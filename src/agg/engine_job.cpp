@@ -27,6 +27,9 @@ void Engine::choose_path(Job& job) {
   } else if (replay) {
     job.on_data = &Engine::handle_data<false, true>;
     job.on_ack = &Engine::handle_ack<false, true>;
+  } else if (job.leaf()) {  // add_job keeps leaves to one engine, live
+    job.on_data = &Engine::handle_data<false, false, true>;
+    job.on_ack = &Engine::handle_ack<false, false>;
   } else {
     job.on_data = &Engine::handle_data<false, false>;
     job.on_ack = &Engine::handle_ack<false, false>;
@@ -47,7 +50,7 @@ void Engine::refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCo
 
 // A data packet: checked against the job's contract, placed by its sequence, then held, summed and
 // released (collect) or answered from the retained sum (answer_retransmit).
-template <bool kSharded, bool kReplay>
+template <bool kSharded, bool kReplay, bool kLeaf>
 void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
   if constexpr (kSharded) follow_spread_failure(job);
   if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
@@ -77,7 +80,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   }
 
   uint64_t seq;
-  if (!place_data<kSharded>(job, rank, pkt, l, psn, &seq)) return;
+  if (!place_data<kSharded, kLeaf>(job, rank, pkt, l, psn, &seq)) return;
   // The packet fits the connection's state (a WRITE of the right size, at or after the start PSN,
   // within the window): only such a packet pins the port the rank's data is taken from. A forged
   // packet that does not fit is dropped above, whatever port it came from.
@@ -100,9 +103,19 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     if constexpr (kSharded && kReplay) job.shards->highest_[job.shard].v.store(job.highest, std::memory_order_release);
   }
 
+  // A leaf's uplink packet whose partial is made: a retransmission, answered with the partial once
+  // that went out (whatever the slot waits for now), a duplicate while it waits for its turn.
+  if constexpr (kLeaf) {
+    if (rank == job.uplink && slot.partial_out) {
+      if (seq < job.up_cursor) return answer_uplink(job, seq, pkt, l, header_crc, tx);
+      note_arrival<kSharded>(job, rank, seq);
+      return drop(&job, pkt, &EngineCounters::duplicates_dropped);
+    }
+  }
+
   switch (slot.state) {
     case SlotState::collecting:
-      return collect<kSharded>(job, rank, seq, pkt, l, header_crc, now_ns, tx);
+      return collect<kSharded, kLeaf>(job, rank, seq, pkt, l, header_crc, now_ns, tx);
     case SlotState::complete:
       note_arrival<kSharded>(job, rank, seq);
       return drop(&job, pkt, &EngineCounters::duplicates_dropped);
@@ -158,7 +171,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 // The packet's sequence in the job (*seq), if it may take a slot: at or after the job's start (or
 // where it resumed), of this engine's part of the job (a shard: every K-th sequence), within the
 // window, and the size and position its place in the message needs. False when dropped or refused.
-template <bool kSharded>
+template <bool kSharded, bool kLeaf>
 [[gnu::always_inline]] inline bool Engine::place_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l,
                                                       uint32_t psn, uint64_t* seq) {
   Job::Conn& conn = job.conns[rank];
@@ -185,13 +198,17 @@ template <bool kSharded>
   uint64_t released = kSharded ? job.released_seen : job.cursor;
   if (kSharded && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
   const uint64_t first_incomplete_msg = released / job.ppm;
-  if (msg >= first_incomplete_msg + job.spec.window) {
+  // A leaf's uplink sender runs up to 2 W messages ahead of the leaf's cursor: its receiver, in the
+  // next rack, has the total (and acknowledges it) before the total comes down to this leaf; the
+  // rack's other senders are within W of it (protocol.md section 21). The slots hold 2 W messages.
+  const unsigned window = kLeaf && rank == job.uplink ? 2 * job.spec.window : job.spec.window;
+  if (msg >= first_incomplete_msg + window) {
     refuse(
         job, pkt,
         [&] {
           return contract("window", who() + " sent PSN " + std::to_string(psn) + " (message " + std::to_string(msg) +
                                         ") while message " + std::to_string(first_incomplete_msg) +
-                                        " is incomplete: ahead of the window of " + std::to_string(job.spec.window) +
+                                        " is incomplete: ahead of the window of " + std::to_string(window) +
                                         " (every rank must honour the same window)");
         },
         &EngineCounters::err_ahead_of_window);
@@ -275,7 +292,7 @@ void Engine::open_epoch(Job& job, uint64_t seq) {
 
 // A packet for a slot still collecting: held (a retransmission replaces the held copy, never added
 // twice); the last rank's completes the slot, which one engine releases when it is the cursor's.
-template <bool kSharded>
+template <bool kSharded, bool kLeaf>
 [[gnu::always_inline]] inline void Engine::collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt,
                                                    const Layout& l, uint32_t header_crc, uint64_t now_ns, TxList& tx) {
   Job::Slot& slot = job.slot(seq);
@@ -294,12 +311,16 @@ template <bool kSharded>
   h.hold(pkt, l, header_crc);
   if (ecn_of(pkt.data, l) == wire::kEcnCe || wire::bth_of(pkt.data, l).fecn()) slot.ecn = true;
   note_arrival<kSharded>(job, rank, seq);
+  // A leaf: its rack's packets are in, so their partial goes up at once.
+  if constexpr (kLeaf)
+    if (!slot.partial_out && (slot.arrived & job.local_mask) == job.local_mask) send_partial(job, seq, now_ns, tx);
   const bool completed = slot.arrived == full_mask(job.spec.workers);
   if (completed) {
     slot.state = SlotState::complete;
     BUMP(job, slots_completed);
     job.last_progress_ns = now_ns;
     if constexpr (kSharded) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
+    if constexpr (kLeaf) fill_total(job, seq);   // the total came down: no sum here
   }
   // One engine releases when the cursor's slot completes. A shard's complete slot may be waiting
   // for its turn, which another shard gives: it looks at every packet (a load of the ticket).
@@ -319,6 +340,8 @@ void Engine::note_arrival(Job& job, unsigned rank, uint64_t seq) {
   while (c.filled < c.expected && job.arrived(c.filled, rank)) c.filled += k;
   if (c.nak_pending && c.filled >= c.nak_target) c.nak_pending = false;
 }
+
+template void Engine::note_arrival<false>(Job& job, unsigned rank, uint64_t seq);  // engine_leaf.cpp's too
 
 template <bool kSharded, bool kReplay>
 void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
@@ -344,7 +367,7 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   // ACK p: the receiver has everything up to p. NAK / RNR NAK p: everything below p.
   const int64_t acked = aeth.is_ack() ? at + 1 : at;
   // (A replayed capture's receivers are pcap files: nothing to check.)
-  const uint64_t out_below = kSharded ? job.out_below() : job.cursor;
+  const uint64_t out_below = kSharded ? job.out_below() : job.released_for(rank);
   if (!kReplay && acked > static_cast<int64_t>(out_below)) {
     // The receiver cannot have what was never released: either a path bypasses the appliance or the
     // ACK is forged. Dropped (a forged ACK must not reach the sender); a real bypass stalls the job

@@ -72,7 +72,8 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
         send_nak(job, r, now_ns, tx, NakReason::again);
     } else if (c.data_seen && c.filled % job.ppm != 0 && c.filled == job.released_below() &&
                job.slot(c.filled).seq == c.filled && job.slot(c.filled).state == SlotState::collecting &&
-               (job.slot(c.filled).arrived | 1ull << r) == full_mask(job.spec.workers) &&
+               ((job.slot(c.filled).arrived | 1ull << r) & job.awaited(job.slot(c.filled))) ==
+                   job.awaited(job.slot(c.filled)) &&
                elapsed(now_ns, c.last_data_ns) > 4 * cfg_.resend_timeout_ns) {
       // The whole job waits for this one packet: its sender started the message (its first
       // packets are here), every other rank sent this packet, and the sender has sent nothing
@@ -84,15 +85,15 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
 
     // Released and not acknowledged: this engine's sequences from the receiver's acked one up to
     // the last it released, cursor - K (K = 1: the whole job's).
-    if (c.acked + job.nshards > job.cursor) continue;
+    const uint64_t cursor = job.shards ? job.cursor : job.released_for(r);
+    if (c.acked + job.nshards > cursor) continue;
     if (elapsed(now_ns, std::max({c.last_ack_ns, job.last_release_ns, c.resend_ns})) <= c.resend_interval_ns) continue;
     if (c.resend_rounds >= cfg_.resend_budget) continue;
     // The oldest unacknowledged released packet (in case that is what it lost) and the newest one
     // (if anything between was lost too, the newest is beyond its expected PSN and it NAKs the
     // sender, whose go-back-N retransmissions are answered from the retained sums).
-    const uint64_t newest = job.cursor - job.nshards;
-    const uint64_t oldest =
-        job.own_at_or_after(std::max(c.acked, job.cursor > job.span() ? job.cursor - job.span() : 0));
+    const uint64_t newest = cursor - job.nshards;
+    const uint64_t oldest = job.own_at_or_after(std::max(c.acked, cursor > job.span() ? cursor - job.span() : 0));
     for (uint64_t s : {oldest, newest}) {
       Job::Held& h = job.held_at(s, r);
       if (!h.retained || job.slot(s).seq != s) continue;
@@ -159,8 +160,9 @@ void Engine::poll(uint64_t now_ns, TxList& tx) {
     release_ready(job, now_ns, tx);  // continue a release that TX space cut short
     const bool pending =
         job.held_count > 0 ||
-        (!job.spec.replay && job.retained_count > 0 &&
-         std::any_of(job.conns.begin(), job.conns.end(), [&](auto& c) { return c.acked + job.nshards <= job.cursor; }));
+        (!job.spec.replay && job.retained_count > 0 && std::any_of(job.conns.begin(), job.conns.end(), [&](auto& c) {
+          return c.acked + job.nshards <= (job.shards ? job.cursor : job.released_for(c.spec.rank));
+        }));
     if (!pending) {
       job.last_progress_ns = now_ns;
       continue;

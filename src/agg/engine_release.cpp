@@ -81,11 +81,17 @@ bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint
 
 // write_sum for a packet whose payload already holds the sum: ECN, ICRC, UDP checksum.
 bool Engine::finish_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc) {
+  return finish_payload(job, seq, f, l, header_crc, job.slot(seq).payload_crc);
+}
+
+// The same for a payload whose CRC is `payload_crc` (a leaf's partial, or its slot's sum).
+bool Engine::finish_payload(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc,
+                            uint32_t payload_crc) {
   const Job::Slot& slot = job.slot(seq);
   const bool mark = slot.ecn && ecn_of(f, l) != wire::kEcnNotEct;  // only ECN-capable packets
   if (mark) set_ce(f, l);
   // The header part of the ICRC masks TOS, checksums and FECN: the input's header CRC still holds.
-  wire::icrc_store(f, l, wire::icrc_combine(header_crc, slot.payload_crc, job.shift));
+  wire::icrc_store(f, l, wire::icrc_combine(header_crc, payload_crc, job.shift));
   uint8_t* udp = f + l.l4;
   if (l.ip == util::IpVersion::v4) {
     udp[6] = udp[7] = 0;
@@ -153,6 +159,7 @@ void Engine::release_plain(Job& job, uint64_t now_ns, TxList& tx) {
     if (tx.capacity() - tx.size() < n) return;  // poll() continues once the caller drained TX
     if (!slot.summed) sum_slot(job, job.cursor);
     for (unsigned r = 0; r < n; ++r) {
+      if (r == job.uplink) continue;         // a leaf's uplink went out with the partial
       ops_.ref(ops_.ctx, held[r].p.handle);  // kept for a resend until acknowledged or the slot is reused
       tx.push(held[r].p);
     }
@@ -162,10 +169,11 @@ void Engine::release_plain(Job& job, uint64_t now_ns, TxList& tx) {
 
 // The cursor's slot's n packets went out: they stay retained for resends until acknowledged.
 void Engine::mark_released(Job& job, uint64_t now_ns) {
-  const unsigned n = job.spec.workers;
+  const unsigned n = job.spec.workers - (job.leaf() ? 1 : 0);  // a leaf's uplink is counted already
   Job::Slot& slot = job.slot(job.cursor);
   Job::Held* held = &job.held_at(job.cursor, 0);
-  for (unsigned r = 0; r < n; ++r) held[r].retained = true;
+  for (unsigned r = 0; r < job.spec.workers; ++r)
+    if (r != job.uplink) held[r].retained = true;
   job.c.released_packets += n;
   totals_.released_packets += n;
   job.held_count -= n;
@@ -178,10 +186,9 @@ void Engine::mark_released(Job& job, uint64_t now_ns) {
 
 // Either kind of job, for the callers off the per-packet path (timers, release_turns).
 void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
-  if (job.shards)
-    release_sharded(job, now_ns, tx);
-  else
-    release_plain(job, now_ns, tx);
+  if (job.shards) return release_sharded(job, now_ns, tx);
+  if (job.leaf()) release_uplink(job, now_ns, tx);
+  release_plain(job, now_ns, tx);
 }
 
 // A data-direction packet the engine sends outside a release (a retransmission answered, a resend):

@@ -42,7 +42,7 @@ void Engine::resume_at(Job& job, uint32_t offset) {
 
 // A job of one engine: everything below `seq` went out before the restart, as far as it knows.
 void Engine::resume_from(Job& job, uint64_t seq) {
-  job.cursor = job.highest = job.floor = seq;
+  job.cursor = job.up_cursor = job.highest = job.floor = seq;
   for (Job::Conn& c : job.conns) {
     c.expected = c.filled = c.nak_seq = c.nak_target = c.acked = seq;
     if (seq > 0) {  // the next packet after `seq` - 1: a step over `seq` is a loss to NAK

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "inagg/agg/job_status.hpp"
+#include "inagg/control/job_file.hpp"
 #include "inagg/dataplane/appliance.hpp"
 #include "inagg/util/log.hpp"
 
@@ -65,7 +66,8 @@ std::string RequestDispatcher::handle(const control::Request& r) {
 std::string describe_spec(const control::JobSpec& j) {
   return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " +
          std::to_string(j.message_bytes) + "-byte messages of " + std::to_string(j.payload_bytes) +
-         "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "");
+         "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "") +
+         (j.tier != control::Tier::flat ? std::string(", ") + control::tier_name(j.tier) : "");
 }
 
 bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
@@ -82,6 +84,16 @@ bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& sto
       continue;
     }
     std::string err;
+    if (spec.tier == control::Tier::leaf) {
+      // A leaf cannot tell where its rack's ranks and its uplink's receiver stand after a restart:
+      // its rack's packets pass unsummed, which the ranks' tallies show (docs/protocol.md section 21).
+      util::log(util::LogModule::control, util::LogLevel::warning,
+                "state file %s: job %u is a leaf, which does not resume after a restart; its ranks see unsummed "
+                "messages and fail or fall over until it is registered again; the state file is removed",
+                path.c_str(), spec.id);
+      if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+      continue;
+    }
     if (!app.add_job(spec, &err, agg::JobStart::resume)) {
       *error = "state file " + path + ": job " + std::to_string(spec.id) + " cannot be registered again: " + err +
                "; remove the file to start without it (its ranks must then register it again)";

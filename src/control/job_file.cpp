@@ -21,10 +21,10 @@ namespace {
 constexpr uint32_t kMax24 = 0xffffff;
 constexpr unsigned kMaxWorkers = 64;  // the engine's rank bitmasks are 64-bit
 
-enum class Key { id, dtype, workers, message_bytes, payload_bytes, window, replay, conn };
+enum class Key { id, dtype, workers, message_bytes, payload_bytes, window, replay, tier, conn };
 
 // In Key order.
-constexpr std::array<util::KeySpec, 8> kKeys{{
+constexpr std::array<util::KeySpec, 9> kKeys{{
     {"id", true, false, "id = 7"},
     {"dtype", true, false, "dtype = fp32"},
     {"workers", true, false, "workers = 4"},
@@ -32,6 +32,7 @@ constexpr std::array<util::KeySpec, 8> kKeys{{
     {"payload_bytes", true, false, "payload_bytes = 1024"},
     {"window", true, false, "window = 8"},
     {"replay", false, false, "replay = false"},
+    {"tier", false, false, "tier = flat"},
     {"conn", true, true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
 }};
 
@@ -153,6 +154,15 @@ bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* pr
       }
       *problem = quote_for_error(value) + " is not a boolean; write true or false";
       return false;
+    case Key::tier:
+      if (value == "flat" || value == "leaf" || value == "spine") {
+        spec->tier = value == "leaf" ? Tier::leaf : value == "spine" ? Tier::spine : Tier::flat;
+        return true;
+      }
+      *problem = "unknown tier " + quote_for_error(value) +
+                 "; valid: flat (all ranks behind this appliance), leaf (a rack of a job across racks), spine "
+                 "(the racks' uplinks)";
+      return false;
     case Key::conn: {
       ConnectionSpec c;
       if (!parse_conn(value, &c, problem)) return false;
@@ -214,6 +224,7 @@ std::string format_job(const JobSpec& s) {
   out += "payload_bytes = " + std::to_string(s.payload_bytes) + "\n";
   out += "window = " + std::to_string(s.window) + "\n";
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
+  if (s.tier != Tier::flat) out += std::string("tier = ") + tier_name(s.tier) + "\n";  // a flat job keeps its digest
   out += "# conn = " + std::string(kConnFields) + "\n";
   for (const ConnectionSpec& c : s.conns) {
     std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank, util::ip_text(c.src_ip).c_str(),
@@ -223,6 +234,17 @@ std::string format_job(const JobSpec& s) {
     out += "\n";
   }
   return out;
+}
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::leaf:
+      return "leaf";
+    case Tier::spine:
+      return "spine";
+    default:
+      return "flat";
+  }
 }
 
 uint32_t job_digest(const JobSpec& spec) {

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "engine_harness.hpp"
+#include "rc_peers.hpp"
 
 using namespace inagg;
 using namespace inagg::enginetest;
@@ -114,14 +115,8 @@ class Sim {
   }
 
  private:
-  struct Sender {
-    uint64_t una = 0, next = 0, sent_max = 0, last_progress_ns = 0, timeouts = 0;
-  };
-  struct Receiver {
-    uint64_t expected = 0;
-    bool nak_sent = false;
-    uint32_t msn = 0;
-  };
+  using Sender = RcSender;
+  using Receiver = RcReceiver;
   // Link indices: per rank r, 4r = sender->appliance data, 4r+1 = appliance->receiver data,
   // 4r+2 = receiver->appliance ACK, 4r+3 = appliance->sender ACK.
   std::deque<std::vector<uint8_t>>& link(unsigned r, int k) { return links_[4 * r + k]; }
@@ -156,13 +151,8 @@ class Sim {
     }
     switch (rng_() % 3) {
       case 0: {  // a sender transmits if its window allows
-        Sender& s = senders_[r];
-        if (s.next < total_ && s.next / p_.ppm < s.una / p_.ppm + p_.window) {
-          if (s.next == s.una) s.last_progress_ns = now_;  // the ACK timer starts with the first outstanding packet
-          push(r, 0, job_.data_frame(r, s.next));
-          ++s.next;
-          s.sent_max = std::max(s.sent_max, s.next);
-        }
+        if (const auto seq = senders_[r].transmit(total_, p_.ppm, p_.window, now_))
+          push(r, 0, job_.data_frame(r, *seq));
         break;
       }
       default: {  // a link delivers its oldest packet
@@ -184,13 +174,7 @@ class Sim {
   }
 
   void sender_timer(unsigned r) {
-    Sender& s = senders_[r];
-    if (s.una < total_ && s.next > s.una && now_ - s.last_progress_ns > kSenderAckTimeoutNs) {
-      s.next = s.una;  // go back N
-      s.last_progress_ns = now_;
-      ++s.timeouts;
-      last_timeout_step_ = (now_ - 1'000'000) / kStepNs;
-    }
+    if (senders_[r].timer(total_, now_, kSenderAckTimeoutNs)) last_timeout_step_ = (now_ - 1'000'000) / kStepNs;
   }
 
   // Engine output goes to the receivers (data) or back to the senders (ACK/NAK): what the engines
@@ -248,17 +232,9 @@ class Sim {
     // Never a raw or partial payload: whatever PSN it carries, it carries that slot's full sum.
     ASSERT_EQ(o.payload(), sums_[seq]) << "rank " << r << " seq " << seq << " seed " << p_.seed;
     ++delivered_;
-    if (seq == rx.expected) {
-      ++rx.expected;
-      rx.nak_sent = false;
-      if (seq % p_.ppm == p_.ppm - 1) ++rx.msn;
-      if (wire::bth_of(o.frame.data(), o.l).ack_req() || rng_() % 2) push(r, 2, job_.ack_frame(r, seq, 0x1f, rx.msn));
-    } else if (seq > rx.expected) {
-      if (!rx.nak_sent) push(r, 2, job_.ack_frame(r, rx.expected, wire::aeth::kNakPsnSequenceError, rx.msn));
-      rx.nak_sent = true;
-    } else if (rx.expected > 0) {
-      push(r, 2, job_.ack_frame(r, rx.expected - 1, 0x1f, rx.msn));  // duplicate: re-ACK
-    }
+    const auto reply = rx.receive(seq, seq % p_.ppm == p_.ppm - 1,
+                                  [&] { return wire::bth_of(o.frame.data(), o.l).ack_req() || rng_() % 2; });
+    if (reply) push(r, 2, job_.ack_frame(r, reply->seq, reply->syndrome, reply->msn));
   }
 
   void receive_ack(unsigned r, const std::vector<uint8_t>& f) {
@@ -268,21 +244,7 @@ class Sim {
     ASSERT_TRUE(o.icrc_ok());
     Sender& s = senders_[r];
     const uint64_t seq = seq_of(o.psn(), s.una, r);
-    const wire::AethView aeth = wire::aeth_of(o.frame.data(), o.l);
-    if (aeth.is_ack()) {
-      ASSERT_LT(seq, s.sent_max) << "ACK for a PSN never sent";
-      if (seq + 1 > s.una) {
-        s.una = seq + 1;
-        s.next = std::max(s.next, s.una);
-        s.last_progress_ns = now_;
-      }
-    } else if (aeth.is_nak() && aeth.nak_code() == 0) {
-      if (seq >= s.una && seq <= s.sent_max) {  // everything below is acknowledged; go back to it
-        s.una = seq;
-        s.next = seq;
-        s.last_progress_ns = now_;
-      }
-    }
+    ASSERT_TRUE(s.acknowledge(seq, wire::aeth_of(o.frame.data(), o.l), now_)) << "ACK for a PSN never sent";
   }
 
   RunParams p_;

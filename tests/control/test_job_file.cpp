@@ -42,7 +42,7 @@ std::string with(const std::string& old_line, const std::string& new_line) {
 
 bool operator_eq(const JobSpec& a, const JobSpec& b) {
   if (a.id != b.id || a.dtype != b.dtype || a.workers != b.workers || a.message_bytes != b.message_bytes ||
-      a.payload_bytes != b.payload_bytes || a.window != b.window || a.replay != b.replay ||
+      a.payload_bytes != b.payload_bytes || a.window != b.window || a.replay != b.replay || a.tier != b.tier ||
       a.conns.size() != b.conns.size())
     return false;
   for (size_t i = 0; i < a.conns.size(); ++i) {
@@ -253,6 +253,26 @@ TEST(JobFile, LoadErrorsNameTheFile) {
   std::remove(path.c_str());
 }
 
+// A job across racks: each appliance's part says its tier; a flat job's text (and so its digest)
+// has no tier line.
+TEST(JobFile, TierOfAJobAcrossRacks) {
+  std::string err;
+  const auto flat = parse_job(kGood, &err);
+  ASSERT_TRUE(flat) << err;
+  EXPECT_EQ(flat->tier, Tier::flat);
+  EXPECT_EQ(format_job(*flat).find("tier"), std::string::npos);
+  for (const auto& [text, want] : {std::pair{"leaf", Tier::leaf}, {"spine", Tier::spine}, {"flat", Tier::flat}}) {
+    const auto s = parse_job(with("", std::string("tier = ") + text), &err);
+    ASSERT_TRUE(s) << err;
+    EXPECT_EQ(s->tier, want) << text;
+    const auto back = parse_job(format_job(*s), &err);
+    ASSERT_TRUE(back) << err;
+    EXPECT_EQ(back->tier, want) << text;
+  }
+  EXPECT_NE(job_digest(*parse_job(with("", "tier = leaf"), &err)), job_digest(*flat));
+  EXPECT_NE(parse_error(with("", "tier = top")).find("unknown tier 'top'; valid: flat"), std::string::npos);
+}
+
 TEST(JobFile, ErrorMessages) {
   struct Case {
     std::string text, want;
@@ -263,7 +283,7 @@ TEST(JobFile, ErrorMessages) {
        "line 11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)"},
       {with("workers = 2", "worker = 2"),
        "line 5: unknown key 'worker' (did you mean 'workers'?); valid keys: id, dtype, workers, "
-       "message_bytes, payload_bytes, window, replay, conn"},
+       "message_bytes, payload_bytes, window, replay, tier, conn"},
       {with("", "color = blue"), "line 12: unknown key 'color'; valid keys: id, dtype"},
       {with("id = 7", "ID = 7"), "unknown key 'ID' (did you mean 'id'?)"},
       {with("", "window = 9"), "line 12: duplicate key 'window' (first set on line 8); keep one of the two lines"},

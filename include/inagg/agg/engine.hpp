@@ -396,18 +396,18 @@ class alignas(64) Engine {
   // for the no-progress timeout's message (`why` is called only then).
   template <class Why>
   void refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCounters::*kind);
-  template <bool kSharded, bool kReplay>
+  template <bool kSharded, bool kReplay, bool kLeaf = false>
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   template <bool kSharded, bool kReplay>
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   bool refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn);
-  template <bool kSharded>
+  template <bool kSharded, bool kLeaf>
   bool place_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn, uint64_t* seq);
   void learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l);
   template <bool kSharded, bool kReplay>
   void watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns, TxList& tx);
   void open_epoch(Job& job, uint64_t seq);
-  template <bool kSharded>
+  template <bool kSharded, bool kLeaf>
   void collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const wire::Layout& l, uint32_t header_crc,
                uint64_t now_ns, TxList& tx);
   template <bool kSharded>
@@ -426,6 +426,14 @@ class alignas(64) Engine {
   bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
   void release_plain(Job& job, uint64_t now_ns, TxList& tx);
+  bool finish_payload(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc,
+                      uint32_t payload_crc);
+  // A leaf's part (engine_leaf.cpp): the rack's partial up the uplink, the total from the downlink.
+  void send_partial(Job& job, uint64_t seq, uint64_t now_ns, TxList& tx);
+  void release_uplink(Job& job, uint64_t now_ns, TxList& tx);
+  void fill_total(Job& job, uint64_t seq);
+  void answer_uplink(Job& job, uint64_t seq, const PacketRef& pkt, const wire::Layout& l, uint32_t header_crc,
+                     TxList& tx);
   void release_ready(Job& job, uint64_t now_ns, TxList& tx);  // either kind: timers, release_turns
   void mark_released(Job& job, uint64_t now_ns);              // the cursor's slot went out
   // A shard's part (engine_shards.cpp): the ticket, the ordered path, shared ACKs, replay generations.

@@ -27,14 +27,26 @@ struct ConnectionSpec {
   uint16_t port = kAnyPort;
 };
 
+// Where an appliance sits in a job whose ranks span racks (docs/protocol.md section 21).
+//   flat:  all the job's ranks hang off this appliance; its connections form a ring.
+//   leaf:  this appliance's part of a job across racks: its rack's connections in ring order, the
+//          first the downlink (from the previous rack's last rank to this rack's first), the last
+//          the uplink (from this rack's last rank to the next rack's first). It sums its rack's
+//          packets of a slot into the uplink's packet and sends that partial up at once; the total
+//          comes back on the downlink and goes into the held packets.
+//   spine: the racks' uplink connections (and those of ranks attached to it directly), one per
+//          "rank", summed as a flat job but not a ring.
+enum class Tier : uint8_t { flat, leaf, spine };
+
 struct JobSpec {
   uint32_t id = 0;
   util::Dtype dtype = util::Dtype::fp32;
-  unsigned workers = 0;               // n, 1..64
-  uint32_t message_bytes = 0;         // M, a multiple of payload_bytes
-  uint32_t payload_bytes = 0;         // P, the path MTU payload, a multiple of 4
-  unsigned window = 0;                // W messages outstanding per QP
-  bool replay = false;                // a FIRST/ONLY at start_psn after all is released restarts the job
+  unsigned workers = 0;        // n, 1..64
+  uint32_t message_bytes = 0;  // M, a multiple of payload_bytes
+  uint32_t payload_bytes = 0;  // P, the path MTU payload, a multiple of 4
+  unsigned window = 0;         // W messages outstanding per QP
+  bool replay = false;         // a FIRST/ONLY at start_psn after all is released restarts the job
+  Tier tier = Tier::flat;
   std::vector<ConnectionSpec> conns;  // one per rank
 };
 

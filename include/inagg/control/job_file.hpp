@@ -9,6 +9,8 @@
 //   payload_bytes = 1024                    >= 1
 //   window        = 8                       >= 1, messages outstanding per QP
 //   replay        = false                   optional: true | false
+//   tier          = flat                    optional: flat | leaf | spine (a job across racks,
+//                                           control::Tier; docs/protocol.md section 21)
 //   conn = RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT]     one line per worker
 //   conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0
 //   conn = 1, 10.0.0.2, 0x000013, 10.0.0.1, 0x000014, 0, 1     (rank 1's host behind port 1)
@@ -46,6 +48,9 @@ std::optional<JobSpec> load_job_file(const std::string& path, std::string* error
 // Canonical text for `spec` (fixed key order, hex QPNs/PSNs, a header comment); parse_job reads it
 // back identically for any spec whose fields are in range.
 std::string format_job(const JobSpec& spec);
+
+// "flat", "leaf" or "spine".
+const char* tier_name(Tier t);
 
 // A 32-bit digest of format_job(spec) (FNV-1a): `list` shows it, so a rank can tell its own job's
 // refusal from that of an earlier job with the same id.
