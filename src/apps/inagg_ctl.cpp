@@ -3,6 +3,7 @@
 // when it refuses (an "error:" reply), 2 on a usage, job file or connection error.
 #include <boost/program_options.hpp>
 
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "ctl_top.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/protocol.hpp"
+#include "inagg/control/racks.hpp"
 #include "inagg/control/reply_json.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/text.hpp"
@@ -31,11 +33,52 @@ constexpr const char* kCommands =
     "  stats [ID]    counters of the whole engine, or of job ID, as 'name value' lines\n"
     "  top           a live view: the engine's and every job's rates (aggregated packets and bits,\n"
     "                released slots, NAKs, resends, drops) and slot occupancy, every --interval;\n"
-    "                ports and lcores are in the Prometheus metrics (inagg --metrics)\n";
+    "                ports and lcores are in the Prometheus metrics (inagg --metrics)\n"
+    "  split JOBFILE --racks R0,R1,..  a job whose ranks sit in several racks: writes each\n"
+    "                appliance's part to --out-dir (leaf-0.job, leaf-1.job, .. in ring order, and\n"
+    "                spine.job), to be added to each rack's leaf and to the spine; rank r sits in\n"
+    "                rack Rr, each rack's ranks consecutive in the ring (no appliance is contacted)\n";
 
 int usage_error(const std::string& msg) {
   std::cerr << "inagg-ctl: " << msg << " (see inagg-ctl --help)\n";
   return 2;
+}
+
+// `split`: the parts of a job across racks, one job file each.
+int split_job(const std::string& path, const std::string& racks_text, const std::string& out_dir) {
+  std::string error;
+  const std::optional<control::JobSpec> job = control::load_job_file(path, &error);
+  if (!job) {
+    std::cerr << "inagg-ctl: " << error << "\n";
+    return 2;
+  }
+  std::vector<unsigned> racks;
+  for (const std::string_view f : util::split_fields(racks_text)) {
+    const std::optional<uint64_t> v = util::parse_unsigned(f, 65535);
+    if (!v) return usage_error("--racks: '" + std::string(f) + "' is not a rack number (write e.g. --racks 0,0,1,1)");
+    racks.push_back(static_cast<unsigned>(*v));
+  }
+  const std::optional<control::RackParts> parts = control::split_across_racks(*job, racks, &error);
+  if (!parts) {
+    std::cerr << "inagg-ctl: " << path << ": " << error << "\n";
+    return 2;
+  }
+  auto write = [&](const std::string& name, const control::JobSpec& spec) {
+    const std::string file = out_dir + "/" + name;
+    std::ofstream out(file);
+    out << control::format_job(spec);
+    out.close();
+    if (!out) {
+      std::cerr << "inagg-ctl: cannot write " << file << "\n";
+      return false;
+    }
+    std::cout << file << ": " << control::tier_name(spec.tier) << ", " << spec.workers << " connections\n";
+    return true;
+  };
+  for (size_t i = 0; i < parts->leaves.size(); ++i)
+    if (!write("leaf-" + std::to_string(i) + ".job", parts->leaves[i])) return 2;
+  if (parts->spine && !write("spine.job", *parts->spine)) return 2;
+  return 0;
 }
 
 bool parse_id_arg(const std::string& text, uint32_t* id) {
@@ -57,11 +100,15 @@ int main(int argc, char** argv) {
       "timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")(
       "interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")(
       "count", po::value<unsigned>()->default_value(0)->value_name("N"),
-      "top: show N frames and exit (0: until Ctrl-C)")(
+      "top: show N frames and exit (0: until Ctrl-C)")("racks", po::value<std::string>()->value_name("R0,R1,.."),
+                                                       "split: the rack of each rank")(
+      "out-dir", po::value<std::string>()->default_value(".")->value_name("DIR"),
+      "split: where the parts' job files go")(
       "json,j",
       "print the reply as one JSON object (add, remove, list, stats; the names of the text form): "
       "{\"ok\": false, \"error\": ...} for a refusal");
-  const std::string usage = "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top\n\n";
+  const std::string usage =
+      "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top | split JOBFILE --racks LIST\n\n";
   po::variables_map vm;
   std::vector<std::string> words;
   try {
@@ -80,7 +127,8 @@ int main(int argc, char** argv) {
                  "2 a usage, job file or connection error.\n";
     return 0;
   }
-  if (words.empty()) return usage_error("no command; expected add JOBFILE, remove ID, list, stats [ID] or top");
+  if (words.empty())
+    return usage_error("no command; expected add JOBFILE, remove ID, list, stats [ID], top or split JOBFILE");
   const int timeout_ms = vm["timeout"].as<int>();
   if (timeout_ms <= 0) return usage_error("--timeout must be a positive number of milliseconds");
 
@@ -114,6 +162,10 @@ int main(int argc, char** argv) {
         return usage_error("job id '" + words[1] + "' is not a number from 0 to 4294967295");
       req.has_id = true;
     }
+  } else if (cmd == "split") {
+    if (nargs != 1 || !vm.count("racks"))
+      return usage_error("split takes one job file and --racks, e.g. inagg-ctl split job.job --racks 0,0,1,1");
+    return split_job(words[1], vm["racks"].as<std::string>(), vm["out-dir"].as<std::string>());
   } else if (cmd == "top") {
     if (nargs != 0) return usage_error("top takes no arguments (--interval S, --count N)");
     if (vm.count("json"))
@@ -122,7 +174,7 @@ int main(int argc, char** argv) {
     if (!(interval >= 0.1 && interval <= 3600)) return usage_error("--interval must be between 0.1 and 3600 seconds");
     return ctl::run_top({vm["socket"].as<std::string>(), interval, vm["count"].as<unsigned>(), timeout_ms});
   } else {
-    return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats, top");
+    return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats, top, split");
   }
 
   std::string reply, error, credential;

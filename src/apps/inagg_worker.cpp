@@ -128,7 +128,7 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
     }
     // The reference of this size, made once from the seed (every rank computes every rank's input).
     std::optional<Reference> ref;
-    if (o.check) ref.emplace(Reference::Config{dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale}, bytes);
+    if (o.check) ref.emplace(Reference::Config{dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale, o.rack_of}, bytes);
     // Filling (and, the first time, making the reference) takes each rank a different time: the
     // ranks meet after it, before the allreduce that follows.
     const std::string size_name = std::to_string(bytes) + " bytes";

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "inagg/client/nccl_table.hpp"
+#include "inagg/util/text.hpp"
 #include "version.hpp"
 
 namespace po = boost::program_options;
@@ -62,7 +63,7 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
   WorkerOptions& o = cl->o;
   std::string& rank_from = cl->rank_from;
   std::string& workers_from = cl->workers_from;
-  std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype, payload = "auto";
+  std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype, payload = "auto", racks;
   unsigned ngpus = 1, nthreads = 1, agg_iters = 1, run_cycles = 1, cudagraph = 0, cputime = 0;
   int root = 0, blocking = 0, parallel_init = 0, average = 1;
   po::options_description nccl("nccl-tests all_reduce_perf options, with its meaning");
@@ -177,6 +178,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "xdp/auto: fixed point for fp32/fp16/bf16: int32 = round(value * scale), clipped so that n values cannot "
       "overflow")("xdp-port", po::value<unsigned>(&o.xdp_port)->default_value(o.xdp_port),
                   "xdp/auto: the tier's UDP port")(
+      "racks", po::value<std::string>(&racks)->value_name("R0,R1,.."),
+      "ina: the rack of every rank when a leaf appliance per rack and a spine sum the job (as given to inagg-ctl "
+      "split): -c's reference then sums each rack's ranks first, as the leaves do, and the racks' partials after")(
       "corrupt-input", po::value<unsigned>(&o.corrupt)->default_value(0),
       "testing the check only: alter this many elements of this rank's input in the checked iterations, after the "
       "reference was made, so that every rank's #wrong must count them");
@@ -256,6 +260,16 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
   if (!nccl::parse_type(o.dtype_name))
     return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'");
   if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
+  if (!racks.empty()) {
+    for (const std::string_view f : util::split_fields(racks)) {
+      const std::optional<uint64_t> v = util::parse_unsigned(f, 65535);
+      if (!v) return usage("--racks: '" + std::string(f) + "' is not a rack number (e.g. --racks 0,0,1,1)");
+      o.rack_of.push_back(static_cast<unsigned>(*v));
+    }
+    if (o.rack_of.size() != o.workers)
+      return usage("--racks names " + std::to_string(o.rack_of.size()) + " racks for " + std::to_string(o.workers) +
+                   " workers: give every rank's");
+  }
   if (vm.count("print-job") && (o.transport_name == "verbs" || o.exchange))
     return usage(
         "--print-job with --transport verbs or --exchange: the QPNs are the device's, known only once the ranks have "

@@ -97,6 +97,20 @@ const std::vector<uint8_t>& Reference::sum(Tier tier) {
         std::memcpy(want + c0, inputs_[first].data() + c0, len);
         for (unsigned j = 1; j < n; ++j)
           agg::scalar::add_into(c_.dtype, want + c0, inputs_[(first + j) % n].data() + c0, len);
+      } else if (c_.rack_of.size() == n) {
+        // Across racks: each rack's consecutive ranks into a partial, then the partials.
+        std::vector<std::vector<uint8_t>> partials;
+        std::vector<const uint8_t*> srcs;
+        for (unsigned j = 0; j < n; ++j) {
+          srcs.push_back(inputs_[j].data() + c0);
+          if (j + 1 == n || c_.rack_of[j + 1] != c_.rack_of[j]) {
+            partials.emplace_back(len);
+            agg::scalar::sum_ranked(c_.dtype, partials.back().data(), srcs.data(), srcs.size(), len);
+            srcs.clear();
+          }
+        }
+        for (const auto& p : partials) srcs.push_back(p.data());
+        agg::scalar::sum_ranked(c_.dtype, want + c0, srcs.data(), srcs.size(), len);
       } else {
         std::vector<const uint8_t*> srcs;
         for (unsigned j = 0; j < n; ++j) srcs.push_back(inputs_[j].data() + c0);

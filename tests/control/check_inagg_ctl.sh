@@ -21,8 +21,8 @@ expect() {
 
 expect 0 "add JOBFILE" --help
 for cmd in "remove ID" "list " "stats [ID]" "Exit status"; do grep -qF -- "$cmd" "$tmp/out" || fail "--help lacks '$cmd'"; done
-expect 2 "no command; expected add JOBFILE, remove ID, list, stats [ID] or top"
-expect 2 "unknown command 'frobnicate'; valid: add, remove, list, stats, top" frobnicate
+expect 2 "no command; expected add JOBFILE, remove ID, list, stats [ID], top or split JOBFILE"
+expect 2 "unknown command 'frobnicate'; valid: add, remove, list, stats, top, split" frobnicate
 expect 2 "unrecognised option" --bogus list
 expect 2 "add takes one job file" add
 expect 2 "remove takes one job id" remove
@@ -37,6 +37,19 @@ expect 2 "cannot open job file '$tmp/missing.job'" --socket "$tmp/none.sock" add
 expect 2 "cannot connect to $tmp/none.sock: No such file or directory (is inagg running?)" --socket "$tmp/none.sock" list
 # A good file passes the local check and only then fails to connect.
 expect 2 "is inagg running?" --socket "$tmp/none.sock" add "$example"
+
+# split: a 4-worker ring in two racks gives two leaves and a spine, each a job file the local
+# check accepts; racks that interleave in the ring are refused.
+expect 2 "split takes one job file and --racks" split "$example"
+expect 2 "--racks: 'x' is not a rack number" split "$example" --racks 0,x,1,1
+expect 2 "whose other ranks are not next to it in the ring" split "$example" --racks 0,1,0,1 --out-dir "$tmp"
+expect 0 "spine.job: spine, 2 connections" split "$example" --racks 0,0,1,1 --out-dir "$tmp"
+grep -q "leaf-1.job: leaf, 3 connections" "$tmp/out" || fail "split: $(cat "$tmp/out")"
+grep -q "^tier = leaf$" "$tmp/leaf-0.job" || fail "leaf-0.job has no 'tier = leaf': $(cat "$tmp/leaf-0.job")"
+grep -q "^tier = spine$" "$tmp/spine.job" || fail "spine.job has no 'tier = spine'"
+# The spine's conn lines are the racks' uplinks: ranks 1 and 3 of the ring.
+[ "$(grep -c '^conn' "$tmp/spine.job")" = 2 ] || fail "spine.job: $(cat "$tmp/spine.job")"
+expect 2 "is inagg running?" --socket "$tmp/none.sock" add "$tmp/leaf-0.job"
 
 # A scripted server speaking protocol 2's frames (socket.hpp): records each request, answers
 # "error: ..." to remove, "ok ..." otherwise.

@@ -28,11 +28,16 @@ class Reference {
     uint32_t seed = 1;
     bool ring = false;     // the sum in the ring's hop order instead of the appliance's
     double xdp_scale = 1;  // the tier's fixed point
+    // The rack of every rank when leaves and a spine sum the job (docs/protocol.md section 21):
+    // each rack's partial is summed first, in rank order and rounded to the dtype as the wire
+    // carries it, then the partials in ring order. Empty: one appliance sums all ranks.
+    std::vector<unsigned> rack_of;
   };
   Reference(const Config& c, uint64_t bytes) : c_(c), bytes_(bytes) {}
 
   // What the tier that summed an allreduce must have produced:
-  //   appliance (ina, auto): the rank-ordered sum, halves accumulated in fp32 and rounded once;
+  //   appliance (ina, auto): the rank-ordered sum, halves accumulated in fp32 and rounded once
+  //     (across racks: per rack, then over the racks' partials);
   //   ring: chunk c summed from rank c on, rounded at every hop as the ring does;
   //   xdp: every input in fixed point (int32 as it is), added by a wrapping int32 loop, back.
   const std::vector<uint8_t>& sum(Tier tier);

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# End to end across racks: 4 workers in 2 racks (scripts/racks: ranks 0-1 and 2-3), a leaf
+# appliance per rack and a spine appliance between them, three inagg processes in lab mode. The job
+# of the 4 ranks (inagg-worker --print-job) is split by inagg-ctl split into the leaves' and the
+# spine's parts, each appliance started with its part (--job); the workers run a --check'ed ina
+# allreduce sweep, every element against their own reference. Then from the appliances' counters:
+# the spine summed every slot from one partial per rack, never a rank's own packet; the leaves
+# released everything, nothing stuck; and from the inter-rack links' counters: each link carried
+# one stream of the job's payload each way, not one per rank.
+#   test_racks.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT
+set -uo pipefail
+inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6
+n=4
+# shellcheck source=../lib/rack.sh
+. "$src/tests/lib/rack.sh"
+racks_cmd() { local cmd=$1; shift; "$src/scripts/racks" "$cmd" --name "$rack" "$@"; }
+appliances=()
+racks_cleanup() {
+  for p in "${appliances[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  racks_cmd down >/dev/null 2>&1
+  for part in leaf0 leaf1 spine; do rm -rf "/var/run/dpdk/$prefix-$part"; done
+  cleanup
+}
+trap racks_cleanup EXIT
+
+lossargs=()
+[ "$loss" != 0 ] && lossargs=(--loss "$loss" --inter-loss "$loss")
+racks_cmd up --racks 2 --per-rack 2 "${lossargs[@]}" >"$tmp/racks.log" 2>&1 || fail "racks up: $(cat "$tmp/racks.log")"
+
+size=(--message 16384 --payload 1024 -d "$dtype")
+"$worker" --workers "$n" --rank 0 "${size[@]}" --print-job >"$tmp/job.job" || fail "inagg-worker --print-job"
+"$ctl" split "$tmp/job.job" --racks "$(racks_cmd rack-of)" --out-dir "$tmp" >"$tmp/split.log" 2>&1 ||
+  fail "inagg-ctl split: $(cat "$tmp/split.log")"
+
+# start_part PART JOBFILE VDEVS...: one appliance, its control socket $tmp/PART.sock.
+start_part() {
+  local part=$1 job=$2 p
+  shift 2
+  # shellcheck disable=SC2068  # the vdev arguments are words
+  "$inagg" -l 0,1 --no-huge --no-pci -m 512 --file-prefix="$prefix-$part" --log-level=lib.eal:error $@ \
+    -- --socket "$tmp/$part.sock" --mbufs 8192 --mbuf-budget 4096 --resend-us 2000 --idle-sleep-us 1000 \
+    --job "$job" >"$tmp/$part.log" 2>&1 &
+  p=$!
+  appliances+=("$p")
+  wait_alive "$p" 30 "the $part appliance's control socket" test -S "$tmp/$part.sock" ||
+    fail "the $part appliance did not start: $(tail -n 5 "$tmp/$part.log")"
+}
+start_part leaf0 "$tmp/leaf-0.job" "$(racks_cmd vdevs leaf 0)"
+start_part leaf1 "$tmp/leaf-1.job" "$(racks_cmd vdevs leaf 1)"
+start_part spine "$tmp/spine.job" "$(racks_cmd vdevs spine)"
+for part in leaf0 leaf1 spine; do
+  "$ctl" --socket "$tmp/$part.sock" list | grep -q "active" || fail "the $part appliance has no active job"
+done
+
+worker_failure_hint() { for part in leaf0 leaf1 spine; do echo "$part: $("$ctl" --socket "$tmp/$part.sock" list 2>&1)"; done; }
+run_workers 4 "${size[@]}" --racks "$(racks_cmd rack-of)" -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 200 --timeout 120 --mode ina
+
+stat() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
+spine=$("$ctl" --socket "$tmp/spine.sock" stats 1) || fail "spine stats: $spine"
+slots=$(stat "$spine" slots_released)
+[ "${slots:-0}" -gt 0 ] || fail "the spine released nothing: $spine"
+# The spine's job has 2 "ranks", the racks' uplinks: every slot it summed had 2 partials.
+[ "$(stat "$spine" aggregated_packets)" = $((2 * slots)) ] ||
+  fail "the spine summed $(stat "$spine" aggregated_packets) packets for $slots slots, not one partial per rack: $spine"
+for part in leaf0 leaf1 spine; do
+  s=$("$ctl" --socket "$tmp/$part.sock" stats 1) || fail "$part stats: $s"
+  grep -q "^state active" <<<"$s" || fail "$part: job not active: $s"
+  grep -q "^held_packets 0$" <<<"$s" || fail "$part: stuck slots: $s"
+  [ "$(stat "$s" slots_released)" = "$slots" ] || fail "$part released $(stat "$s" slots_released) slots, the spine $slots"
+done
+if [ "$loss" != 0 ]; then
+  recovered=0
+  for part in leaf0 leaf1 spine; do
+    s=$("$ctl" --socket "$tmp/$part.sock" stats 1)
+    recovered=$((recovered + $(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$s")))
+  done
+  [ "$recovered" -gt 0 ] || fail "loss injected but no appliance recovered anything"
+fi
+# Inter-rack bytes: each rack's link carries the uplink connection's packets up and the downlink's
+# down (plus go-back-N retransmissions under loss), so about the job's payload bytes each way; one
+# appliance for all ranks would carry every connection of the rack, twice that here.
+bytes=$(racks_cmd bytes)
+aggregated=$(stat "$spine" aggregated_bytes)
+per_link=$((aggregated / 2))
+while read -r _ k dir _ b _ p; do
+  [ "$b" -ge "$per_link" ] || fail "rack $k $dir carried $b bytes, less than one partial per slot ($per_link): $bytes"
+  [ "$b" -lt $((per_link * 2)) ] || fail "rack $k $dir carried $b bytes, as much as every connection of the rack ($((per_link * 2))): $bytes"
+done <<<"$bytes"
+echo "ok: $n workers in 2 racks, leaves and a spine, $dtype, loss $loss%: every element exact; spine: $slots slots of 2 partials; inter-rack: $(tr '\n' ';' <<<"$bytes") (payload $per_link bytes a link)"
