@@ -1,5 +1,5 @@
-/* Model of a job across two racks (docs/protocol.md section 21, a design the engine does not
-   implement yet), for the spin model checker: R = 4 ranks in a ring r -> r+1, ranks 0 and 1
+/* Model of a job across two racks (docs/protocol.md section 21; src/agg/engine_leaf.cpp), for
+   the spin model checker: R = 4 ranks in a ring r -> r+1, ranks 0 and 1
    behind leaf 0, ranks 2 and 3 behind leaf 1, the leaves joined through a spine. Connection r is
    rank r's RC connection to rank r+1: connections 0 and 2 stay inside their racks; connection 1
    (rack 0's uplink, into rack 1) and connection 3 (rack 1's uplink, into rack 0) cross the spine.
