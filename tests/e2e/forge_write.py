@@ -3,15 +3,13 @@
 an inter-rack link pretending to be a rank.
   forge_write.py IFACE SRC_IP DST_IP DQPN PSN PAYLOAD_BYTES COUNT good|bad
 good: scapy's ICRC; bad: the same ICRC with its bits flipped."""
-import logging
+import os
 import struct
 import sys
 
-logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import IP, UDP, Ether, Raw, load_contrib, sendp  # noqa: E402
-
-load_contrib("roce")
-from scapy.contrib.roce import BTH  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from roce_frames import frames as roce_frames  # noqa: E402
+from scapy.all import sendp  # noqa: E402
 
 WRITE_ONLY = 0x0A
 
@@ -22,19 +20,9 @@ def main(argv):
         return 2
     iface, src_ip, dst_ip = argv[1:4]
     dqpn, psn, size, count, kind = int(argv[4], 0), int(argv[5], 0), int(argv[6]), int(argv[7]), argv[8]
-    frames = []
-    for i in range(count):
-        reth = struct.pack(">QII", 0x7F0000000000, 0x1234, size)  # virtual address, rkey, DMA length
-        pkt = (Ether(src="02:77:00:00:09:09", dst="ff:ff:ff:ff:ff:ff") /
-               IP(src=src_ip, dst=dst_ip, flags="DF", id=0x5000 + i) / UDP(sport=49152, dport=4791, chksum=0) /
-               BTH(opcode=WRITE_ONLY, pkey=0xFFFF, dqpn=dqpn, psn=(psn + i) & 0xFFFFFF) /
-               Raw(reth + bytes([0x5A]) * size))
-        raw = bytearray(bytes(pkt))
-        if kind == "bad":
-            for k in range(1, 5):
-                raw[-k] ^= 0xFF
-        frames.append(Ether(bytes(raw)))
-    sendp(frames, iface=iface, verbose=False)
+    reth = struct.pack(">QII", 0x7F0000000000, 0x1234, size)  # virtual address, rkey, DMA length
+    sendp(roce_frames(src_ip, dst_ip, dqpn, psn, count, kind, WRITE_ONLY, reth + bytes([0x5A]) * size, ip_id=0x5000),
+          iface=iface, verbose=False)
     print(f"sent {count} WRITE_ONLY packets from {src_ip} with {kind} ICRCs to QPN {dqpn:#x} at {dst_ip} via {iface}")
     return 0
 

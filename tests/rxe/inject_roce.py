@@ -4,14 +4,14 @@ reach that VM's rxe directly): the lab's control that a bad ICRC is caught by th
 seen by the test's counters.
   inject_roce.py IFACE DST_MAC SRC_IP DST_IP DQPN PSN COUNT good|bad
 good: scapy's ICRC; bad: the same ICRC with its bits flipped."""
-import logging
+import os
 import sys
 
-logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import IP, UDP, Ether, Raw, load_contrib, sendp  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from roce_frames import frames as roce_frames  # noqa: E402
+from scapy.all import sendp  # noqa: E402
 
-load_contrib("roce")
-from scapy.contrib.roce import BTH  # noqa: E402
+SEND_ONLY = 0x04
 
 
 def main(argv):
@@ -20,18 +20,8 @@ def main(argv):
         return 2
     iface, dst_mac, src_ip, dst_ip = argv[1:5]
     dqpn, psn, count, kind = int(argv[5], 0), int(argv[6], 0), int(argv[7]), argv[8]
-    frames = []
-    for i in range(count):
-        # A source MAC no VM has: a switch that learns it learns nothing that matters.
-        pkt = (Ether(src="02:77:00:00:09:09", dst=dst_mac) / IP(src=src_ip, dst=dst_ip, flags="DF", id=0x4000 + i) /
-               UDP(sport=49152, dport=4791, chksum=0) /
-               BTH(opcode=0x04, pkey=0xFFFF, dqpn=dqpn, psn=(psn + i) & 0xFFFFFF) / Raw(bytes(64)))
-        raw = bytearray(bytes(pkt))
-        if kind == "bad":
-            for k in range(1, 5):
-                raw[-k] ^= 0xFF
-        frames.append(Ether(bytes(raw)))
-    sendp(frames, iface=iface, verbose=False)
+    sendp(roce_frames(src_ip, dst_ip, dqpn, psn, count, kind, SEND_ONLY, bytes(64), dst_mac=dst_mac), iface=iface,
+          verbose=False)
     print(f"sent {count} SEND_ONLY packets with {kind} ICRCs to QPN {dqpn} at {dst_ip} via {iface}")
     return 0
 
