@@ -298,7 +298,7 @@ TEST(EngineRacks, LeavesAndASpineSumEveryRackExactlyUnderLoss) {
       {0, 0, 1, 1}, {0, 1}, {0, 0, 0, 1}, {0, 1, 1, 1, 2}, {0, 0, 1, 1, 2, 2, 2, 2}, {5, 5, 3, 3}};
   const Dtype dts[] = {Dtype::fp32, Dtype::int32, Dtype::bf16, Dtype::fp16};
   for (double loss : {0.0, 0.01, 0.05}) {
-    const int runs = loss == 0 ? 100 : 400;
+    const int runs = loss == 0 ? 60 : 200;
     uint64_t answered = 0, naks = 0, resends = 0, partials = 0, spine_slots = 0, timeouts = 0;
     for (int i = 0; i < runs; ++i) {
       RackRun p;

@@ -14,49 +14,15 @@ inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6
 n=4
 # shellcheck source=../lib/rack.sh
 . "$src/tests/lib/rack.sh"
-racks_cmd() { local cmd=$1; shift; "$src/scripts/racks" "$cmd" --name "$rack" "$@"; }
-appliances=()
-racks_cleanup() {
-  for p in "${appliances[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-  racks_cmd down >/dev/null 2>&1
-  for part in leaf0 leaf1 spine; do rm -rf "/var/run/dpdk/$prefix-$part"; done
-  cleanup
-}
-trap racks_cleanup EXIT
+# shellcheck source=../lib/racks.sh
+. "$src/tests/lib/racks.sh"
 
 lossargs=()
 [ "$loss" != 0 ] && lossargs=(--loss "$loss" --inter-loss "$loss")
-racks_cmd up --racks 2 --per-rack 2 "${lossargs[@]}" >"$tmp/racks.log" 2>&1 || fail "racks up: $(cat "$tmp/racks.log")"
-
 size=(--message 16384 --payload 1024 -d "$dtype")
-"$worker" --workers "$n" --rank 0 "${size[@]}" --print-job >"$tmp/job.job" || fail "inagg-worker --print-job"
-"$ctl" split "$tmp/job.job" --racks "$(racks_cmd rack-of)" --out-dir "$tmp" >"$tmp/split.log" 2>&1 ||
-  fail "inagg-ctl split: $(cat "$tmp/split.log")"
-
-# start_part PART JOBFILE VDEVS...: one appliance, its control socket $tmp/PART.sock.
-start_part() {
-  local part=$1 job=$2 p
-  shift 2
-  # shellcheck disable=SC2068  # the vdev arguments are words
-  "$inagg" -l 0,1 --no-huge --no-pci -m 512 --file-prefix="$prefix-$part" --log-level=lib.eal:error $@ \
-    -- --socket "$tmp/$part.sock" --mbufs 8192 --mbuf-budget 4096 --resend-us 2000 --idle-sleep-us 1000 \
-    --job "$job" >"$tmp/$part.log" 2>&1 &
-  p=$!
-  appliances+=("$p")
-  wait_alive "$p" 30 "the $part appliance's control socket" test -S "$tmp/$part.sock" ||
-    fail "the $part appliance did not start: $(tail -n 5 "$tmp/$part.log")"
-}
-start_part leaf0 "$tmp/leaf-0.job" "$(racks_cmd vdevs leaf 0)"
-start_part leaf1 "$tmp/leaf-1.job" "$(racks_cmd vdevs leaf 1)"
-start_part spine "$tmp/spine.job" "$(racks_cmd vdevs spine)"
-for part in leaf0 leaf1 spine; do
-  "$ctl" --socket "$tmp/$part.sock" list | grep -q "active" || fail "the $part appliance has no active job"
-done
-
-worker_failure_hint() { for part in leaf0 leaf1 spine; do echo "$part: $("$ctl" --socket "$tmp/$part.sock" list 2>&1)"; done; }
+start_racks "${size[@]}" -- "${lossargs[@]}"
 run_workers 4 "${size[@]}" --racks "$(racks_cmd rack-of)" -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 200 --timeout 120 --mode ina
 
-stat() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
 spine=$("$ctl" --socket "$tmp/spine.sock" stats 1) || fail "spine stats: $spine"
 slots=$(stat "$spine" slots_released)
 [ "${slots:-0}" -gt 0 ] || fail "the spine released nothing: $spine"
