@@ -32,15 +32,21 @@ rate_bps=$(awk -v r="$rate" 'BEGIN {n = r + 0; u = substr(r, length(n "") + 1);
 
 scripts/racks up --name "$name" --racks 2 --per-rack "$per_rack" --inter-rate "$rate" --mtu 4200 >"$tmp/racks.log" 2>&1 ||
   fail "racks up: $(cat "$tmp/racks.log")"
+# shellcheck source=../scripts/lib/wait.sh
+. scripts/lib/wait.sh
+# shellcheck source=../scripts/lib/af_packet.sh
+. scripts/lib/af_packet.sh
 for part in "leaf 0" "leaf 1" spine; do
   p=${part// /}
-  # shellcheck disable=SC2046  # the vdev arguments are words
-  build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="inagg-bench-racks-$$-$p" --log-level=lib.eal:error \
-    $(scripts/racks vdevs $part --name "$name") -- --socket "$tmp/$p.sock" --mtu 9000 --mbufs 16384 --mbuf-budget 8192 \
-    --resend-us 50000 --idle-sleep-us "${BENCH_IDLE_SLEEP_US:-1000}" >"$tmp/$p.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -S "$tmp/$p.sock" ] && break; sleep 0.1; done
-  [ -S "$tmp/$p.sock" ] || fail "the $p appliance did not start: $(tail -n 3 "$tmp/$p.log")"
+  for attempt in 1 2 3; do  # again on a PACKET_FANOUT clash with another appliance (scripts/lib/af_packet.sh)
+    # shellcheck disable=SC2046,SC2086  # the vdev arguments are words; $part is two
+    build/src/apps/inagg -l 0,1 --no-huge --no-pci -m 1024 --file-prefix="inagg-bench-racks-$$-$p" --log-level=lib.eal:error \
+      $(scripts/racks vdevs $part --name "$name") -- --socket "$tmp/$p.sock" --mtu 9000 --mbufs 16384 --mbuf-budget 8192 \
+      --resend-us 50000 --idle-sleep-us "${BENCH_IDLE_SLEEP_US:-1000}" >"$tmp/$p.log" 2>&1 &
+    pids+=($!)
+    wait_alive "${pids[-1]}" 10 "the $p appliance's control socket" test -S "$tmp/$p.sock" && break
+    fanout_clash "$tmp/$p.log" && [ "$attempt" -lt 3 ] || fail "the $p appliance did not start: $(tail -n 3 "$tmp/$p.log")"
+  done
 done
 racks=$(scripts/racks rack-of --name "$name")
 common=(--workers "$n" -d float --message 65536 --payload 4096 --window 2 -b "$size" -e "$size" -n "$iters" -w 1 -c 1

@@ -16,19 +16,27 @@ trap racks_cleanup EXIT
 stat() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
 part_stats() { "$ctl" --socket "$tmp/$1.sock" stats 1; }
 
-# start_part PART JOBFILE VDEVS: one appliance, its control socket $tmp/PART.sock.
+# shellcheck source=../../scripts/lib/af_packet.sh
+. "$src/scripts/lib/af_packet.sh"
+
+# start_part PART JOBFILE VDEVS: one appliance, its control socket $tmp/PART.sock (started again
+# on a PACKET_FANOUT clash with another appliance, scripts/lib/af_packet.sh).
 start_part() {
-  local part=$1 job=$2 p
+  local part=$1 job=$2 p attempt
   shift 2
-  # shellcheck disable=SC2068  # the vdev arguments are words
-  "$inagg" -l 0,1 --no-huge --no-pci -m 512 --file-prefix="$prefix-$part" --log-level=lib.eal:error $@ \
-    -- --socket "$tmp/$part.sock" --mbufs 8192 --mbuf-budget 4096 --resend-us 2000 --idle-sleep-us 1000 \
-    --job "$job" >"$tmp/$part.log" 2>&1 &
-  p=$!
-  appliances+=("$p")
-  part_pid[$part]=$p
-  wait_alive "$p" 30 "the $part appliance's control socket" test -S "$tmp/$part.sock" ||
-    fail "the $part appliance did not start: $(tail -n 5 "$tmp/$part.log")"
+  for attempt in 1 2 3; do
+    # shellcheck disable=SC2068  # the vdev arguments are words
+    "$inagg" -l 0,1 --no-huge --no-pci -m 512 --file-prefix="$prefix-$part" --log-level=lib.eal:error $@ \
+      -- --socket "$tmp/$part.sock" --mbufs 8192 --mbuf-budget 4096 --resend-us 2000 --idle-sleep-us 1000 \
+      --job "$job" >"$tmp/$part.log" 2>&1 &
+    p=$!
+    appliances+=("$p")
+    part_pid[$part]=$p
+    wait_alive "$p" 30 "the $part appliance's control socket" test -S "$tmp/$part.sock" && return 0
+    fanout_clash "$tmp/$part.log" || break
+    echo "the $part appliance clashed with another's PACKET_FANOUT group (attempt $attempt); starting it again"
+  done
+  fail "the $part appliance did not start: $(tail -n 5 "$tmp/$part.log")"
 }
 
 # start_racks SIZE_ARGS -- RACKS_UP_ARGS...: the racks, the ring's job for the worker options
