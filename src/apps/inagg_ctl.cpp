@@ -52,13 +52,9 @@ int split_job(const std::string& path, const std::string& racks_text, const std:
     std::cerr << "inagg-ctl: " << error << "\n";
     return 2;
   }
-  std::vector<unsigned> racks;
-  for (const std::string_view f : util::split_fields(racks_text)) {
-    const std::optional<uint64_t> v = util::parse_unsigned(f, 65535);
-    if (!v) return usage_error("--racks: '" + std::string(f) + "' is not a rack number (write e.g. --racks 0,0,1,1)");
-    racks.push_back(static_cast<unsigned>(*v));
-  }
-  const std::optional<control::RackParts> parts = control::split_across_racks(*job, racks, &error);
+  const std::optional<std::vector<unsigned>> racks = control::parse_rack_list(racks_text, &error);
+  if (!racks) return usage_error("--racks: " + error);
+  const std::optional<control::RackParts> parts = control::split_across_racks(*job, *racks, &error);
   if (!parts) {
     std::cerr << "inagg-ctl: " << path << ": " << error << "\n";
     return 2;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "inagg/client/nccl_table.hpp"
-#include "inagg/util/text.hpp"
+#include "inagg/control/racks.hpp"
 #include "version.hpp"
 
 namespace po = boost::program_options;
@@ -261,11 +261,10 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
     return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'");
   if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
   if (!racks.empty()) {
-    for (const std::string_view f : util::split_fields(racks)) {
-      const std::optional<uint64_t> v = util::parse_unsigned(f, 65535);
-      if (!v) return usage("--racks: '" + std::string(f) + "' is not a rack number (e.g. --racks 0,0,1,1)");
-      o.rack_of.push_back(static_cast<unsigned>(*v));
-    }
+    std::string why;
+    const std::optional<std::vector<unsigned>> r = control::parse_rack_list(racks, &why);
+    if (!r) return usage("--racks: " + why);
+    o.rack_of = *r;
     if (o.rack_of.size() != o.workers)
       return usage("--racks names " + std::to_string(o.rack_of.size()) + " racks for " + std::to_string(o.workers) +
                    " workers: give every rank's");

@@ -3,7 +3,22 @@
 #include <algorithm>
 #include <set>
 
+#include "inagg/util/text.hpp"
+
 namespace inagg::control {
+
+std::optional<std::vector<unsigned>> parse_rack_list(std::string_view text, std::string* error) {
+  std::vector<unsigned> racks;
+  for (const std::string_view f : util::split_fields(text)) {
+    const std::optional<uint64_t> v = util::parse_unsigned(f, 65535);
+    if (!v) {
+      *error = "'" + std::string(f) + "' is not a rack number (e.g. --racks 0,0,1,1)";
+      return std::nullopt;
+    }
+    racks.push_back(static_cast<unsigned>(*v));
+  }
+  return racks;
+}
 
 std::optional<RackParts> split_across_racks(const JobSpec& job_in, const std::vector<unsigned>& rack_of,
                                             std::string* error) {

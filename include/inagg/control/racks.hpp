@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "inagg/control/job.hpp"
@@ -18,6 +19,10 @@ struct RackParts {
   // The racks' uplinks, one "rank" each, in ring order; Tier::spine. Absent with a single rack.
   std::optional<JobSpec> spine;
 };
+
+// "0,0,1,1": the rack of each rank, as `--racks` gives it. On failure sets *error to
+// "'x' is not a rack number (e.g. --racks 0,0,1,1)".
+std::optional<std::vector<unsigned>> parse_rack_list(std::string_view text, std::string* error);
 
 // `job` is a flat ring; rack_of[r] names rank r's rack. Each rack's ranks must be consecutive in
 // ring order (a rack's ranks r..s, no rack twice). Ports are left unnamed: port ids are each
