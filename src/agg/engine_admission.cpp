@@ -96,6 +96,20 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
                     " (a leaf's conn lines run from the downlink, the previous rack's last rank writing to this "
                     "rack's first, to the uplink, this rack's last rank writing to the next rack's first)");
   }
+  // A rotated collective (docs/protocol.md section 20): a whole ring on one engine, live.
+  const bool rotated = s.collective != control::Collective::allreduce;
+  if (rotated) {
+    const std::string what = s.collective == control::Collective::reduce_scatter ? "a reduce-scatter" : "an all-gather";
+    if (s.workers < 2) return fail(what + " needs at least 2 workers");
+    if (s.tier != control::Tier::flat) return fail(what + " runs on a flat job (not across racks yet)");
+    if (s.replay) return fail(what + " cannot be a replay job");
+    if (nshards > 1)
+      return fail(what + " runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
+    if (start == JobStart::resume)
+      return fail(what +
+                  " cannot resume after a restart yet: remove it from the state directory and register it again");
+    if (s.chunk < 1) return fail("chunk must be at least 1 message");
+  }
   // The ring: rank r writes to rank r+1, so its destination is where r+1 sends from. A job that is
   // not a ring cannot be summed (some receiver's traffic would never match), so refuse it now. (A
   // spine's ranks are the racks' uplinks: no ring.)
@@ -137,11 +151,29 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
 
   // A shard holds its share of the 2 W ppm slots: every K-th sequence of any 2 W ppm in a row.
-  const uint32_t nslots = static_cast<uint32_t>((2 * s.window * ppm + nshards - 1) / nshards);
+  const uint32_t nslots = rotated ? 0 : static_cast<uint32_t>((2 * s.window * ppm + nshards - 1) / nshards);
   const bool leaf = s.tier == control::Tier::leaf;
-  const size_t mem = static_cast<size_t>(nslots) *
-                     (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + (leaf ? 2 : 1) * size_t{s.payload_bytes});
-  const size_t mbufs = static_cast<size_t>(nslots) * s.workers;
+  // A rotated collective: n rounds of slots per shard (section 20), and one more for each (n - 1)
+  // chunks of window a sender may run ahead of its connection's oldest packet still held; each
+  // connection's queue holds W + 1 messages.
+  const uint64_t chunk = std::max<uint32_t>(s.chunk, 1), n_1 = s.workers > 1 ? s.workers - 1 : 1;
+  const uint64_t rot_L = chunk * ppm;
+  const uint64_t rot_rounds = s.workers + (s.window + chunk * n_1 - 1) / (chunk * n_1);
+  const uint64_t rot_nslots = rotated ? rot_rounds * s.workers * rot_L : 0;
+  const uint64_t rot_ring = rotated ? (s.window + 1) * ppm : 0;
+  if (rot_nslots > (1u << 24))
+    return fail("a rotated collective of " + std::to_string(s.workers) + " workers, chunk " + std::to_string(s.chunk) +
+                " and window " + std::to_string(s.window) + " needs " + std::to_string(rot_nslots) +
+                " slots; lower chunk or message_bytes");
+  const size_t mem = static_cast<size_t>(nslots) * (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) +
+                                                    (leaf ? 2 : 1) * size_t{s.payload_bytes}) +
+                     static_cast<size_t>(rot_nslots) *
+                         (sizeof(Job::RotSlot) + s.workers * (sizeof(Job::RotSrc) + 8) + size_t{s.payload_bytes}) +
+                     static_cast<size_t>(rot_ring) * s.workers * sizeof(Job::RotEntry);
+  const size_t mbufs =
+      static_cast<size_t>(nslots) * s.workers +
+      (s.collective == control::Collective::reduce_scatter ? static_cast<size_t>(rot_nslots) : 0) * (s.workers - 1) +
+      static_cast<size_t>(rot_ring) * s.workers;
   if (memory_used_ + mem > cfg_.memory_budget_bytes)
     return fail("needs " + std::to_string(mem >> 10) + " KiB of slot memory but only " +
                 std::to_string((cfg_.memory_budget_bytes - memory_used_) >> 10) +
@@ -157,8 +189,8 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   job->nslots = nslots;
   job->slots.resize(nslots);
   job->held.resize(static_cast<size_t>(nslots) * s.workers);
-  job->sums =
-      static_cast<uint8_t*>(std::aligned_alloc(64, (static_cast<size_t>(nslots) * s.payload_bytes + 63) / 64 * 64));
+  job->sums = static_cast<uint8_t*>(
+      std::aligned_alloc(64, (static_cast<size_t>(nslots + rot_nslots) * s.payload_bytes + 63) / 64 * 64));
   if (job->sums == nullptr) return fail("out of memory for the retained sums");
   if (leaf) {
     job->partials =
@@ -169,6 +201,17 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     }
     job->uplink = s.workers - 1;
     job->local_mask = full_mask(s.workers) & ~1ull;
+  }
+  if (rotated) {
+    job->rot_L = static_cast<uint32_t>(rot_L);
+    job->rot_rounds = static_cast<uint32_t>(rot_rounds);
+    job->rot_nslots = static_cast<uint32_t>(rot_nslots);
+    job->rot_ring = static_cast<uint32_t>(rot_ring);
+    job->rot_slots.resize(rot_nslots);
+    job->rot_srcs.resize(rot_nslots * s.workers);
+    job->rot_wait_seq.resize(rot_nslots * s.workers);
+    job->rot_entries.resize(rot_ring * s.workers);
+    job->rot_rel.assign(s.workers, 0);
   }
   job->shards = shard.shared;
   job->shard = shard.index;
@@ -230,6 +273,13 @@ void Engine::free_job_memory(Job& job) {
     if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
     h.clear();
   }
+  for (Job::RotEntry& e : job.rot_entries)
+    if (e.used && e.h.p.handle) ops_.free(ops_.ctx, e.h.p.handle);
+  for (Job::RotSrc& src : job.rot_srcs)
+    if (src.handle) ops_.free(ops_.ctx, src.handle);
+  std::vector<Job::RotEntry>().swap(job.rot_entries);
+  std::vector<Job::RotSrc>().swap(job.rot_srcs);
+  std::vector<Job::RotSlot>().swap(job.rot_slots);
   job.held_count = job.retained_count = 0;
   std::vector<Job::Held>().swap(job.held);
   std::vector<Job::Slot>().swap(job.slots);
@@ -246,7 +296,9 @@ bool Engine::job_info(uint32_t id, JobInfo* out) const {
   for (auto& j : jobs_) {
     if (j->spec.id != id) continue;
     // A shard's part of the release cursor: how many of its sequences it released.
-    const uint64_t released = (j->cursor - j->shard) >> j->shard_shift;
+    // A rotated collective's: the least of its connections' (each goes at its own pace).
+    const uint64_t released = j->rotated() ? *std::min_element(j->rot_rel.begin(), j->rot_rel.end())
+                                           : (j->cursor - j->shard) >> j->shard_shift;
     *out =
         JobInfo{j->spec.id, j->state, j->error, released, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
     return true;

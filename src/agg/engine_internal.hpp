@@ -6,6 +6,7 @@
 //   engine_release.cpp     sums, releases in PSN order, retained copies; frame helpers
 //   engine_shards.cpp      what only a shard of a spread job does: ticket, ordered path, shared ACKs
 //   engine_leaf.cpp        what only a leaf of a job across racks does: partials up, the total down
+//   engine_rotated.cpp     reduce-scatter and all-gather: rotated shards and placeholders
 //   engine_recovery.cpp    NAKs, resends, timers
 //   engine_resume.cpp      a job reloaded after a restart, until it finds where its ranks are
 #pragma once
@@ -169,6 +170,45 @@ struct alignas(64) Engine::Job {
   uint64_t local_mask = 0;      // the ranks whose senders sit in this rack: all but the downlink
   uint64_t up_cursor = 0;       // the uplink's next sequence to release (it runs ahead of `cursor`)
   uint8_t* partials = nullptr;  // nslots x P partials, for the uplink's retransmissions
+  // A rotated collective (control::Collective reduce_scatter or all_gather, docs/protocol.md
+  // section 20). A connection's sequence q is packet q mod L of a chunk (L = chunk x ppm) at
+  // position t = (q / L) mod (n - 1) of round k = q / (L (n - 1)); position and rank give the
+  // shard. Its slots are per shard, packet of a chunk and round, `rounds` rounds deep; each
+  // connection keeps its own queue of packets (RotEntry), released in its PSN order, kept until
+  // acknowledged. Not rotated: rot_L == 0.
+  struct RotSlot {
+    uint64_t g = 0;         // (round x n + shard) x L + packet of the chunk
+    uint64_t arrived = 0;   // reduce-scatter: the contributions in; all-gather: the placeholders filled
+    uint64_t waiting = 0;   // all-gather: the ranks whose placeholder waits for the copy
+    uint64_t held_seq = 0;  // reduce-scatter: the held packet's sequence on its connection (rank shard - 1)
+    bool used = false;
+    bool done = false;  // reduce-scatter: summed into the held packet; all-gather: every placeholder filled
+    bool copy = false;  // all-gather: the owner's data is in the slot's buffer
+    bool ecn = false;   // reduce-scatter: some contribution was CE-marked or had FECN
+    uint32_t crc = 0;   // the payload CRC of the slot's buffer (the sum or the copy)
+  };
+  struct RotEntry {
+    Held h;
+    uint64_t seq = 0;
+    bool used = false;
+    bool ready = false;     // may go out when its turn comes (a held one: once summed or filled)
+    bool released = false;  // went out; kept until its receiver acknowledges it
+  };
+  struct RotPlace {
+    uint64_t g;      // its slot sequence
+    unsigned shard;  // the shard it carries
+    unsigned t;      // its position in its round
+  };
+  uint32_t rot_L = 0, rot_ring = 0, rot_nslots = 0, rot_rounds = 0;
+  std::vector<RotSlot> rot_slots;  // rot_nslots; their buffers: `sums`, P bytes each
+  struct RotSrc {
+    void* handle = nullptr;  // one reference, until the slot is summed
+    const uint8_t* payload = nullptr;
+  };
+  std::vector<RotSrc> rot_srcs;        // rot_nslots x n: reduce-scatter contributions
+  std::vector<uint64_t> rot_wait_seq;  // rot_nslots x n: all-gather: a waiting placeholder's sequence
+  std::vector<RotEntry> rot_entries;   // n x rot_ring: each connection's queue
+  std::vector<uint64_t> rot_rel;       // per connection: its next sequence to release
   wire::Crc32Shift shift;
   uint64_t cursor = 0;  // next sequence to release (a shard: next of its own)
   uint64_t floor = 0;   // sequences below it are stale: 0, or where a job resumed after a restart
@@ -194,16 +234,31 @@ struct alignas(64) Engine::Job {
   uint8_t* sum_at(uint64_t seq) { return sums + index(seq) * spec.payload_bytes; }
   uint8_t* partial_at(uint64_t seq) { return partials + index(seq) * spec.payload_bytes; }
   bool leaf() const { return uplink != kNotLeaf; }
+  bool rotated() const { return rot_L != 0; }
+  bool reduce_scatter() const { return spec.collective == control::Collective::reduce_scatter; }
   // Every sequence below this went out to rank's receiver (a job of one engine): a leaf's uplink
-  // runs ahead of the rest.
-  uint64_t released_for(unsigned rank) const { return rank == uplink ? up_cursor : cursor; }
+  // runs ahead of the rest; a rotated collective's connections each go at their own pace.
+  uint64_t released_for(unsigned rank) const { return rank == uplink ? up_cursor : rotated() ? rot_rel[rank] : cursor; }
+  RotPlace rot_place(unsigned rank, uint64_t q) const {
+    const unsigned n = spec.workers;
+    const uint64_t b = q / rot_L, k = b / (n - 1);
+    const unsigned t = static_cast<unsigned>(b % (n - 1));
+    // Reduce-scatter: shards r + 2, ..., r - 1, then the successor's r + 1 last. All-gather: its
+    // own shard r, then r - 1, ..., r + 2.
+    const unsigned s = reduce_scatter() ? (t + 2 < n ? (rank + 2 + t) % n : (rank + 1) % n) : (rank + n - t) % n;
+    return {(k * n + s) * rot_L + q % rot_L, s, t};
+  }
+  size_t rot_index(uint64_t g) const { return g % rot_nslots; }
+  RotSlot& rot_slot(uint64_t g) { return rot_slots[rot_index(g)]; }
+  RotEntry& rot_entry(unsigned rank, uint64_t q) { return rot_entries[size_t{rank} * rot_ring + q % rot_ring]; }
+  uint8_t* rot_buf(uint64_t g) { return sums + rot_index(g) * spec.payload_bytes; }
   // The ranks a slot still waits for before it can move: a leaf waits for its rack's packets until
   // the partial is out, then for the downlink's total.
   uint64_t awaited(const Slot& s) const {
     return leaf() && !s.partial_out ? local_mask : engine_detail::full_mask(spec.workers);
   }
   // How far back the slots reach: sequences older than the newest minus this are not held.
-  uint64_t span() const { return uint64_t{nslots} << shard_shift; }
+  uint64_t span() const { return rotated() ? rot_ring : uint64_t{nslots} << shard_shift; }
   // The first of this engine's sequences at or after s.
   uint64_t own_at_or_after(uint64_t s) const { return s + ((shard - s) & (nshards - 1)); }
   // The job's release cursor, whichever shard releases: every sequence below it went out.
@@ -219,8 +274,22 @@ struct alignas(64) Engine::Job {
   }
   uint64_t refresh_released() { return released_seen = out_below(); }
 
+  // A released packet of rank's connection kept for a resend, if there is one at this sequence.
+  Held* retained(unsigned rank, uint64_t seq) {
+    if (rotated()) {
+      RotEntry& e = rot_entry(rank, seq);
+      return e.used && e.seq == seq && e.released ? &e.h : nullptr;
+    }
+    Held& h = held_at(seq, rank);
+    return h.retained && slot(seq).seq == seq ? &h : nullptr;
+  }
+
   // Whether the sender's packet of `seq` is in (or went out with a sum).
   bool arrived(uint64_t seq, unsigned rank) {
+    if (rotated()) {
+      const RotEntry& e = rot_entry(rank, seq);
+      return seq < rot_rel[rank] || (e.used && e.seq == seq);
+    }
     const Slot& s = slot(seq);
     if (s.state == engine_detail::SlotState::empty || s.seq < seq) return false;
     if (s.seq > seq || s.state != engine_detail::SlotState::collecting) return true;

@@ -18,7 +18,10 @@ using namespace engine_detail;
 
 void Engine::choose_path(Job& job) {
   const bool sharded = job.shards != nullptr, replay = job.spec.replay;
-  if (sharded && replay) {
+  if (job.rotated()) {  // add_job keeps rotated collectives to one engine, live, flat
+    job.on_data = &Engine::handle_rotated;
+    job.on_ack = &Engine::handle_ack<false, false>;
+  } else if (sharded && replay) {
     job.on_data = &Engine::handle_data<true, true>;
     job.on_ack = &Engine::handle_ack<true, true>;
   } else if (sharded) {
@@ -171,7 +174,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 // The packet's sequence in the job (*seq), if it may take a slot: at or after the job's start (or
 // where it resumed), of this engine's part of the job (a shard: every K-th sequence), within the
 // window, and the size and position its place in the message needs. False when dropped or refused.
-template <bool kSharded, bool kLeaf>
+template <bool kSharded, bool kLeaf, bool kRotated>
 [[gnu::always_inline]] inline bool Engine::place_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l,
                                                       uint32_t psn, uint64_t* seq) {
   Job::Conn& conn = job.conns[rank];
@@ -195,7 +198,8 @@ template <bool kSharded, bool kLeaf>
   // The job's first incomplete message, whichever shard holds it (a shard reads the shared state
   // again only when what it last saw would refuse the packet). A spread job's slot counts from the
   // moment a shard hands it to the ordered path: it may be out and acknowledged before the ticket moves.
-  uint64_t released = kSharded ? job.released_seen : job.cursor;
+  // (A rotated collective's connections each go at their own pace: its window is per connection.)
+  uint64_t released = kSharded ? job.released_seen : kRotated ? job.rot_rel[rank] : job.cursor;
   if (kSharded && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
   const uint64_t first_incomplete_msg = released / job.ppm;
   // A leaf's uplink sender runs up to 2 W messages ahead of the leaf's cursor: its receiver, in the
@@ -342,6 +346,37 @@ void Engine::note_arrival(Job& job, unsigned rank, uint64_t seq) {
 }
 
 template void Engine::note_arrival<false>(Job& job, unsigned rank, uint64_t seq);  // engine_leaf.cpp's too
+
+// The checks of a data packet that every kind of job makes, for engine_rotated.cpp.
+bool Engine::admit_rotated(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint32_t* header_crc,
+                           uint64_t* seq) {
+  Job::Conn& conn = job.conns[rank];
+  *header_crc = conn.header_crc.header_crc(pkt.data, l);
+  const uint32_t payload_crc = wire::icrc_payload_crc(pkt.data, l);
+  const bool icrc_ok = l.padded_payload_len() == job.spec.payload_bytes
+                           ? wire::icrc_combine(*header_crc, payload_crc, job.shift) == wire::icrc_stored(pkt.data, l)
+                           : wire::icrc_verify(pkt.data, l);
+  if (!icrc_ok) {
+    drop(&job, pkt, &EngineCounters::bad_icrc);
+    return false;
+  }
+  const uint32_t psn = wire::bth_of(pkt.data, l).psn();
+  return refuse_unless_rc_write(job, rank, pkt, l, psn) && place_data<false, false, true>(job, rank, pkt, l, psn, seq);
+}
+
+// What a data packet that fits tells of its connection (after it was taken): its port, the NAK
+// template, a gap before it, where its sender is.
+void Engine::note_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t seq, uint64_t now_ns,
+                       TxList& tx) {
+  Job::Conn& conn = job.conns[rank];
+  if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
+  if (!conn.nak_template_ok) learn_nak_template(job, rank, pkt, l);
+  watch_for_gap<false, false>(job, rank, seq, now_ns, tx);
+  conn.data_seen = true;
+  conn.last_seq = seq;
+  conn.last_data_ns = now_ns;
+  if (seq + 1 > conn.expected) conn.expected = seq + 1;
+}
 
 template <bool kSharded, bool kReplay>
 void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {

@@ -30,7 +30,7 @@ void Engine::send_partial(Job& job, uint64_t seq, uint64_t now_ns, TxList& tx) {
   uint8_t* dsts[2] = {job.partial_at(seq), up.p.data + up.l.payload};
   sum_ranked_broadcast(job.spec.dtype, dsts, 2, srcs, m, P);
   slot.partial_crc = wire::crc32({dsts[0], P});
-  if (finish_payload(job, seq, up.p.data, up.l, up.header_crc, slot.partial_crc)) BUMP(job, ecn_marked);
+  if (finish_payload(job, slot.ecn, up.p.data, up.l, up.header_crc, slot.partial_crc)) BUMP(job, ecn_marked);
   slot.partial_out = true;
   if (seq == job.up_cursor) release_uplink(job, now_ns, tx);
 }
@@ -83,7 +83,7 @@ void Engine::answer_uplink(Job& job, uint64_t seq, const PacketRef& pkt, const L
                            TxList& tx) {
   const Job::Slot& slot = job.slot(seq);
   std::memcpy(pkt.data + l.payload, job.partial_at(seq), job.spec.payload_bytes);
-  if (finish_payload(job, seq, pkt.data, l, header_crc, slot.partial_crc)) BUMP(job, ecn_marked);
+  if (finish_payload(job, slot.ecn, pkt.data, l, header_crc, slot.partial_crc)) BUMP(job, ecn_marked);
   BUMP(job, retransmits_answered);
   note_arrival<false>(job, job.uplink, seq);
   emit(pkt, tx, &job);

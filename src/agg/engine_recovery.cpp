@@ -70,7 +70,7 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
     if (c.nak_pending) {
       if (c.nak_rounds < cfg_.resend_budget && elapsed(now_ns, c.nak_ns) > c.nak_interval_ns)
         send_nak(job, r, now_ns, tx, NakReason::again);
-    } else if (c.data_seen && c.filled % job.ppm != 0 && c.filled == job.released_below() &&
+    } else if (!job.rotated() && c.data_seen && c.filled % job.ppm != 0 && c.filled == job.released_below() &&
                job.slot(c.filled).seq == c.filled && job.slot(c.filled).state == SlotState::collecting &&
                ((job.slot(c.filled).arrived | 1ull << r) & job.awaited(job.slot(c.filled))) ==
                    job.awaited(job.slot(c.filled)) &&
@@ -95,10 +95,10 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
     const uint64_t newest = cursor - job.nshards;
     const uint64_t oldest = job.own_at_or_after(std::max(c.acked, cursor > job.span() ? cursor - job.span() : 0));
     for (uint64_t s : {oldest, newest}) {
-      Job::Held& h = job.held_at(s, r);
-      if (!h.retained || job.slot(s).seq != s) continue;
-      ops_.ref(ops_.ctx, h.p.handle);
-      emit_data(job, h.p, tx);
+      Job::Held* h = job.retained(r, s);
+      if (!h) continue;
+      ops_.ref(ops_.ctx, h->p.handle);
+      emit_data(job, h->p, tx);
       BUMP(job, resends);
       if (newest == oldest) break;
     }

@@ -81,14 +81,14 @@ bool Engine::write_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint
 
 // write_sum for a packet whose payload already holds the sum: ECN, ICRC, UDP checksum.
 bool Engine::finish_sum(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc) {
-  return finish_payload(job, seq, f, l, header_crc, job.slot(seq).payload_crc);
+  const Job::Slot& slot = job.slot(seq);
+  return finish_payload(job, slot.ecn, f, l, header_crc, slot.payload_crc);
 }
 
 // The same for a payload whose CRC is `payload_crc` (a leaf's partial, or its slot's sum).
-bool Engine::finish_payload(Job& job, uint64_t seq, uint8_t* f, const Layout& l, uint32_t header_crc,
+bool Engine::finish_payload(Job& job, bool ecn, uint8_t* f, const Layout& l, uint32_t header_crc,
                             uint32_t payload_crc) {
-  const Job::Slot& slot = job.slot(seq);
-  const bool mark = slot.ecn && ecn_of(f, l) != wire::kEcnNotEct;  // only ECN-capable packets
+  const bool mark = ecn && ecn_of(f, l) != wire::kEcnNotEct;  // only ECN-capable packets
   if (mark) set_ce(f, l);
   // The header part of the ICRC masks TOS, checksums and FECN: the input's header CRC still holds.
   wire::icrc_store(f, l, wire::icrc_combine(header_crc, payload_crc, job.shift));
@@ -187,6 +187,10 @@ void Engine::mark_released(Job& job, uint64_t now_ns) {
 // Either kind of job, for the callers off the per-packet path (timers, release_turns).
 void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
   if (job.shards) return release_sharded(job, now_ns, tx);
+  if (job.rotated()) {
+    for (unsigned r = 0; r < job.spec.workers; ++r) rot_release(job, r, now_ns, tx);
+    return;
+  }
   if (job.leaf()) release_uplink(job, now_ns, tx);
   release_plain(job, now_ns, tx);
 }
@@ -206,6 +210,7 @@ void Engine::emit_ordered(Job& job, const PacketRef& p) {
 
 // The receiver of `rank` holds every sequence below `to`: the retained copies of them go.
 void Engine::free_acknowledged(Job& job, unsigned rank, uint64_t to) {
+  if (job.rotated()) return rot_free_acknowledged(job, rank, to);
   Job::Conn& conn = job.conns[rank];
   const uint64_t from = std::max(conn.acked, to > job.span() ? to - job.span() : 0);
   for (uint64_t s = job.own_at_or_after(from); s < to; s += job.nshards) {

@@ -75,14 +75,25 @@ void element_of(util::Dtype dtype, unsigned v, uint8_t* out) {
     std::memcpy(out, &h, 2);
 }
 
-// The tally as it leaves every rank (1) and as the appliance's sum makes it (workers).
+// The tally as it leaves every rank (1) and as the appliance's sum makes it (workers; a
+// reduce-scatter's: the n - 1 ranks that are not the shard's owner).
 struct Tally {
   uint8_t one[4] = {}, summed[4] = {};
-  explicit Tally(const Geometry& g) {
+  explicit Tally(const Geometry& g, unsigned count = 0) {
     element_of(g.dtype, 1, one);
-    element_of(g.dtype, g.workers, summed);
+    element_of(g.dtype, count ? count : g.workers, summed);
   }
 };
+
+// One message as lay_out makes it, of `n` bytes of data (the rest zeros) and the tally `tally`.
+void lay_message(const Geometry& g, const uint8_t* tally, const uint8_t* data, uint64_t n, uint8_t* msg) {
+  const uint64_t per = g.data_per_message();
+  const size_t es = g.element();
+  std::memcpy(msg, tally, es);
+  if (n) std::memcpy(msg + es, data, n);
+  std::memset(msg + es + n, 0, per - n);
+  std::memcpy(msg + es + per, tally, es);
+}
 
 // A message: the tally, data_per_message() bytes of data, the tally again. The last element tells
 // whether the appliance summed the message's last packet, so a message that is only partly
@@ -90,21 +101,25 @@ struct Tally {
 // next allreduce, forwarded unsummed, has begun to overwrite it (its packets land in order).
 void lay_out(const Geometry& g, const Tally& t, const uint8_t* data, uint64_t bytes, uint64_t msgs, uint8_t* send) {
   const uint64_t per = g.data_per_message();
-  const size_t es = g.element();
   for (uint64_t m = 0; m < msgs; ++m) {
-    uint8_t* msg = send + m * g.message;
     const uint64_t n = m * per < bytes ? std::min(per, bytes - m * per) : 0;
-    std::memcpy(msg, t.one, es);
-    std::memcpy(msg + es, data + m * per, n);
-    std::memset(msg + es + n, 0, per - n);
-    std::memcpy(msg + es + per, t.one, es);
+    lay_message(g, t.one, data + m * per, n, send + m * g.message);
   }
 }
 
 Outcome unsummed(const Geometry& g, const Tally& t, uint64_t m, const uint8_t* got, const char* where) {
-  return {"message " + std::to_string(m) + " arrived without the appliance's sum (" + where + " tally " +
-              (std::memcmp(got, t.one, g.element()) == 0 ? std::string("1") : std::string("garbled")) + ", want " +
-              std::to_string(g.workers) +
+  uint8_t zero[4] = {};
+  const std::string seen = std::memcmp(got, t.one, g.element()) == 0  ? "1"
+                           : std::memcmp(got, zero, g.element()) == 0 ? "0"
+                                                                      : "garbled";
+  unsigned want = 0;
+  while (want < 64) {
+    uint8_t e[4] = {};
+    element_of(g.dtype, ++want, e);
+    if (std::memcmp(e, t.summed, g.element()) == 0) break;
+  }
+  return {"message " + std::to_string(m) + " arrived without the appliance's sum (" + where + " tally " + seen +
+              ", want " + std::to_string(want) +
               "): the appliance did not sum it (it does not know the job: restarted, the job removed, or a path "
               "around it)",
           FallOverCause::tally_wrong};
@@ -116,6 +131,22 @@ Outcome tally_of(const Geometry& g, const Tally& t, const uint8_t* recv, uint64_
   const uint8_t* tail = msg + g.element() + g.data_per_message();
   if (std::memcmp(tail, t.summed, g.element()) != 0) return unsummed(g, t, m, tail, "last");
   if (std::memcmp(msg, t.summed, g.element()) != 0) return unsummed(g, t, m, msg, "first");
+  return {};
+}
+
+// The half of the receive region this collective uses (consecutive ones alternate, as
+// ina_allreduce's), or an error when `msgs` messages do not fit in it.
+Outcome receive_half(RingExchange& x, const Geometry& g, uint64_t msgs, const char* what, uint64_t* base) {
+  const uint64_t half = x.transport().receive_region().size() / 2;
+  if (msgs * g.message > half)
+    return {std::string(what) + " needs " + std::to_string(2 * msgs * g.message) +
+                " bytes of receive region, which has " + std::to_string(2 * half),
+            FallOverCause::retry_exceeded};
+  if (msgs * g.message > x.transport().send_region().size())
+    return {std::string(what) + " needs " + std::to_string(msgs * g.message) + " bytes of send region, which has " +
+                std::to_string(x.transport().send_region().size()),
+            FallOverCause::retry_exceeded};
+  *base = x.next_parity() ? half : 0;
   return {};
 }
 
@@ -198,6 +229,76 @@ Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* dat
   *have_data = true;
   if (Outcome r = x.exchange(msgs * m_bytes, m_bytes, msgs * m_bytes, 1); !r.ok()) return r;
   return tally_of(g, t, recv, msgs);
+}
+
+// Messages of a shard's stream position: message m of the shard is chunk m / c, message m % c
+// of it, written in round m / c at position t: stream message ((round (n - 1) + t) c + m % c).
+namespace {
+uint64_t stream_at(const Rotation& rot, uint64_t m, unsigned t) {
+  return ((m / rot.chunk) * (rot.workers - 1) + t) * rot.chunk + m % rot.chunk;
+}
+}  // namespace
+
+Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
+                           uint8_t* out, uint64_t shard_bytes) {
+  const unsigned n = g.workers;
+  const Tally t(g, n - 1);
+  const uint64_t per = g.data_per_message(), ms = g.messages_of(shard_bytes), msgs = rot.stream_messages(ms);
+  uint64_t base = 0;
+  if (Outcome r = receive_half(x, g, msgs, "a reduce-scatter", &base); !r.ok()) return r;
+  uint8_t* send = x.transport().send_region().data();
+  // Every position of every round, padded with zero messages to whole chunks.
+  for (uint64_t m = 0; m < msgs / (n - 1); ++m)
+    for (unsigned pos = 0; pos + 1 < n; ++pos) {
+      const unsigned s = rot.shard_at(true, rank, pos);
+      const uint64_t len = m * per < shard_bytes ? std::min(per, shard_bytes - m * per) : 0;
+      lay_message(g, t.one, in + s * shard_bytes + m * per, len, send + stream_at(rot, m, pos) * g.message);
+    }
+  if (Outcome r = x.exchange(0, msgs * g.message, base, msgs); !r.ok()) return r;
+  // The predecessor's last position of each round carries this rank's shard, summed.
+  const uint8_t* recv = x.transport().receive_region().data() + base;
+  for (uint64_t m = 0; m < ms; ++m) {
+    const uint64_t at = stream_at(rot, m, n - 2);
+    if (Outcome r = tally_of(g, t, recv, at); !r.ok()) return r;
+    const uint64_t len = std::min(per, shard_bytes - m * per);
+    const uint8_t* srcs[2] = {recv + at * g.message + g.element(), in + rank * shard_bytes + m * per};
+    agg::sum_ranked(g.dtype, out + m * per, srcs, 2, len);
+    if (std::memcmp(recv + at * g.message, t.summed, g.element()) != 0)  // overwritten while we added
+      return unsummed(g, t, at, recv + at * g.message, "first");
+  }
+  return {};
+}
+
+Outcome ina_all_gather(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
+                       uint8_t* out, uint64_t shard_bytes) {
+  const unsigned n = g.workers;
+  const Tally t(g, 1);
+  const uint8_t zero[4] = {};
+  const uint64_t per = g.data_per_message(), ms = g.messages_of(shard_bytes), msgs = rot.stream_messages(ms);
+  uint64_t base = 0;
+  if (Outcome r = receive_half(x, g, msgs, "an all-gather", &base); !r.ok()) return r;
+  uint8_t* send = x.transport().send_region().data();
+  for (uint64_t m = 0; m < msgs / (n - 1); ++m)
+    for (unsigned pos = 0; pos + 1 < n; ++pos) {
+      const uint64_t len = pos == 0 && m * per < shard_bytes ? std::min(per, shard_bytes - m * per) : 0;
+      lay_message(g, pos == 0 ? t.one : zero, in + m * per, len, send + stream_at(rot, m, pos) * g.message);
+    }
+  if (Outcome r = x.exchange(0, msgs * g.message, base, msgs); !r.ok()) return r;
+  const uint8_t* recv = x.transport().receive_region().data() + base;
+  const unsigned pred = (rank + n - 1) % n;
+  std::memcpy(out + rank * shard_bytes, in, shard_bytes);
+  for (unsigned pos = 0; pos + 1 < n; ++pos) {
+    const unsigned s = rot.shard_at(false, pred, pos);
+    for (uint64_t m = 0; m < ms; ++m) {
+      const uint64_t at = stream_at(rot, m, pos);
+      if (Outcome r = tally_of(g, t, recv, at); !r.ok()) return r;
+      std::memcpy(out + s * shard_bytes + m * per, recv + at * g.message + g.element(),
+                  std::min(per, shard_bytes - m * per));
+      if (std::memcmp(recv + at * g.message, t.summed, g.element()) != 0)
+        return unsummed(g, t, at, recv + at * g.message, "first");
+    }
+  }
+  return {};
 }
 
 bool TierAllreduce::run(uint8_t* data, uint64_t bytes, uint64_t deadline_ns, std::string* why) {

@@ -21,10 +21,10 @@ namespace {
 constexpr uint32_t kMax24 = 0xffffff;
 constexpr unsigned kMaxWorkers = 64;  // the engine's rank bitmasks are 64-bit
 
-enum class Key { id, dtype, workers, message_bytes, payload_bytes, window, replay, tier, conn };
+enum class Key { id, dtype, workers, message_bytes, payload_bytes, window, replay, tier, collective, chunk, conn };
 
 // In Key order.
-constexpr std::array<util::KeySpec, 9> kKeys{{
+constexpr std::array<util::KeySpec, 11> kKeys{{
     {"id", true, false, "id = 7"},
     {"dtype", true, false, "dtype = fp32"},
     {"workers", true, false, "workers = 4"},
@@ -33,6 +33,8 @@ constexpr std::array<util::KeySpec, 9> kKeys{{
     {"window", true, false, "window = 8"},
     {"replay", false, false, "replay = false"},
     {"tier", false, false, "tier = flat"},
+    {"collective", false, false, "collective = allreduce"},
+    {"chunk", false, false, "chunk = 1"},
     {"conn", true, true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
 }};
 
@@ -163,6 +165,18 @@ bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* pr
                  "; valid: flat (all ranks behind this appliance), leaf (a rack of a job across racks), spine "
                  "(the racks' uplinks)";
       return false;
+    case Key::collective:
+      if (const std::optional<Collective> c = collective_of(value)) {
+        spec->collective = *c;
+        return true;
+      }
+      *problem = "unknown collective " + quote_for_error(value) +
+                 "; valid: allreduce, reduce_scatter (rotated shards), all_gather (rotated placeholders)";
+      return false;
+    case Key::chunk:
+      if (!parse_number_field("", value, 1, 1u << 20, "1..1048576 (messages per chunk)", &v, problem)) return false;
+      spec->chunk = static_cast<uint32_t>(v);
+      return true;
     case Key::conn: {
       ConnectionSpec c;
       if (!parse_conn(value, &c, problem)) return false;
@@ -225,6 +239,10 @@ std::string format_job(const JobSpec& s) {
   out += "window = " + std::to_string(s.window) + "\n";
   out += std::string("replay = ") + (s.replay ? "true" : "false") + "\n";
   if (s.tier != Tier::flat) out += std::string("tier = ") + tier_name(s.tier) + "\n";  // a flat job keeps its digest
+  if (s.collective != Collective::allreduce) {  // (so an allreduce keeps its digest)
+    out += std::string("collective = ") + collective_name(s.collective) + "\n";
+    out += "chunk = " + std::to_string(s.chunk) + "\n";
+  }
   out += "# conn = " + std::string(kConnFields) + "\n";
   for (const ConnectionSpec& c : s.conns) {
     std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank, util::ip_text(c.src_ip).c_str(),
@@ -245,6 +263,23 @@ const char* tier_name(Tier t) {
     default:
       return "flat";
   }
+}
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::all_gather:
+      return "all_gather";
+    default:
+      return "allreduce";
+  }
+}
+
+std::optional<Collective> collective_of(std::string_view name) {
+  for (Collective c : {Collective::allreduce, Collective::reduce_scatter, Collective::all_gather})
+    if (name == collective_name(c)) return c;
+  return std::nullopt;
 }
 
 uint32_t job_digest(const JobSpec& spec) {

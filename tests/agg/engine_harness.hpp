@@ -180,6 +180,52 @@ struct JobFixture {
   }
 };
 
+// A 24-bit PSN difference, sign-extended.
+inline int64_t sext24(uint32_t d) {
+  d &= 0xffffff;
+  return d & 0x800000 ? static_cast<int64_t>(d) - 0x1000000 : d;
+}
+
+inline float widen(Dtype dt, const uint8_t* p) {
+  if (dt == Dtype::fp32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return dt == Dtype::fp16 ? agg::scalar::fp16_to_fp32(h) : agg::scalar::bf16_to_fp32(h);
+}
+
+inline void narrow(Dtype dt, float f, uint8_t* p) {
+  if (dt == Dtype::fp32) return std::memcpy(p, &f, 4), void();
+  const uint16_t h = dt == Dtype::fp16 ? agg::scalar::fp32_to_fp16(f) : agg::scalar::fp32_to_bf16(f);
+  std::memcpy(p, &h, 2);
+}
+
+// The rank-ordered sum of some payloads by a plain loop (int32 wraps; halves accumulate in fp32 and
+// round once, as the wire carries them).
+inline std::vector<uint8_t> plain_sum(Dtype dt, const std::vector<std::vector<uint8_t>>& in) {
+  std::vector<uint8_t> out(in[0].size());
+  const size_t es = agg::dtype_size(dt);
+  for (size_t i = 0; i < out.size(); i += es) {
+    if (dt == Dtype::int32) {
+      uint32_t acc = 0;
+      for (const auto& v : in) {
+        uint32_t x;
+        std::memcpy(&x, &v[i], 4);
+        acc += x;
+      }
+      std::memcpy(&out[i], &acc, 4);
+    } else {
+      float acc = widen(dt, &in[0][i]);
+      for (size_t k = 1; k < in.size(); ++k) acc += widen(dt, &in[k][i]);
+      narrow(dt, acc, &out[i]);
+    }
+  }
+  return out;
+}
+
 // A decoded engine output packet.
 struct Out {
   std::vector<uint8_t> frame;

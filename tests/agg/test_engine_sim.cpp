@@ -46,11 +46,6 @@ struct RunResult {
   agg::EngineCounters counters;
 };
 
-int64_t sext24(uint32_t d) {
-  d &= 0xffffff;
-  return d & 0x800000 ? static_cast<int64_t>(d) - 0x1000000 : d;
-}
-
 class Sim {
  public:
   explicit Sim(const RunParams& p)

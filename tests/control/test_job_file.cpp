@@ -273,6 +273,30 @@ TEST(JobFile, TierOfAJobAcrossRacks) {
   EXPECT_NE(parse_error(with("", "tier = top")).find("unknown tier 'top'; valid: flat"), std::string::npos);
 }
 
+TEST(JobFile, CollectiveAndChunk) {
+  std::string err;
+  const auto all = parse_job(kGood, &err);
+  ASSERT_TRUE(all) << err;
+  EXPECT_EQ(all->collective, Collective::allreduce);
+  EXPECT_EQ(all->chunk, 1u);
+  EXPECT_EQ(format_job(*all).find("collective"), std::string::npos);  // an allreduce keeps its digest
+  for (const auto& [text, want] :
+       {std::pair{"reduce_scatter", Collective::reduce_scatter}, {"all_gather", Collective::all_gather}}) {
+    const auto s = parse_job(with("", std::string("collective = ") + text + "\nchunk = 4"), &err);
+    ASSERT_TRUE(s) << err;
+    EXPECT_EQ(s->collective, want) << text;
+    EXPECT_EQ(s->chunk, 4u);
+    const auto back = parse_job(format_job(*s), &err);
+    ASSERT_TRUE(back) << err;
+    EXPECT_EQ(back->collective, want) << text;
+    EXPECT_EQ(back->chunk, 4u);
+    EXPECT_NE(job_digest(*s), job_digest(*all));
+  }
+  EXPECT_NE(parse_error(with("", "collective = broadcast")).find("unknown collective 'broadcast'; valid: allreduce"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with("", "chunk = 0")).find("out of range"), std::string::npos);
+}
+
 TEST(JobFile, ErrorMessages) {
   struct Case {
     std::string text, want;
@@ -283,7 +307,7 @@ TEST(JobFile, ErrorMessages) {
        "line 11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)"},
       {with("workers = 2", "worker = 2"),
        "line 5: unknown key 'worker' (did you mean 'workers'?); valid keys: id, dtype, workers, "
-       "message_bytes, payload_bytes, window, replay, tier, conn"},
+       "message_bytes, payload_bytes, window, replay, tier, collective, chunk, conn"},
       {with("", "color = blue"), "line 12: unknown key 'color'; valid keys: id, dtype"},
       {with("id = 7", "ID = 7"), "unknown key 'ID' (did you mean 'id'?)"},
       {with("", "window = 9"), "line 12: duplicate key 'window' (first set on line 8); keep one of the two lines"},

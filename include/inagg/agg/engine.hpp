@@ -98,6 +98,12 @@ class TxList {
   X(duplicates_dropped, "duplicates for a complete slot, dropped")                                                     \
   X(retransmits_answered, "retransmissions of released slots answered from the retained sum")                          \
   X(stale, "packets older than their slot's epoch, dropped")                                                           \
+  X(forwarded_unchanged,                                                                                               \
+    "packets of a reduce-scatter or all-gather passed on unchanged (a contribution added on its way, an owner's data " \
+    "copied on its way)")                                                                                              \
+  X(placeholders_filled, "all-gather placeholders filled with their owner's data")                                     \
+  X(drop_slot_busy,                                                                                                    \
+    "packets of a reduce-scatter or all-gather whose slot still holds an earlier round, dropped (the sender resends)") \
   X(acks_observed, "ACK/NAK of registered connections, forwarded")                                                     \
   X(naks_sent, "NAKs the engine sent after a PSN jump (loss before the appliance)")                                    \
   X(tail_naks, "NAKs the engine sent for a message whose tail never arrived")                                          \
@@ -401,7 +407,7 @@ class alignas(64) Engine {
   template <bool kSharded, bool kReplay>
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   bool refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn);
-  template <bool kSharded, bool kLeaf>
+  template <bool kSharded, bool kLeaf, bool kRotated = false>
   bool place_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn, uint64_t* seq);
   void learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l);
   template <bool kSharded, bool kReplay>
@@ -426,8 +432,18 @@ class alignas(64) Engine {
   bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool mark_if_queue_full(Job& job, unsigned rank, uint8_t* f, const wire::Layout& l);
   void release_plain(Job& job, uint64_t now_ns, TxList& tx);
-  bool finish_payload(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc,
-                      uint32_t payload_crc);
+  bool finish_payload(Job& job, bool ecn, uint8_t* f, const wire::Layout& l, uint32_t header_crc, uint32_t payload_crc);
+  // A rotated collective's part (engine_rotated.cpp): reduce-scatter and all-gather.
+  void handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns,
+                      TxList& tx);
+  bool admit_rotated(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t* header_crc,
+                     uint64_t* seq);
+  void note_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t seq, uint64_t now_ns,
+                 TxList& tx);
+  void rot_release(Job& job, unsigned rank, uint64_t now_ns, TxList& tx);
+  void rot_sum(Job& job, uint64_t g, unsigned shard);
+  void rot_fill(Job& job, uint64_t g, unsigned rank, uint64_t q);
+  void rot_free_acknowledged(Job& job, unsigned rank, uint64_t to);
   // A leaf's part (engine_leaf.cpp): the rack's partial up the uplink, the total from the downlink.
   void send_partial(Job& job, uint64_t seq, uint64_t now_ns, TxList& tx);
   void release_uplink(Job& job, uint64_t now_ns, TxList& tx);

@@ -14,6 +14,8 @@
 //         tally); a wrong tally falls over to the XDP tier instead of failing.
 //         docs/xdp-tier.md, "Fall-over".
 //   xdp   fixed point in, int32 sums from the tier, back out; int32 travels as it is.
+// And the rotated schedules of a job registered as a reduce_scatter or an all_gather
+// (docs/protocol.md section 20): one pass, the ring's bytes each way, tallied as ina's messages.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +109,36 @@ Outcome ring_allreduce(RingExchange& x, const Geometry& g, unsigned rank, uint8_
 // allreduce's messages, unsummed, over the same offsets.
 Outcome tallied_allreduce(RingExchange& x, const Geometry& g, const uint8_t* data, uint64_t bytes, uint8_t* held,
                           bool* have_data);
+
+// The rotated schedules (docs/protocol.md section 20) through an appliance that has the job as a
+// reduce_scatter or all_gather of `chunk` messages per chunk. A buffer of n shards of shard_bytes
+// (whole elements) each; shard s is rank s's. Every message is ina's (the tally, the data, the
+// tally). In each round a rank writes one chunk of messages per position:
+//   reduce-scatter: shards r + 2, ..., r - 1, then r + 1 (its successor's) last. `in` is the
+//     whole buffer (n shards), `out` gets shard r: the sum of the other ranks' shard r, added by
+//     the appliance in rank order, plus this rank's own, added here. The summed chunks arrive with
+//     the tally n - 1; the others pass unchanged and are not read.
+//   all-gather: shard r, then placeholders (the tally 0) for r - 1, ..., r + 2. `in` is shard r,
+//     `out` gets the whole buffer; every placeholder must arrive filled (the tally 1).
+struct Rotation {
+  unsigned workers = 2;
+  uint32_t chunk = 1;
+  // Messages per rank for a shard of this many messages: rounds x (n - 1) positions x chunk.
+  uint64_t stream_messages(uint64_t shard_messages) const {
+    const uint64_t rounds = (shard_messages + chunk - 1) / chunk;
+    return rounds * (workers - 1) * chunk;
+  }
+  // The shard that rank `rank` writes at position t of a round.
+  unsigned shard_at(bool reduce_scatter, unsigned rank, unsigned t) const {
+    const unsigned n = workers;
+    if (reduce_scatter) return t + 2 < n ? (rank + 2 + t) % n : (rank + 1) % n;
+    return (rank + n - t) % n;
+  }
+};
+Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
+                           uint8_t* out, uint64_t shard_bytes);
+Outcome ina_all_gather(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
+                       uint8_t* out, uint64_t shard_bytes);
 
 // The XDP tier, with the job's fixed point.
 class TierAllreduce {

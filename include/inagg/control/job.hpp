@@ -38,6 +38,16 @@ struct ConnectionSpec {
 //          "rank", summed as a flat job but not a ring.
 enum class Tier : uint8_t { flat, leaf, spine };
 
+// What a job's connections carry (docs/protocol.md section 20).
+//   allreduce:      every rank WRITEs the whole buffer; every packet comes back as the sum of all n.
+//   reduce_scatter: the rotated shards: in each round a rank WRITEs a chunk of every shard but its
+//                   own, its successor's last; that last one comes out as the sum of the n - 1
+//                   ranks that are not the shard's owner, the others pass unchanged.
+//   all_gather:     the rotated placeholders: in each round a rank WRITEs a chunk of its own shard,
+//                   then placeholders for the n - 2 shards its successor lacks besides it, which
+//                   the appliance fills with their owners' data.
+enum class Collective : uint8_t { allreduce, reduce_scatter, all_gather };
+
 struct JobSpec {
   uint32_t id = 0;
   util::Dtype dtype = util::Dtype::fp32;
@@ -47,6 +57,8 @@ struct JobSpec {
   unsigned window = 0;         // W messages outstanding per QP
   bool replay = false;         // a FIRST/ONLY at start_psn after all is released restarts the job
   Tier tier = Tier::flat;
+  Collective collective = Collective::allreduce;
+  uint32_t chunk = 1;                 // a rotated collective: messages per chunk (c, section 20)
   std::vector<ConnectionSpec> conns;  // one per rank
 };
 

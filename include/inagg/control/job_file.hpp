@@ -52,6 +52,10 @@ std::string format_job(const JobSpec& spec);
 // "flat", "leaf" or "spine".
 const char* tier_name(Tier t);
 
+// "allreduce", "reduce_scatter" or "all_gather"; and back (nullopt for any other name).
+const char* collective_name(Collective c);
+std::optional<Collective> collective_of(std::string_view name);
+
 // A 32-bit digest of format_job(spec) (FNV-1a): `list` shows it, so a rank can tell its own job's
 // refusal from that of an earlier job with the same id.
 uint32_t job_digest(const JobSpec& spec);

@@ -1,0 +1,318 @@
+// Reduce-scatter and all-gather in one pass (docs/protocol.md section 20): one engine between n
+// ranks' go-back-N RC senders and receivers (as RDMA NICs behave), every link lossy in both
+// directions, the ranks' senders each at their own random pace. Checked on every packet a receiver
+// takes, against what the schedule says it must carry, computed here from the ranks' payloads:
+//   reduce-scatter: the last of a round (the chunk of the receiver's own shard) is the sum, by a
+//     plain loop in rank order, of the n - 1 other ranks' packets of that shard, round and chunk
+//     packet; every other packet is its sender's own, unchanged;
+//   all-gather: every placeholder carries its shard owner's packet of the same round and chunk
+//     packet; the owner's data is unchanged;
+// plus a valid ICRC, each connection's first release of every PSN in order, every sender finished,
+// every buffer and byte of job memory back. Plus what add_job refuses.
+#include <gtest/gtest.h>
+
+#include <deque>
+
+#include "engine_harness.hpp"
+#include "rc_peers.hpp"
+
+using namespace inagg;
+using namespace inagg::enginetest;
+using agg::Dtype;
+using control::Collective;
+
+namespace {
+
+constexpr uint64_t kStepNs = 1000;
+constexpr uint64_t kSenderAckTimeoutNs = 2'000'000;
+
+struct CollRun {
+  Collective collective = Collective::reduce_scatter;
+  unsigned n = 4;
+  unsigned rounds = 3;  // chunks of each shard
+  uint32_t chunk = 1;   // messages per chunk
+  uint32_t ppm = 2;
+  unsigned window = 2;
+  double loss = 0;
+  Dtype dtype = Dtype::fp32;
+  uint32_t seed = 1;
+};
+
+struct CollResult {
+  bool finished = false;
+  uint64_t steps = 0, sums_checked = 0, unchanged_checked = 0, sender_timeouts = 0;
+  agg::EngineCounters counters;
+};
+
+// The schedule, written out independently of the engine: the shard rank r's connection carries at
+// position t of a round, and the position at which it carries shard s.
+unsigned shard_at(Collective c, unsigned n, unsigned r, unsigned t) {
+  if (c == Collective::reduce_scatter) return t + 2 < n ? (r + 2 + t) % n : (r + 1) % n;
+  return (r + n - t) % n;
+}
+
+unsigned position_of(Collective c, unsigned n, unsigned r, unsigned s) {
+  for (unsigned t = 0; t + 1 < n; ++t)
+    if (shard_at(c, n, r, t) == s) return t;
+  ADD_FAILURE() << "rank " << r << " never carries shard " << s;
+  return 0;
+}
+
+class CollSim {
+ public:
+  explicit CollSim(const CollRun& p)
+      : p_(p), job_(1, p.n, p.dtype, p.ppm * 32, 32, p.window, 0xffffff - p.seed % 50), rng_(p.seed) {
+    job_.seed = p.seed;
+    job_.spec.collective = p.collective;
+    job_.spec.chunk = p.chunk;
+    L_ = p.chunk * p.ppm;
+    total_ = uint64_t{p.rounds} * (p.n - 1) * L_;
+    cfg_.resend_timeout_ns = 300'000;
+    cfg_.abort_timeout_ns = 1'000'000'000'000ull;
+    engine_ = std::make_unique<agg::Engine>(cfg_, pool_.ops);
+    std::string err;
+    EXPECT_TRUE(engine_->add_job(job_.spec, &err)) << err;
+    data_.resize(p.n, std::vector<Link>(2));
+    ack_.resize(p.n, std::vector<Link>(2));
+    senders_.resize(p.n);
+    receivers_.resize(p.n);
+    released_.assign(p.n, 0);
+  }
+
+  CollResult run() {
+    CollResult res;
+    for (res.steps = 0; res.steps < 1'000'000 && !done(); ++res.steps) {
+      now_ += kStepNs;
+      const int actions = 1 + static_cast<int>(rng_() % 6);
+      for (int a = 0; a < actions; ++a) step_once();
+      for (unsigned r = 0; r < p_.n; ++r) senders_[r].timer(total_, now_, kSenderAckTimeoutNs);
+      engine_->poll(now_, tx_);
+      route();
+      if (::testing::Test::HasFatalFailure()) return res;
+    }
+    res.finished = done();
+    res.sums_checked = sums_checked_;
+    res.unchanged_checked = unchanged_checked_;
+    for (auto& s : senders_) res.sender_timeouts += s.timeouts;
+    agg::JobInfo info{};
+    EXPECT_TRUE(engine_->job_info(1, &info));
+    EXPECT_EQ(info.state, agg::JobState::active) << info.error;
+    res.counters = info.counters;
+    std::string err;
+    EXPECT_TRUE(engine_->remove_job(1, &err)) << err;
+    EXPECT_EQ(engine_->memory_in_use(), 0u);
+    EXPECT_EQ(engine_->mbufs_reserved(), 0u);
+    EXPECT_EQ(pool_.live(), 0u) << "buffers leaked";
+    return res;
+  }
+
+ private:
+  using Link = std::deque<std::vector<uint8_t>>;
+
+  void push(Link& q, std::vector<uint8_t> f) {
+    if (std::uniform_real_distribution<double>(0, 1)(rng_) < p_.loss) return;
+    q.push_back(std::move(f));
+  }
+
+  bool done() const {
+    for (unsigned r = 0; r < p_.n; ++r)
+      if (senders_[r].una < total_ || receivers_[r].expected < total_) return false;
+    return true;
+  }
+
+  // data_[c][0] delivers to the engine, data_[c][1] to the receiver; ack_[c][0] to the engine,
+  // ack_[c][1] to the sender.
+  void step_once() {
+    const unsigned c = rng_() % p_.n;
+    if (rng_() % 3 == 0) {
+      // Skew: a sender transmits only on some of its turns, at a pace of its own.
+      if (rng_() % (1 + c % 3) != 0) return;
+      if (const auto seq = senders_[c].transmit(total_, p_.ppm, p_.window, now_))
+        push(data_[c][0], job_.data_frame(c, *seq));
+      return;
+    }
+    const bool data = rng_() % 2;
+    const size_t i = rng_() % 2;
+    Link& q = data ? data_[c][i] : ack_[c][i];
+    if (q.empty()) return;
+    std::vector<uint8_t> f = std::move(q.front());
+    q.pop_front();
+    if (i == 1) return data ? receive_data(c, f) : receive_ack(c, f);
+    engine_->process(pool_.wrap(f), now_, tx_);
+    route();
+  }
+
+  void route() {
+    for (size_t k = 0; k < tx_.size(); ++k) {
+      Out o;
+      o.frame = pool_.take(tx_[k]);
+      ASSERT_EQ(wire::parse_frame(o.frame, o.l), wire::ParseStatus::roce);
+      const bool data = wire::is_rdma_write(o.opcode());
+      bool routed = false;
+      for (unsigned c = 0; c < p_.n && !routed; ++c) {
+        const auto& conn = job_.spec.conns[c];
+        if (o.dest_qp() != (data ? conn.dst_qpn : conn.src_qpn)) continue;
+        if (data) {
+          const uint64_t seq = seq_of(o.psn(), released_[c], c);
+          ASSERT_LE(seq, released_[c]) << "connection " << c << ": a PSN released before the ones below";
+          if (seq == released_[c]) ++released_[c];
+          push(data_[c][1], std::move(o.frame));
+        } else {
+          push(ack_[c][1], std::move(o.frame));
+        }
+        routed = true;
+      }
+      ASSERT_TRUE(routed) << "the engine emitted a packet for no connection";
+    }
+    tx_.clear();
+  }
+
+  uint64_t seq_of(uint32_t psn, uint64_t reference, unsigned r) const {
+    const int64_t s = static_cast<int64_t>(reference) + sext24(psn - job_.psn(r, reference));
+    EXPECT_GE(s, 0);
+    return static_cast<uint64_t>(s);
+  }
+
+  // What connection r's packet q must carry when it reaches its receiver.
+  std::vector<uint8_t> expected(unsigned r, uint64_t q, bool* summed) {
+    const unsigned n = p_.n;
+    const uint64_t b = q / L_, k = b / (n - 1), j = q % L_;
+    const unsigned t = static_cast<unsigned>(b % (n - 1));
+    const unsigned s = shard_at(p_.collective, n, r, t);
+    auto seq_for = [&](unsigned rank) { return (k * (n - 1) + position_of(p_.collective, n, rank, s)) * L_ + j; };
+    *summed = false;
+    if (p_.collective == Collective::reduce_scatter) {
+      if (t + 2 < n) return job_.payload(r, q);
+      *summed = true;
+      std::vector<std::vector<uint8_t>> in;
+      for (unsigned x = 0; x < n; ++x)
+        if (x != s) in.push_back(job_.payload(x, seq_for(x)));
+      return plain_sum(p_.dtype, in);
+    }
+    if (t == 0) return job_.payload(r, q);
+    *summed = true;
+    return job_.payload(s, seq_for(s));
+  }
+
+  void receive_data(unsigned r, const std::vector<uint8_t>& f) {
+    Out o;
+    o.frame = f;
+    ASSERT_EQ(wire::parse_frame(o.frame, o.l), wire::ParseStatus::roce);
+    ASSERT_TRUE(o.icrc_ok()) << "receiver of rank " << r << " got a bad ICRC";
+    RcReceiver& rx = receivers_[r];
+    const uint64_t seq = seq_of(o.psn(), rx.expected, r);
+    ASSERT_LT(seq, total_);
+    bool summed = false;
+    ASSERT_EQ(o.payload(), expected(r, seq, &summed))
+        << "connection " << r << " seq " << seq << " seed " << p_.seed << (summed ? ": not the sum/copy" : ": changed");
+    ++(summed ? sums_checked_ : unchanged_checked_);
+    const auto reply = rx.receive(seq, seq % p_.ppm == p_.ppm - 1,
+                                  [&] { return wire::bth_of(o.frame.data(), o.l).ack_req() || rng_() % 2; });
+    if (reply) push(ack_[r][0], job_.ack_frame(r, reply->seq, reply->syndrome, reply->msn));
+  }
+
+  void receive_ack(unsigned r, const std::vector<uint8_t>& f) {
+    Out o;
+    o.frame = f;
+    ASSERT_EQ(wire::parse_frame(o.frame, o.l), wire::ParseStatus::roce);
+    ASSERT_TRUE(o.icrc_ok());
+    RcSender& s = senders_[r];
+    const uint64_t seq = seq_of(o.psn(), s.una, r);
+    ASSERT_TRUE(s.acknowledge(seq, wire::aeth_of(o.frame.data(), o.l), now_)) << "ACK for a PSN never sent";
+  }
+
+  CollRun p_;
+  JobFixture job_;
+  std::mt19937 rng_;
+  agg::EngineConfig cfg_;
+  Pool pool_;
+  std::unique_ptr<agg::Engine> engine_;
+  std::vector<std::vector<Link>> data_, ack_;
+  std::vector<uint64_t> released_;
+  agg::TxList tx_{1 << 12};
+  std::vector<RcSender> senders_;
+  std::vector<RcReceiver> receivers_;
+  uint64_t L_ = 0, total_ = 0, now_ = 1'000'000, sums_checked_ = 0, unchanged_checked_ = 0;
+};
+
+void run_many(Collective c, int runs_per_loss) {
+  const Dtype dts[] = {Dtype::fp32, Dtype::int32, Dtype::bf16, Dtype::fp16};
+  for (double loss : {0.0, 0.01, 0.05}) {
+    uint64_t sums = 0, busy = 0, answered = 0, timeouts = 0;
+    for (int i = 0; i < runs_per_loss; ++i) {
+      CollRun p;
+      p.collective = c;
+      p.seed = static_cast<uint32_t>(i * 7 + 1 + (loss > 0 ? 1000 * static_cast<int>(loss * 100) : 0));
+      p.n = 2 + static_cast<unsigned>(i % 5);  // 2..6 ranks
+      p.chunk = 1 + static_cast<uint32_t>(i / 5 % 2);
+      p.ppm = 1 + static_cast<uint32_t>(i / 10 % 3);
+      p.window = 1 + static_cast<unsigned>(i / 3 % 3);
+      p.rounds = 2 + static_cast<unsigned>(i % 3);
+      p.dtype = dts[i % 4];
+      p.loss = loss;
+      CollSim sim(p);
+      const CollResult r = sim.run();
+      ASSERT_FALSE(::testing::Test::HasFailure()) << "seed " << p.seed << " n " << p.n << " loss " << loss;
+      ASSERT_TRUE(r.finished) << "seed " << p.seed << " n " << p.n << " chunk " << p.chunk << " ppm " << p.ppm
+                              << " window " << p.window << " loss " << loss << ": stalled";
+      // (Of 2 ranks, an all-gather has no placeholders, each successor lacking only its
+      // predecessor's shard, and every packet of a reduce-scatter is the one into the owner.)
+      if (c == Collective::reduce_scatter || p.n > 2) ASSERT_GT(r.sums_checked, 0u);
+      if (c == Collective::all_gather || p.n > 2) ASSERT_GT(r.unchanged_checked, 0u);
+      sums += r.sums_checked;
+      busy += r.counters.drop_slot_busy;
+      answered += r.counters.retransmits_answered;
+      timeouts += r.sender_timeouts;
+    }
+    std::printf(
+        "%s, loss %.2f: %d runs, %llu sums/copies checked, %llu retransmissions answered, %llu dropped "
+        "for a busy slot, %llu sender timeouts\n",
+        c == Collective::reduce_scatter ? "reduce-scatter" : "all-gather", loss, runs_per_loss,
+        static_cast<unsigned long long>(sums), static_cast<unsigned long long>(answered),
+        static_cast<unsigned long long>(busy), static_cast<unsigned long long>(timeouts));
+    if (loss == 0) EXPECT_EQ(answered, 0u) << "retransmissions with no loss";
+    if (loss == 0) EXPECT_EQ(busy, 0u) << "a slot still held an earlier round with no loss (too few rounds of slots)";
+  }
+}
+
+int runs_per_loss() {
+  const char* e = std::getenv("INAGG_SIM_RUNS");
+  return e ? std::atoi(e) : 60;
+}
+
+}  // namespace
+
+TEST(EngineCollectives, ReduceScatterSumsEveryShardExactlyUnderLoss) {
+  run_many(Collective::reduce_scatter, runs_per_loss());
+}
+
+TEST(EngineCollectives, AllGatherFillsEveryPlaceholderUnderLoss) { run_many(Collective::all_gather, runs_per_loss()); }
+
+TEST(EngineCollectives, AddJobRefusesWhatItCannotRun) {
+  Pool pool;
+  agg::Engine engine(agg::EngineConfig{}, pool.ops);
+  std::string err;
+  JobFixture one(1, 1, Dtype::fp32, 64, 32, 2);
+  one.spec.collective = Collective::reduce_scatter;
+  EXPECT_FALSE(engine.add_job(one.spec, &err));
+  EXPECT_NE(err.find("at least 2 workers"), std::string::npos) << err;
+  JobFixture rep(2, 3, Dtype::fp32, 64, 32, 2);
+  rep.spec.collective = Collective::all_gather;
+  rep.spec.replay = true;
+  EXPECT_FALSE(engine.add_job(rep.spec, &err));
+  EXPECT_NE(err.find("replay"), std::string::npos) << err;
+  JobFixture leaf(3, 3, Dtype::fp32, 64, 32, 2);
+  leaf.spec.collective = Collective::all_gather;
+  leaf.spec.tier = control::Tier::leaf;
+  EXPECT_FALSE(engine.add_job(leaf.spec, &err));
+  EXPECT_NE(err.find("flat"), std::string::npos) << err;
+  JobFixture ok(4, 3, Dtype::fp32, 64, 32, 2);
+  ok.spec.collective = Collective::reduce_scatter;
+  ok.spec.chunk = 2;
+  EXPECT_TRUE(engine.add_job(ok.spec, &err)) << err;
+  JobFixture resumed(5, 3, Dtype::fp32, 64, 32, 2);
+  resumed.spec.collective = Collective::reduce_scatter;
+  EXPECT_FALSE(engine.add_job(resumed.spec, &err, {}, agg::JobStart::resume));
+  EXPECT_NE(err.find("cannot resume"), std::string::npos) << err;
+  EXPECT_TRUE(engine.remove_job(4, &err)) << err;
+}
