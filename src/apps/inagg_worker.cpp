@@ -83,17 +83,23 @@ void print_preamble(const Worker& w, const CommandLine& cl) {
   const std::string& workers_from = cl.workers_from;
   const unsigned n = o.workers;
   const util::Dtype dtype = o.rack.dtype;
-  std::printf("# Collective test starting: inagg-worker (nccl-tests all_reduce_perf's options and table)\n");
+  const char* perf = o.rack.collective == control::Collective::reduce_scatter ? "reduce_scatter_perf"
+                     : o.rack.collective == control::Collective::all_gather   ? "all_gather_perf"
+                                                                              : "all_reduce_perf";
+  std::printf("# Collective test starting: inagg-worker (nccl-tests %s's options and table)\n", perf);
   std::printf("# nThread 1 nGpus 1 minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64
               "(%s) warmup iters: %u iters: %u agg iters: 1 validation: %u graph: 0 unalign: 0\n",
               o.min_bytes, o.max_bytes, o.factor > 1 ? o.factor : o.step_bytes, o.factor > 1 ? "factor" : "bytes",
               o.warmup, o.iters, o.check);
   std::printf("#\n");
-  std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s, dtype %s, M %u, P %u, window %u%s%s%s%s\n", o.rank, n,
-              util::ip_text(o.rack.ip_of(o.rank)).c_str(), util::ip_text(o.rack.ip_of(o.rack.successor())).c_str(),
-              o.mode_name.c_str(), std::string(nccl::type_name(dtype)).c_str(), o.message, o.payload, o.window,
-              rank_from.empty() ? "" : ", rank from ", rank_from.c_str(), workers_from.empty() ? "" : ", size from ",
-              workers_from.c_str());
+  const std::string collective = o.rack.collective == control::Collective::allreduce
+                                     ? ""
+                                     : ", " + o.collective_name + " chunk " + std::to_string(o.chunk);
+  std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s%s, dtype %s, M %u, P %u, window %u%s%s%s%s\n", o.rank,
+              n, util::ip_text(o.rack.ip_of(o.rank)).c_str(), util::ip_text(o.rack.ip_of(o.rack.successor())).c_str(),
+              o.mode_name.c_str(), collective.c_str(), std::string(nccl::type_name(dtype)).c_str(), o.message,
+              o.payload, o.window, rank_from.empty() ? "" : ", rank from ", rank_from.c_str(),
+              workers_from.empty() ? "" : ", size from ", workers_from.c_str());
   if (const std::string d = w.transport_description(); !d.empty())
     std::printf("# %s: %s; QPN 0x%x to the successor\n", o.use_verbs ? "verbs" : "udp", d.c_str(),
                 w.options().rack.connections.empty() ? 0 : w.options().rack.connections[o.rank].send_qpn);
@@ -126,14 +132,27 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
                   std::string(nccl::type_name(dtype)).c_str());
       continue;
     }
+    // A reduce-scatter or all-gather: n shards of whole elements; this rank's input (all-gather)
+    // or output (reduce-scatter) is its shard, where nccl-tests places it.
+    const control::Collective coll = o.rack.collective;
+    const bool rotated = coll != control::Collective::allreduce;
+    const uint64_t shard = rotated ? count / n * es : bytes;
+    if (rotated && shard * n != bytes) {
+      std::printf("# %" PRIu64 " bytes: not %u shards of whole %s elements, skipped\n", size, n,
+                  std::string(nccl::type_name(dtype)).c_str());
+      continue;
+    }
+    const bool gather = coll == control::Collective::all_gather;
+    auto input_at = [&](bool in_place) { return gather && in_place ? w.data() + o.rank * shard : w.data(); };
     // The reference of this size, made once from the seed (every rank computes every rank's input).
     std::optional<Reference> ref;
-    if (o.check) ref.emplace(Reference::Config{dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale, o.rack_of}, bytes);
+    if (o.check)
+      ref.emplace(Reference::Config{dtype, n, o.seed, o.mode == Mode::ring, o.xdp_scale, o.rack_of, coll}, bytes);
     // Filling (and, the first time, making the reference) takes each rank a different time: the
     // ranks meet after it, before the allreduce that follows.
     const std::string size_name = std::to_string(bytes) + " bytes";
-    auto fill = [&](const char* before) {
-      serving(w, [&] { fill_input(dtype, o.seed, o.rank, w.data(), bytes); });
+    auto fill = [&](const char* before, bool in_place = false) {
+      serving(w, [&] { fill_input(dtype, o.seed, o.rank, input_at(in_place), gather ? shard : bytes); });
       return w.barrier(std::string(before) + " of " + size_name);
     };
     if (!fill("the first allreduce")) return false;
@@ -146,26 +165,31 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
       double total_us = 0;
       for (unsigned it = 0; it < o.iters; ++it) {
         // In place, the last sum replaced the input (out of place, it is intact).
-        if (in_place && !fill("an in-place allreduce")) return false;
+        if (in_place && !fill("an in-place allreduce", true)) return false;
         const uint64_t t0 = now_ns();
         if (!w.allreduce(bytes, in_place)) return false;
         total_us += static_cast<double>(now_ns() - t0) / 1e3;
       }
       m.time_us = total_us / o.iters;
       m.algbw = nccl::alg_bandwidth(bytes, m.time_us);
-      m.busbw = nccl::bus_bandwidth(m.algbw, n);
+      // nccl-tests' bus bandwidths: an allreduce's 2(n-1)/n, a reduce-scatter's and all-gather's (n-1)/n.
+      m.busbw = rotated ? m.algbw * (n - 1) / n : nccl::bus_bandwidth(m.algbw, n);
       // Checked iterations, as nccl-tests': fresh inputs, one allreduce, every element against the
       // reference of the tier that summed it; the first one with wrong elements ends them.
       m.checked = o.check > 0;
       for (unsigned c = 0; c < o.check && m.wrong == 0; ++c) {
-        if (!fill("a checked allreduce")) return false;
-        corrupt(dtype, w.data(), count, o.corrupt);
+        if (!fill("a checked allreduce", in_place)) return false;
+        corrupt(dtype, input_at(in_place), (gather ? shard : bytes) / es, o.corrupt);
         if (!w.allreduce(bytes, in_place)) return false;
         const uint8_t* got = in_place ? w.data() : w.result();
         const std::vector<uint8_t>* sum = nullptr;
         serving(w, [&] { sum = &ref->sum(w.last_tier()); });
-        for (size_t i = 0; i < bytes; i += es) {
-          if (std::memcmp(sum->data() + i, got + i, es) == 0) continue;
+        // A reduce-scatter's rank holds its shard of the sum (in place, at its place in the buffer).
+        const uint64_t from = coll == control::Collective::reduce_scatter ? o.rank * shard : 0;
+        const uint64_t len = coll == control::Collective::reduce_scatter ? shard : bytes;
+        const uint64_t got_from = in_place ? from : 0;  // out of place, the shard is all of result()
+        for (size_t i = from; i < from + len; i += es) {
+          if (std::memcmp(sum->data() + i, got + got_from + (i - from), es) == 0) continue;
           if (m.wrong < 3)
             std::fprintf(stderr, "rank %u: %s, %" PRIu64 " bytes: element %zu differs from the reference sum\n", o.rank,
                          in_place ? "in place" : "out of place", bytes, i / es);
@@ -177,9 +201,11 @@ bool run_sweep(Worker& w, const WorkerOptions& o, unsigned* failed_checks, doubl
       ++*measurements;
       placed[in_place] = m;
     }
-    std::fputs(nccl::row(bytes, count, dtype, o.op, placed[0], placed[1]).c_str(), stdout);
+    // (nccl-tests' count of a reduce-scatter or all-gather: the elements of one rank's shard.)
+    const uint64_t shown = rotated ? shard / es : count;
+    std::fputs(nccl::row(bytes, shown, dtype, o.op, placed[0], placed[1]).c_str(), stdout);
     std::fflush(stdout);
-    rows->push_back({bytes, count, dtype, o.op, placed[0], placed[1]});
+    rows->push_back({bytes, shown, dtype, o.op, placed[0], placed[1]});
   }
   return true;
 }

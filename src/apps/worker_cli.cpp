@@ -107,6 +107,11 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "0: run the out-of-place placement only (the in-place columns stay blank)")(
       "mode", po::value<std::string>(&o.mode_name)->default_value(o.mode_name),
       "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")(
+      "collective", po::value<std::string>(&o.collective_name)->default_value(o.collective_name),
+      "allreduce, or (mode ina) reduce_scatter or all_gather in one pass through the appliance (rotated chunks; the "
+      "sizes are the whole buffer, as reduce_scatter_perf and all_gather_perf give them)")(
+      "chunk", po::value<uint32_t>(&o.chunk)->default_value(o.chunk),
+      "reduce_scatter/all_gather: messages per chunk of the rotated schedule")(
       "payload", po::value<std::string>(&payload)->default_value(payload),
       "path MTU payload P, bytes; auto: as an RDMA NIC chooses it, the largest of 4096, 2048, 1024, 512, 256 up to "
       "the MTU of the interface holding this rank's address less 96 bytes of headers, that divides --message (4096 on "

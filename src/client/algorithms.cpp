@@ -27,11 +27,13 @@ uint64_t Geometry::chunk_of(uint64_t bytes) const {
 // message after them.
 uint64_t Geometry::send_bytes(uint64_t max_bytes) const {
   if (mode == Mode::ring) return padded(chunk_of(max_bytes)) * workers;
+  if (rotated()) return Rotation{workers, chunk}.stream_messages(messages_of(chunk_of(max_bytes))) * message;
   return (messages_of(max_bytes) + (committed() ? 1 : 0)) * message;
 }
 
 uint64_t Geometry::receive_bytes(uint64_t max_bytes) const {
   if (mode == Mode::ring) return 2ull * (workers - 1) * ring_stride(max_bytes);
+  if (rotated()) return 2 * send_bytes(max_bytes);  // two halves, as ina's
   // ina: two halves, one per allreduce parity (ina_allreduce).
   if (mode == Mode::ina) return 2 * messages_of(max_bytes) * message;
   return (messages_of(max_bytes) + (committed() ? 1 : 0)) * message;

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "inagg/control/job_file.hpp"
+
 namespace inagg::client {
 
 std::string RackPlan::job_text() const {
@@ -27,6 +29,10 @@ std::string RackPlan::job_text() const {
   t += buf;
   std::snprintf(buf, sizeof buf, "message_bytes = %u\npayload_bytes = %u\nwindow = %u\n", message, payload, window);
   t += buf;
+  if (collective != control::Collective::allreduce) {
+    std::snprintf(buf, sizeof buf, "collective = %s\nchunk = %u\n", control::collective_name(collective), chunk);
+    t += buf;
+  }
   if (exchanged) {
     for (unsigned r = 0; r < workers; ++r) {
       const RankConnection &c = connections[r], &s = connections[(r + 1) % workers];

@@ -62,7 +62,33 @@ void Reference::make_inputs() {
   for (unsigned r = 0; r < c_.workers; ++r) fill_input(c_.dtype, c_.seed, r, inputs_[r].data(), bytes_);
 }
 
+void Reference::make_collective() {
+  const unsigned n = c_.workers;
+  const size_t es = util::dtype_size(c_.dtype);
+  const uint64_t shard = bytes_ / es / n * es;
+  appliance_or_ring_.assign(bytes_, 0);
+  uint8_t* want = appliance_or_ring_.data();
+  if (c_.collective == control::Collective::all_gather) {
+    for (unsigned r = 0; r < n; ++r) fill_input(c_.dtype, c_.seed, r, want + r * shard, shard);
+    return;
+  }
+  make_inputs();
+  std::vector<uint8_t> others(shard);
+  for (unsigned s = 0; s < n; ++s) {
+    std::vector<const uint8_t*> srcs;
+    for (unsigned r = 0; r < n; ++r)
+      if (r != s) srcs.push_back(inputs_[r].data() + s * shard);
+    agg::scalar::sum_ranked(c_.dtype, others.data(), srcs.data(), srcs.size(), shard);
+    const uint8_t* two[2] = {others.data(), inputs_[s].data() + s * shard};
+    agg::scalar::sum_ranked(c_.dtype, want + s * shard, two, 2, shard);
+  }
+}
+
 const std::vector<uint8_t>& Reference::sum(Tier tier) {
+  if (c_.collective != control::Collective::allreduce) {
+    if (appliance_or_ring_.empty()) make_collective();
+    return appliance_or_ring_;
+  }
   make_inputs();
   const unsigned n = c_.workers;
   const size_t es = util::dtype_size(c_.dtype);

@@ -9,6 +9,7 @@
 #include "inagg/client/clock.hpp"
 #include "inagg/client/nccl_table.hpp"
 #include "inagg/client/transport/udp_transport.hpp"
+#include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/hmac.hpp"
 
@@ -51,6 +52,11 @@ std::string check_job_options(WorkerOptions& o) {
   o.rack.max_queued_bytes = o.max_queued_kib * 1024;
   o.rack.rto_min_ms = o.rto_min_ms;
   o.rack.cwnd_min_bytes = o.cwnd_min_kib * 1024;
+  const std::optional<control::Collective> c = control::collective_of(o.collective_name);
+  if (!c) return "--collective must be allreduce, reduce_scatter or all_gather; got '" + o.collective_name + "'";
+  if (o.chunk == 0) return "--chunk must be at least 1 message";
+  o.rack.collective = *c;
+  o.rack.chunk = o.chunk;
   return "";
 }
 
@@ -67,6 +73,14 @@ std::string check_run_options(WorkerOptions& o) {
   else
     return "--mode must be ina (through the appliance), ring (the classic ring allreduce), xdp (the XDP tier) or auto "
            "(ina, falling over to xdp)";
+  if (o.rack.collective != control::Collective::allreduce) {
+    const std::string what = "--collective " + o.collective_name;
+    if (o.mode != Mode::ina)
+      return what + " runs through the appliance only (--mode ina); the ring, the XDP tier and auto do allreduce";
+    if (!o.rack_of.empty()) return what + " runs on one appliance: it cannot be split across racks (--racks) yet";
+    if (o.max_bytes / util::dtype_size(o.rack.dtype) / o.workers == 0)
+      return what + ": --maxbytes (-e) holds less than one element per rank";
+  }
   XdpPlan& x = o.xdp;
   x.heads.clear();
   for (size_t start = 0; o.uses_tier() && start <= o.xdp_heads.size();) {
@@ -207,7 +221,7 @@ std::unique_ptr<Transport> open_verbs_transport(const TransportRequest& r, std::
 
 Worker::Worker(const WorkerOptions& o, TransportFactory transport)
     : o_(o), open_transport_(std::move(transport)), fallover_(o.workers) {
-  geometry_ = {o.rack.dtype, o.workers, o.message, o.mode};
+  geometry_ = {o.rack.dtype, o.workers, o.message, o.mode, o.rack.collective, o.rack.chunk};
   last_tier_ = o.mode == Mode::xdp ? Tier::xdp : Tier::appliance;
 }
 
@@ -295,7 +309,33 @@ Tier Worker::tier() const {
   return o_.mode == Mode::xdp ? Tier::xdp : Tier::appliance;
 }
 
+bool Worker::collective(uint64_t bytes, bool in_place) {
+  if (!geometry_.rotated()) return allreduce(bytes, in_place);
+  const unsigned n = o_.workers, r = o_.rank;
+  const size_t es = geometry_.element();
+  const uint64_t shard = bytes / es / n * es;
+  if (shard * n != bytes)
+    return fail("a " + o_.collective_name + " of " + std::to_string(bytes) + " bytes: not " + std::to_string(n) +
+                " shards of whole elements");
+  const Rotation rot{n, geometry_.chunk};
+  Outcome out;
+  if (geometry_.collective == control::Collective::reduce_scatter) {
+    uint8_t* mine = in_place ? data() + r * shard : result();
+    // In place, this rank's shard of the input is the output's place: the input is copied first
+    // (the schedule reads every shard of it while the sums arrive).
+    if (in_place) std::memcpy(result(), data(), bytes);
+    out = ina_reduce_scatter(*exchange_, geometry_, rot, r, in_place ? result() : data(), mine, shard);
+  } else {
+    const uint8_t* mine = in_place ? data() + r * shard : data();
+    if (in_place) std::memcpy(result(), mine, shard);
+    out =
+        ina_all_gather(*exchange_, geometry_, rot, r, in_place ? result() : mine, in_place ? data() : result(), shard);
+  }
+  return out.ok() || fail(out.error);
+}
+
 bool Worker::allreduce(uint64_t bytes, bool in_place) {
+  if (geometry_.rotated()) return collective(bytes, in_place);
   uint8_t* out = in_place ? data() : result();
   // ina sends from the input and receives into the output; the others work in the output buffer.
   if (o_.mode == Mode::ina) {

@@ -78,6 +78,25 @@ TEST(Reference, InaSumIsTheRankOrderedSum) {
   }
 }
 
+TEST(Reference, ReduceScatterAndAllGatherAreTheBuffersTheRanksHoldAfterwards) {
+  const unsigned n = 3;
+  const size_t shard = kBytes / 4 / n * 4, bytes = shard * n;
+  Reference rs({Dtype::fp32, n, 1, false, 1.0, {}, inagg::control::Collective::reduce_scatter}, bytes);
+  const std::vector<float> got = floats(rs.sum(Tier::appliance));
+  std::vector<std::vector<float>> in;
+  for (unsigned r = 0; r < n; ++r) in.push_back(floats(input(Dtype::fp32, r, bytes)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const unsigned s = static_cast<unsigned>(i / (shard / 4));  // the owner: the other two, then its own
+    const unsigned a = (s == 0) ? 1 : 0, b = (s == 2) ? 1 : 2;
+    const float want = (in[a][i] + in[b][i]) + in[s][i];
+    ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0) << "element " << i << " of shard " << s;
+  }
+  Reference ag({Dtype::int32, n, 1, false, 1.0, {}, inagg::control::Collective::all_gather}, bytes);
+  const std::vector<uint8_t>& all = ag.sum(Tier::appliance);
+  for (unsigned r = 0; r < n; ++r)
+    EXPECT_EQ(std::memcmp(all.data() + r * shard, input(Dtype::int32, r, shard).data(), shard), 0) << "rank " << r;
+}
+
 TEST(Reference, RingSumFollowsTheChunksHops) {
   const unsigned n = 4;
   const size_t bytes = kBytes - 12;  // chunks of unequal length

@@ -37,6 +37,13 @@ refused "--exchange runs --mode ina or ring" --exchange --mode xdp --xdp-heads 1
 (unset INAGG_EXCHANGE_SECRET; refused "the ranks' exchange needs the job's secret" --exchange --mode ring -b 8 -e 8)
 refused "the ranks' exchange needs the job's secret" --exchange --mode ring -b 8 -e 8 --exchange-secret-file /nonexistent/secret
 refused "MiB of buffers (with -c, every rank's input for the reference) but this host has" -b 8 -e 60G -f 2
+refused "--collective must be allreduce, reduce_scatter or all_gather; got 'broadcast'" --collective broadcast -b 8 -e 8
+refused "--collective reduce_scatter runs through the appliance only (--mode ina)" --collective reduce_scatter --mode ring -b 8 -e 8
+refused "--collective all_gather runs on one appliance" --collective all_gather --racks 0,0,1,1 -b 8 -e 8
+refused "--chunk must be at least 1 message" --collective all_gather --chunk 0 -b 8 -e 8
+# --print-job registers the collective and its chunk.
+job=$("$worker" "${base[@]}" --collective reduce_scatter --chunk 3 --print-job) || fail "--print-job: $job"
+grep -q "^collective = reduce_scatter$" <<<"$job" && grep -q "^chunk = 3$" <<<"$job" || fail "--print-job: $job"
 
 # The old `-n N` (workers) is now nccl-tests' iteration count: without --workers it says so.
 out=$("$worker" -n 4 --rank 0 2>&1 >/dev/null)

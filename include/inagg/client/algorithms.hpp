@@ -25,6 +25,7 @@
 #include "inagg/client/fallover.hpp"
 #include "inagg/client/transport/transport.hpp"
 #include "inagg/client/transport/xagg_client.hpp"
+#include "inagg/control/job.hpp"
 #include "inagg/util/dtype.hpp"
 
 namespace inagg::client {
@@ -38,6 +39,11 @@ struct Geometry {
   unsigned workers = 2;
   uint32_t message = 65536;
   Mode mode = Mode::ina;
+  // ina: what the job's connections carry; a reduce-scatter or all-gather of `chunk` messages per
+  // chunk takes regions for its rotated stream (Rotation) instead of an allreduce's.
+  control::Collective collective = control::Collective::allreduce;
+  uint32_t chunk = 1;
+  bool rotated() const { return collective != control::Collective::allreduce; }
 
   size_t element() const { return util::dtype_size(dtype); }
   // Every message through the appliance carries the tally (ina, auto); auto ends each allreduce

@@ -11,6 +11,7 @@
 
 #include "inagg/client/transport/udp_transport.hpp"
 #include "inagg/client/transport/xagg_client.hpp"
+#include "inagg/control/job.hpp"
 #include "inagg/util/dtype.hpp"
 #include "inagg/util/ip_addr.hpp"
 
@@ -21,11 +22,13 @@ struct RackPlan {
   util::IpAddr ip_base;
   uint32_t job_id = 1;
   util::Dtype dtype = util::Dtype::fp32;
-  uint32_t message = 65536, payload = 1024;  // RDMA WRITE message M, path MTU payload P
-  unsigned window = 2;                       // messages in flight per QP
-  size_t max_queued_bytes = 64 * 1024;       // the transport's local queue limit (RcConfig)
-  double rto_min_ms = 2;                     // the retransmission timeout's floor (RcConfig)
-  size_t cwnd_min_bytes = 16 * 1024;         // the congestion window's floor (RcConfig); 0: none
+  uint32_t message = 65536, payload = 1024;                         // RDMA WRITE message M, path MTU payload P
+  unsigned window = 2;                                              // messages in flight per QP
+  size_t max_queued_bytes = 64 * 1024;                              // the transport's local queue limit (RcConfig)
+  double rto_min_ms = 2;                                            // the retransmission timeout's floor (RcConfig)
+  size_t cwnd_min_bytes = 16 * 1024;                                // the congestion window's floor (RcConfig); 0: none
+  control::Collective collective = control::Collective::allreduce;  // what the job's connections carry
+  uint32_t chunk = 1;                                               // a rotated collective's messages per chunk
 
   util::IpAddr ip_of(unsigned r) const { return util::IpAddr::v4(ip_base.v4_host_order() + r + 1); }
   unsigned successor() const { return (rank + 1) % workers; }

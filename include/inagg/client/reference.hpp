@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "inagg/client/fallover.hpp"
+#include "inagg/control/job.hpp"
 #include "inagg/util/dtype.hpp"
 
 namespace inagg::client {
@@ -32,6 +33,12 @@ class Reference {
     // each rack's partial is summed first, in rank order and rounded to the dtype as the wire
     // carries it, then the partials in ring order. Empty: one appliance sums all ranks.
     std::vector<unsigned> rack_of;
+    // A reduce-scatter or all-gather instead of an allreduce (through the appliance): sum() is then
+    // the whole buffer as the ranks hold it afterwards, each rank checking its part of it.
+    //   reduce_scatter: shard s is owner s's: the other ranks' shard s summed in rank order and
+    //     rounded to the dtype (as the appliance's packet carries it), then the owner's own added;
+    //   all_gather: every rank's input, of bytes / n each, in rank order.
+    control::Collective collective = control::Collective::allreduce;
   };
   Reference(const Config& c, uint64_t bytes) : c_(c), bytes_(bytes) {}
 
@@ -47,6 +54,7 @@ class Reference {
   Config c_;
   uint64_t bytes_;
   std::vector<std::vector<uint8_t>> inputs_;
+  void make_collective();
   std::vector<uint8_t> appliance_or_ring_, tier_;
 };
 

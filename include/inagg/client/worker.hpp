@@ -43,6 +43,11 @@ struct WorkerOptions {
   std::string op = "sum";  // the only reduction the appliance does
   unsigned corrupt = 0;    // tests only: elements of this rank's checked input altered after the reference
   std::string mode_name = "ina";
+  // What the job does: allreduce, or (ina) reduce_scatter / all_gather in one pass of rotated
+  // chunks of `chunk` messages (docs/protocol.md section 20), as nccl-tests' reduce_scatter_perf
+  // and all_gather_perf size them (the sizes are the whole buffer, n shards).
+  std::string collective_name = "allreduce";
+  uint32_t chunk = 1;
   // payload 0: auto, what an RDMA NIC would choose from the MTU of the interface that holds this
   // rank's address (payload_for_mtu; 4096 on the virtual rack's MTU 4200 links), as if 1500 when
   // no interface here holds it. check_job_options fills it in.
@@ -136,8 +141,15 @@ class Worker {
 
   // One allreduce of `bytes` (whole elements) of data(): in place (the sum replaces the input) or
   // out of place (data() stays as it was, the sum lands in result(), as nccl-tests' two
-  // placements). False: error().
+  // placements). False: error(). A job of another collective runs that one (collective()).
   bool allreduce(uint64_t bytes, bool in_place = true);
+  // The job's collective over a buffer of `bytes` (n shards of bytes / n, whole elements), placed
+  // as nccl-tests places it:
+  //   reduce_scatter: the input is data() (every shard); out of place this rank's shard of the sum
+  //     lands at result(), in place at data() + rank x shard;
+  //   all_gather: this rank's shard is data() out of place (the whole buffer lands at result()),
+  //     data() + rank x shard in place (the whole buffer lands at data()).
+  bool collective(uint64_t bytes, bool in_place = true);
   Tier last_tier() const { return last_tier_; }  // whose sums the last allreduce holds
   Tier tier() const;                             // the tier the next one starts on
 
