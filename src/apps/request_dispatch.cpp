@@ -67,7 +67,10 @@ std::string describe_spec(const control::JobSpec& j) {
   return std::string(util::dtype_name(j.dtype)) + ", " + std::to_string(j.workers) + " workers, " +
          std::to_string(j.message_bytes) + "-byte messages of " + std::to_string(j.payload_bytes) +
          "-byte packets, window " + std::to_string(j.window) + (j.replay ? ", replay" : "") +
-         (j.tier != control::Tier::flat ? std::string(", ") + control::tier_name(j.tier) : "");
+         (j.tier != control::Tier::flat ? std::string(", ") + control::tier_name(j.tier) : "") +
+         (j.collective != control::Collective::allreduce
+              ? std::string(", ") + control::collective_name(j.collective) + " in chunks of " + std::to_string(j.chunk)
+              : "");
 }
 
 bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
@@ -84,13 +87,17 @@ bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& sto
       continue;
     }
     std::string err;
-    if (spec.tier == control::Tier::leaf) {
-      // A leaf cannot tell where its rack's ranks and its uplink's receiver stand after a restart:
-      // its rack's packets pass unsummed, which the ranks' tallies show (docs/protocol.md section 21).
+    if (spec.tier == control::Tier::leaf || spec.collective != control::Collective::allreduce) {
+      // A leaf cannot tell where its rack's ranks and its uplink's receiver stand after a restart,
+      // nor a reduce-scatter or all-gather where each connection's schedule is: their packets pass
+      // unsummed, which the ranks' tallies show (docs/protocol.md sections 20 and 21).
       util::log(util::LogModule::control, util::LogLevel::warning,
-                "state file %s: job %u is a leaf, which does not resume after a restart; its ranks see unsummed "
+                "state file %s: job %u is %s, which does not resume after a restart; its ranks see unsummed "
                 "messages and fail or fall over until it is registered again; the state file is removed",
-                path.c_str(), spec.id);
+                path.c_str(), spec.id,
+                spec.tier == control::Tier::leaf                         ? "a leaf"
+                : spec.collective == control::Collective::reduce_scatter ? "a reduce_scatter"
+                                                                         : "an all_gather");
       if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       continue;
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "inagg/control/job_file.hpp"
 #include "inagg/util/text.hpp"
 
 namespace inagg::control {
@@ -27,6 +28,11 @@ std::optional<RackParts> split_across_racks(const JobSpec& job_in, const std::ve
   const size_t n = job.conns.size();
   if (job.tier != Tier::flat) {
     *error = "the job to split must be the whole ring (tier flat)";
+    return std::nullopt;
+  }
+  if (job.collective != Collective::allreduce) {
+    *error = std::string("a ") + collective_name(job.collective) +
+             " runs on one appliance: only an allreduce can be split across racks yet";
     return std::nullopt;
   }
   if (n == 0 || n != job.workers) {

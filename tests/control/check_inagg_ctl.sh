@@ -49,6 +49,9 @@ grep -q "^tier = leaf$" "$tmp/leaf-0.job" || fail "leaf-0.job has no 'tier = lea
 grep -q "^tier = spine$" "$tmp/spine.job" || fail "spine.job has no 'tier = spine'"
 # The spine's conn lines are the racks' uplinks: ranks 1 and 3 of the ring.
 [ "$(grep -c '^conn' "$tmp/spine.job")" = 2 ] || fail "spine.job: $(cat "$tmp/spine.job")"
+# A reduce-scatter or all-gather runs on one appliance.
+{ cat "$example"; echo "collective = reduce_scatter"; } >"$tmp/rs.job"
+expect 2 "a reduce_scatter runs on one appliance: only an allreduce can be split" split "$tmp/rs.job" --racks 0,0,1,1 --out-dir "$tmp"
 expect 2 "is inagg running?" --socket "$tmp/none.sock" add "$tmp/leaf-0.job"
 
 # A scripted server speaking protocol 2's frames (socket.hpp): records each request, answers
