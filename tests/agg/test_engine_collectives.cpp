@@ -316,3 +316,94 @@ TEST(EngineCollectives, AddJobRefusesWhatItCannotRun) {
   EXPECT_NE(err.find("cannot resume"), std::string::npos) << err;
   EXPECT_TRUE(engine.remove_job(4, &err)) << err;
 }
+
+namespace {
+
+// One engine with a rotated job of 3 ranks, 1-packet messages, chunk 1, window 2; frames in by hand.
+struct Steps {
+  Pool pool;
+  agg::Engine engine{agg::EngineConfig{}, pool.ops};
+  agg::TxList tx{64};
+  JobFixture j{1, 3, Dtype::int32, 32, 32, 2};
+  uint64_t now = 1'000'000;
+
+  explicit Steps(Collective c) {
+    j.spec.collective = c;
+    std::string err;
+    EXPECT_TRUE(engine.add_job(j.spec, &err)) << err;
+  }
+  ~Steps() {
+    std::string err;
+    EXPECT_TRUE(engine.remove_job(1, &err)) << err;
+    tx.clear();
+    EXPECT_EQ(pool.live(), 0u);
+  }
+  std::vector<Out> send(std::vector<uint8_t> f) {
+    engine.process(pool.wrap(f), now += 1000, tx);
+    return drain(pool, tx);
+  }
+  agg::EngineCounters counters() {
+    agg::JobInfo info{};
+    EXPECT_TRUE(engine.job_info(1, &info));
+    return info.counters;
+  }
+};
+
+}  // namespace
+
+// All-gather, 3 ranks: rank r writes shard r at position 0, the placeholder for r - 1 at 1. A
+// placeholder that comes before its owner's data waits; the data passes on at once and fills it.
+TEST(EngineCollectives, APlaceholderWaitsForItsOwnersDataAndLeavesFilled) {
+  Steps s(Collective::all_gather);
+  // Rank 1's sequences 0 (its shard 1) and 1 (the placeholder for shard 0).
+  ASSERT_EQ(s.send(s.j.data_frame(1, 0)).size(), 1u);  // its own data: on at once
+  EXPECT_TRUE(s.send(s.j.data_frame(1, 1)).empty()) << "a placeholder went out before its owner's data";
+  // Rank 0's shard 0, round 0: passes on, and rank 1's placeholder leaves with it.
+  const std::vector<Out> out = s.send(s.j.data_frame(0, 0));
+  ASSERT_EQ(out.size(), 2u);
+  for (const Out& o : out) {
+    EXPECT_TRUE(o.icrc_ok());
+    EXPECT_EQ(o.payload(), s.j.payload(0, 0)) << "QP 0x" << std::hex << o.dest_qp();
+  }
+  EXPECT_EQ(s.counters().placeholders_filled, 1u);
+  EXPECT_EQ(s.counters().forwarded_unchanged, 2u);
+}
+
+// Reduce-scatter, 3 ranks: rank r writes shard r + 2 at position 0 (on at once) and its successor's
+// shard r + 1 at position 1, held for the sum of the two ranks that are not the owner. Forged and
+// broken packets are dropped and counted, and nothing of them goes out.
+TEST(EngineCollectives, TheHeldPacketCarriesTheSumAndForgeriesAreDropped) {
+  Steps s(Collective::reduce_scatter);
+  // The schedule: rank 0 writes shard 2 then 1, rank 1 shard 0 then 2, rank 2 shard 1 then 0.
+  // Shard 2's contributions: rank 0's first packet and rank 1's second (held: it goes into 2).
+  ASSERT_EQ(s.send(s.j.data_frame(0, 0)).size(), 1u);  // rank 0's shard 2: on at once, unchanged
+  // A copy with a bad ICRC, one from a forged source, and one far ahead of the window.
+  std::vector<uint8_t> bad = s.j.data_frame(1, 0);
+  bad.back() ^= 1;
+  EXPECT_TRUE(s.send(bad).empty());
+  EXPECT_EQ(s.counters().bad_icrc, 1u);
+  std::vector<uint8_t> forged = s.j.data_frame(1, 0);
+  wire::Layout l;
+  ASSERT_EQ(wire::parse_frame(forged, l), wire::ParseStatus::roce);
+  forged[l.l3 + 15] = 0xc8;  // 10.0.1.200
+  EXPECT_TRUE(s.send(forged).empty());
+  EXPECT_EQ(s.counters().drop_wrong_source, 1u);
+  EXPECT_TRUE(s.send(s.j.data_frame(1, 40)).empty());
+  EXPECT_EQ(s.counters().err_ahead_of_window, 1u);
+  // Rank 1's shard 0 (on at once), then its shard 2 at position 1: the last contribution to
+  // shard 2, held on the connection into 2 and released with rank 0's + rank 1's.
+  ASSERT_EQ(s.send(s.j.data_frame(1, 0)).size(), 1u);
+  const std::vector<Out> out = s.send(s.j.data_frame(1, 1));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].icrc_ok());
+  EXPECT_EQ(out[0].payload(), plain_sum(Dtype::int32, {s.j.payload(0, 0), s.j.payload(1, 1)}));
+  EXPECT_EQ(s.counters().slots_completed, 1u);
+  // Its retransmission carries the sum again; a retransmitted contribution passes unchanged.
+  const std::vector<Out> again = s.send(s.j.data_frame(1, 1));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].payload(), out[0].payload());
+  const std::vector<Out> contrib = s.send(s.j.data_frame(0, 0));
+  ASSERT_EQ(contrib.size(), 1u);
+  EXPECT_EQ(contrib[0].payload(), s.j.payload(0, 0));
+  EXPECT_EQ(s.counters().aggregated_packets, 3u) << "a retransmission was added twice";
+}
