@@ -9,6 +9,56 @@
 
 namespace inagg::client {
 
+// A further QP pair on the transport's socket (add_lane): its own requester, responder and regions;
+// the socket, the clock of arrivals, barriers and finish are the transport's.
+class UdpRcTransport::Lane final : public Transport {
+ public:
+  Lane(UdpRcTransport& t, const RcConfig& send, const RcConfig& receive, uint64_t send_bytes, uint64_t receive_bytes)
+      : t_(t), send_cfg_(send), recv_cfg_(receive), send_(send_bytes, 0), recv_(receive_bytes, 0) {
+    req_ = std::make_unique<RcRequester>(t.sock_, send);
+    rsp_ = std::make_unique<RcResponder>(t.sock_, receive, recv_.data(), recv_.size(), kRegionVa, kRegionRkey);
+  }
+  std::span<uint8_t> send_region() override { return send_; }
+  std::span<const uint8_t> receive_region() const override { return recv_; }
+  void post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) override {
+    req_->post_write(send_.data() + src_offset, len, t_.remote_va_ + dst_offset, t_.remote_rkey_, imm);
+  }
+  void poll(int wait_ms) override { t_.poll(wait_ms); }
+  bool writes_done() const override { return req_->idle(); }
+  uint64_t messages_received() const override { return rsp_->messages(); }
+  uint64_t last_arrival_ns() const override { return t_.last_arrival_ns_; }
+  const std::string& error() const override {
+    if (req_->failed()) return req_->error();
+    if (!rsp_->error().empty()) return rsp_->error();
+    return t_.error();
+  }
+  bool barrier(const std::string& what, std::string* error) override { return t_.barrier(what, error); }
+  void finish(uint64_t deadline_ns) override { t_.finish(deadline_ns); }
+  TransportCounters counters() const override {
+    const RcCounters& s = req_->counters();
+    const RcCounters& r = rsp_->counters();
+    TransportCounters c{s.packets_sent, s.retransmitted, s.timeouts, s.naks_received,
+                        r.accepted,     r.duplicates,    r.bad_icrc};
+    c.messages_received = rsp_->messages();
+    return c;
+  }
+
+  UdpRcTransport& t_;
+  RcConfig send_cfg_, recv_cfg_;
+  std::vector<uint8_t> send_, recv_;
+  std::unique_ptr<RcRequester> req_;
+  std::unique_ptr<RcResponder> rsp_;
+};
+
+UdpRcTransport::UdpRcTransport() = default;
+UdpRcTransport::~UdpRcTransport() = default;
+
+Transport& UdpRcTransport::add_lane(const RcConfig& send, const RcConfig& receive, uint64_t send_bytes,
+                                    uint64_t receive_bytes) {
+  lanes_.push_back(std::make_unique<Lane>(*this, send, receive, send_bytes, receive_bytes));
+  return *lanes_.back();
+}
+
 bool UdpRcTransport::open(const UdpRcConfig& cfg, std::string* error) {
   cfg_ = cfg;
   if (!sock_.open(cfg.local, cfg.tos, error)) return false;
@@ -124,12 +174,33 @@ bool UdpRcTransport::drain(uint64_t t) {
     any = true;
     if (!dg_.roce) continue;
     const uint32_t qpn = wire::bth_of(dg_.frame.data(), dg_.layout).dest_qp();
-    if (qpn == cfg_.send.local_qpn)
+    if (qpn == cfg_.send.local_qpn) {
       req_->on_ack(dg_, t);
-    else if (qpn == cfg_.receive.local_qpn)
+    } else if (qpn == cfg_.receive.local_qpn) {
       rsp_->on_data(dg_, t);
+    } else {
+      for (auto& lane : lanes_) {
+        if (qpn == lane->send_cfg_.local_qpn) lane->req_->on_ack(dg_, t);
+        if (qpn == lane->recv_cfg_.local_qpn) lane->rsp_->on_data(dg_, t);
+      }
+    }
   }
   return any;
+}
+
+void UdpRcTransport::progress(uint64_t t) {
+  req_->progress(t);
+  rsp_->progress(t);
+  for (auto& lane : lanes_) {
+    lane->req_->progress(t);
+    lane->rsp_->progress(t);
+  }
+}
+
+uint64_t UdpRcTransport::next_deadline_ns() const {
+  uint64_t d = std::min(req_->next_deadline_ns(), rsp_->next_deadline_ns());
+  for (auto& lane : lanes_) d = std::min({d, lane->req_->next_deadline_ns(), lane->rsp_->next_deadline_ns()});
+  return d;
 }
 
 // One round: the timers and the window, then what arrived (waiting for it, up to wait_ms or the
@@ -138,13 +209,11 @@ bool UdpRcTransport::drain(uint64_t t) {
 // in the round leaves in one sendmmsg() before the wait and one after.
 void UdpRcTransport::poll(int wait_ms) {
   uint64_t t = now_ns();
-  req_->progress(t);
-  rsp_->progress(t);
+  progress(t);
   sock_.flush();
   bool any = drain(t);
   if (!any) {
-    const uint64_t deadline =
-        std::min({req_->next_deadline_ns(), rsp_->next_deadline_ns(), t + uint64_t(std::max(wait_ms, 0)) * 1'000'000});
+    const uint64_t deadline = std::min(next_deadline_ns(), t + uint64_t(std::max(wait_ms, 0)) * 1'000'000);
     if (deadline > t) {
       const uint64_t wait = deadline - t;
       const timespec ts{static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)};
@@ -155,8 +224,7 @@ void UdpRcTransport::poll(int wait_ms) {
     any = drain(t);
   }
   if (any) last_arrival_ns_ = t;
-  req_->progress(t);
-  rsp_->progress(t);
+  progress(t);
   sock_.flush();
 }
 

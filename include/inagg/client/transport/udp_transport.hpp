@@ -45,7 +45,8 @@ class UdpRcTransport final : public Transport {
   static constexpr uint64_t kRegionVa = 0x7f0000000000ull;
   static constexpr uint32_t kRegionRkey = 0x1234;
 
-  UdpRcTransport() = default;
+  UdpRcTransport();
+  ~UdpRcTransport() override;
   UdpRcTransport(const UdpRcTransport&) = delete;
   UdpRcTransport& operator=(const UdpRcTransport&) = delete;
 
@@ -65,6 +66,13 @@ class UdpRcTransport final : public Transport {
 
   RoceSocket& socket() { return sock_; }  // loss injection (set_loss) for tests
 
+  // Another QP pair on the same socket and address, with regions of its own (a rank in more than
+  // one job: the torch backend's allreduce, reduce-scatter and all-gather jobs, each on QPs of
+  // its own). The lane is a Transport over its pair; polling the lane or this transport runs every
+  // pair. Its configs name its own QPNs; the regions are addressed as this transport's. Owned by
+  // this transport, valid as long as it is.
+  Transport& add_lane(const RcConfig& send, const RcConfig& receive, uint64_t send_bytes, uint64_t receive_bytes);
+
   // The exchange with other ranks (see the top). local(): this rank's endpoint as open() made it.
   RankEndpoint local(unsigned rank) const;
   bool exchange(const RendezvousConfig& cfg, std::vector<RankEndpoint>* all, std::string* error);
@@ -80,9 +88,14 @@ class UdpRcTransport final : public Transport {
   std::string description() const override;
 
  private:
-  bool drain(uint64_t now_ns);  // dispatches every waiting datagram; true when there was any
+  bool drain(uint64_t now_ns);     // dispatches every waiting datagram; true when there was any
+  void progress(uint64_t now_ns);  // every pair's timers and window
+  uint64_t next_deadline_ns() const;
+  class Lane;
+  friend class Lane;
 
   UdpRcConfig cfg_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
   RoceSocket sock_;
   std::vector<uint8_t> send_, recv_;
   std::unique_ptr<RcRequester> req_;
