@@ -8,6 +8,18 @@
 #include "inagg/wire/parse.hpp"
 
 namespace inagg::client {
+namespace {
+
+TransportCounters counters_of(const RcRequester& req, const RcResponder& rsp) {
+  const RcCounters& s = req.counters();
+  const RcCounters& r = rsp.counters();
+  TransportCounters c{s.packets_sent, s.retransmitted, s.timeouts, s.naks_received,
+                      r.accepted,     r.duplicates,    r.bad_icrc};
+  c.messages_received = rsp.messages();
+  return c;
+}
+
+}  // namespace
 
 // A further QP pair on the transport's socket (add_lane): its own requester, responder and regions;
 // the socket, the clock of arrivals, barriers and finish are the transport's.
@@ -34,14 +46,7 @@ class UdpRcTransport::Lane final : public Transport {
   }
   bool barrier(const std::string& what, std::string* error) override { return t_.barrier(what, error); }
   void finish(uint64_t deadline_ns) override { t_.finish(deadline_ns); }
-  TransportCounters counters() const override {
-    const RcCounters& s = req_->counters();
-    const RcCounters& r = rsp_->counters();
-    TransportCounters c{s.packets_sent, s.retransmitted, s.timeouts, s.naks_received,
-                        r.accepted,     r.duplicates,    r.bad_icrc};
-    c.messages_received = rsp_->messages();
-    return c;
-  }
+  TransportCounters counters() const override { return counters_of(*req_, *rsp_); }
 
   UdpRcTransport& t_;
   RcConfig send_cfg_, recv_cfg_;
@@ -259,13 +264,6 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
   }
 }
 
-TransportCounters UdpRcTransport::counters() const {
-  const RcCounters& s = req_->counters();
-  const RcCounters& r = rsp_->counters();
-  TransportCounters c{s.packets_sent, s.retransmitted, s.timeouts, s.naks_received,
-                      r.accepted,     r.duplicates,    r.bad_icrc};
-  c.messages_received = rsp_->messages();
-  return c;
-}
+TransportCounters UdpRcTransport::counters() const { return counters_of(*req_, *rsp_); }
 
 }  // namespace inagg::client
