@@ -319,7 +319,7 @@ def train(a):
         else:  # the bucket sizes DDP settled on (bytes), for a check of the appliance's counters
             sizes = ddp._get_ddp_logging_data().get("bucket_sizes", "")
             buckets = [int(b) for b in str(sizes).split(",") if b.strip()]
-        backend = {"job_id": pg.job_id, "address": pg.address, "bucket_bytes": buckets}
+        backend = {"job_id": pg.rs_job_id if sharded else pg.job_id, "address": pg.address, "bucket_bytes": buckets}
     # Every rank's per-step losses, for the global mean loss of each step, and its transport's counters.
     gathered = [None] * world
     dist.all_gather_object(gathered, ([st["loss"] for st in steps], transport, [st.get("wall") for st in steps]))
@@ -329,8 +329,10 @@ def train(a):
     if state is not None and rank == 0 and a.control:
         job_stats = state.comm.job_stats()
     if backend is not None and rank == 0 and dist.group.WORLD.uses_appliance:
+        # The job that carried the gradients: the allreduce's (DDP), or the reduce-scatter's
+        # (sharded: in one pass, a job of its own beside the all-gather's).
         job_stats = {}
-        for line in dist.group.WORLD.job_stats().splitlines():
+        for line in dist.group.WORLD.job_stats("reduce_scatter" if sharded else "allreduce").splitlines():
             k, _, v = line.partition(" ")
             job_stats[k] = int(v) if v.isdigit() else v
     if rank == 0:
@@ -456,14 +458,14 @@ def report(a):
             comm = r["mean_comm_s"]
             if r["comm"].endswith("-sharded"):
                 # A reduce-scatter and an all-gather each carry (n-1)/n G a rank each way at best (a
-                # ring's); the backend's reduce-scatter has the appliance sum the whole buffer (G each
-                # way), and the all-gather goes through Gloo's ring.
+                # ring's, and the backend's, in one pass through the appliance); on Gloo the
+                # reduce-scatter is an all_reduce on a ring.
                 part = ring / 2
                 appliance = r["comm"] == "backend-sharded"
-                rs = ina if appliance else ring
+                rs = part if appliance else ring
                 print(f"  {r['comm']}: {g / 1e6:.1f} MB a step; reduce-scatter: bound {1e3 * part:.0f} ms, "
-                      f"{'the whole sum through the appliance' if appliance else 'an all_reduce on a ring'} "
-                      f"{1e3 * rs:.0f} ms; all-gather (a ring) {1e3 * part:.0f} ms; communication "
+                      f"{'in one pass through the appliance' if appliance else 'an all_reduce on a ring'} "
+                      f"{1e3 * rs:.0f} ms; all-gather {1e3 * part:.0f} ms; communication "
                       f"{1e3 * comm:.0f} ms = {comm / (rs + part):.2f}x the sum of those two "
                       f"(reduce-scatter {1e3 * mean_of(r['steps'][2:], 'reduce_scatter_s'):.0f} ms, all-gather "
                       f"{1e3 * mean_of(r['steps'][2:], 'all_gather_s'):.0f} ms)")

@@ -54,10 +54,14 @@ PYBIND11_MODULE(_torch, m) {
       .def("counters", &ProcessGroupInagg::counters, py::call_guard<py::gil_scoped_release>(),
            "Which way the calls went (COUNTERS says what each means) and the transport's counters")
       .def("job_stats", &ProcessGroupInagg::job_stats, py::call_guard<py::gil_scoped_release>(),
-           "The appliance's `stats ID` reply for this group's job")
+           py::arg("collective") = "allreduce",
+           "The appliance's `stats ID` reply for this group's job of that collective (allreduce, reduce_scatter, "
+           "all_gather)")
       .def("shutdown", &ProcessGroupInagg::shutdown, py::call_guard<py::gil_scoped_release>(),
            "Ends the group: the queue drained, the transport quiet, the job removed by rank 0")
       .def_property_readonly("job_id", &ProcessGroupInagg::job_id)
+      .def_property_readonly("rs_job_id", &ProcessGroupInagg::rs_job_id)
+      .def_property_readonly("ag_job_id", &ProcessGroupInagg::ag_job_id)
       .def_property_readonly("uses_appliance", &ProcessGroupInagg::uses_appliance)
       .def_property_readonly("gloo_only", &ProcessGroupInagg::gloo_only)
       .def_property_readonly("address", &ProcessGroupInagg::address)

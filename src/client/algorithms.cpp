@@ -242,8 +242,9 @@ uint64_t stream_at(const Rotation& rot, uint64_t m, unsigned t) {
 }  // namespace
 
 Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
-                           uint8_t* out, uint64_t shard_bytes) {
+                           uint8_t* out, uint64_t shard_bytes, uint64_t stride) {
   const unsigned n = g.workers;
+  if (stride == 0) stride = shard_bytes;
   const Tally t(g, n - 1);
   const uint64_t per = g.data_per_message(), ms = g.messages_of(shard_bytes), msgs = rot.stream_messages(ms);
   uint64_t base = 0;
@@ -254,7 +255,7 @@ Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& r
     for (unsigned pos = 0; pos + 1 < n; ++pos) {
       const unsigned s = rot.shard_at(true, rank, pos);
       const uint64_t len = m * per < shard_bytes ? std::min(per, shard_bytes - m * per) : 0;
-      lay_message(g, t.one, in + s * shard_bytes + m * per, len, send + stream_at(rot, m, pos) * g.message);
+      lay_message(g, t.one, in + s * stride + m * per, len, send + stream_at(rot, m, pos) * g.message);
     }
   if (Outcome r = x.exchange(0, msgs * g.message, base, msgs); !r.ok()) return r;
   // The predecessor's last position of each round carries this rank's shard, summed.
@@ -263,7 +264,7 @@ Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& r
     const uint64_t at = stream_at(rot, m, n - 2);
     if (Outcome r = tally_of(g, t, recv, at); !r.ok()) return r;
     const uint64_t len = std::min(per, shard_bytes - m * per);
-    const uint8_t* srcs[2] = {recv + at * g.message + g.element(), in + rank * shard_bytes + m * per};
+    const uint8_t* srcs[2] = {recv + at * g.message + g.element(), in + rank * stride + m * per};
     agg::sum_ranked(g.dtype, out + m * per, srcs, 2, len);
     if (std::memcmp(recv + at * g.message, t.summed, g.element()) != 0)  // overwritten while we added
       return unsummed(g, t, at, recv + at * g.message, "first");
@@ -272,8 +273,9 @@ Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& r
 }
 
 Outcome ina_all_gather(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
-                       uint8_t* out, uint64_t shard_bytes) {
+                       uint8_t* out, uint64_t shard_bytes, uint64_t stride) {
   const unsigned n = g.workers;
+  if (stride == 0) stride = shard_bytes;
   const Tally t(g, 1);
   const uint8_t zero[4] = {};
   const uint64_t per = g.data_per_message(), ms = g.messages_of(shard_bytes), msgs = rot.stream_messages(ms);
@@ -288,13 +290,13 @@ Outcome ina_all_gather(RingExchange& x, const Geometry& g, const Rotation& rot, 
   if (Outcome r = x.exchange(0, msgs * g.message, base, msgs); !r.ok()) return r;
   const uint8_t* recv = x.transport().receive_region().data() + base;
   const unsigned pred = (rank + n - 1) % n;
-  std::memcpy(out + rank * shard_bytes, in, shard_bytes);
+  std::memcpy(out + rank * stride, in, shard_bytes);
   for (unsigned pos = 0; pos + 1 < n; ++pos) {
     const unsigned s = rot.shard_at(false, pred, pos);
     for (uint64_t m = 0; m < ms; ++m) {
       const uint64_t at = stream_at(rot, m, pos);
       if (Outcome r = tally_of(g, t, recv, at); !r.ok()) return r;
-      std::memcpy(out + s * shard_bytes + m * per, recv + at * g.message + g.element(),
+      std::memcpy(out + s * stride + m * per, recv + at * g.message + g.element(),
                   std::min(per, shard_bytes - m * per));
       if (std::memcmp(recv + at * g.message, t.summed, g.element()) != 0)
         return unsummed(g, t, at, recv + at * g.message, "first");

@@ -53,6 +53,17 @@ std::string InaRank::configure(const InaRankOptions& o) {
   // The regions hold chunk_bytes rounded up to whole messages; a chunk is the data those messages
   // carry besides their tallies (ina_allreduce).
   chunk_ = geometry_.padded(o.chunk_bytes) / o.message * geometry_.data_per_message();
+  // A reduce-scatter's or all-gather's piece: 1/n of a chunk of each shard (so its stream, n - 1
+  // such pieces, needs regions no larger than the allreduce's), whole messages of data.
+  piece_ = std::max<uint64_t>(1, chunk_ / geometry_.data_per_message() / std::max(1u, o.workers)) *
+           geometry_.data_per_message();
+  for (int i = 0; i < 2; ++i)
+    lanes_[i].g = {plan_.dtype,
+                   o.workers,
+                   o.message,
+                   Mode::ina,
+                   i == 0 ? control::Collective::reduce_scatter : control::Collective::all_gather,
+                   1};
   return "";
 }
 
@@ -108,6 +119,18 @@ bool InaRank::open(const std::vector<RankEndpoint>& all, std::string* error) {
   c.receive.recv_start_psn = pred.start_psn;
   if (!transport_.open(c, error)) return false;
   plan_.connections = connections_of(all);
+  const uint64_t lane_ns = static_cast<uint64_t>(o_.stall_s * 1e9);
+  for (unsigned i = 0; o_.collectives && i < 2; ++i) {
+    const uint32_t step = kLaneQpnStep * (i + 1);
+    RcConfig send = c.send, receive = c.receive;
+    send.local_qpn += step;
+    send.remote_qpn += step;
+    receive.local_qpn += step;
+    receive.remote_qpn += step;
+    const uint64_t stream = Rotation{o_.workers, 1}.stream_messages(geometry_.messages_of(piece_)) * o_.message;
+    Transport& lane = transport_.add_lane(send, receive, stream, 2 * stream);
+    lanes_[i].x = std::make_unique<RingExchange>(lane, o_.message, std::numeric_limits<uint64_t>::max(), lane_ns);
+  }
   // No deadline for the whole job (it lives as long as training does): an allreduce fails when
   // nothing at all arrives for stall_s, or when the RC requester gives up.
   exchange_ = std::make_unique<RingExchange>(transport_, o_.message, std::numeric_limits<uint64_t>::max(),
@@ -115,10 +138,55 @@ bool InaRank::open(const std::vector<RankEndpoint>& all, std::string* error) {
   return true;
 }
 
-std::string InaRank::job_text(uint32_t id) const {
+std::string InaRank::job_text(uint32_t id, control::Collective c) const {
   RackPlan p = plan_;
   p.job_id = id;
+  if (c != control::Collective::allreduce) {
+    const uint32_t step = kLaneQpnStep * (c == control::Collective::reduce_scatter ? 1 : 2);
+    p.collective = c;
+    p.chunk = 1;
+    for (RankConnection& rc : p.connections) {
+      rc.send_qpn += step;
+      rc.recv_qpn += step;
+    }
+  }
   return p.job_text();
+}
+
+bool InaRank::reduce_scatter(const uint8_t* in, uint8_t* out, uint64_t shard_bytes, std::string* error) {
+  return rotated(control::Collective::reduce_scatter, in, out, shard_bytes, error);
+}
+
+bool InaRank::all_gather(const uint8_t* in, uint8_t* out, uint64_t shard_bytes, std::string* error) {
+  return rotated(control::Collective::all_gather, in, out, shard_bytes, error);
+}
+
+bool InaRank::rotated(control::Collective c, const uint8_t* in, uint8_t* out, uint64_t shard_bytes,
+                      std::string* error) {
+  const bool rs = c == control::Collective::reduce_scatter;
+  Lane& lane = lanes_[rs ? 0 : 1];
+  if (error_.empty() && !lane.x)
+    error_ = std::string(rs ? "reduce_scatter" : "all_gather") + " before open(), or without options().collectives";
+  if (!error_.empty()) {
+    *error = error_;
+    return false;
+  }
+  const Rotation rot{o_.workers, 1};
+  for (uint64_t off = 0; off < shard_bytes; off += piece_) {
+    const uint64_t len = std::min(piece_, shard_bytes - off);
+    // A piece is the same range of every shard: the input's (reduce-scatter) or the output's
+    // (all-gather) shards lie shard_bytes apart.
+    const Outcome r = rs ? ina_reduce_scatter(*lane.x, lane.g, rot, o_.rank, in + off, out + off, len, shard_bytes)
+                         : ina_all_gather(*lane.x, lane.g, rot, o_.rank, in + off, out + off, len, shard_bytes);
+    if (!r.ok()) {
+      error_ = std::string(rs ? "reduce_scatter" : "all_gather") + " of " + std::to_string(shard_bytes) +
+               " bytes a rank (" + std::string(util::dtype_name(plan_.dtype)) + "): " + r.error;
+      *error = error_;
+      return false;
+    }
+  }
+  bytes_ += shard_bytes * o_.workers;
+  return true;
 }
 
 bool InaRank::allreduce(uint8_t* data, uint64_t bytes, std::string* error) {

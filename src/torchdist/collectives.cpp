@@ -2,6 +2,7 @@
 // appliance, everything else through the inner Gloo group, each call queued in order.
 #include <c10/util/irange.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "inagg/torchdist/process_group.hpp"
@@ -94,8 +95,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::allreduce(std::vector<at::Tens
                  [this, t, appliance, average]() mutable { sum(t, appliance, average); });
 }
 
-// reduce_scatter: the whole input summed (through the appliance when it can), each rank keeps its
-// shard. Every rank receives the whole sum: the bandwidth of an allreduce, not of a reduce-scatter.
+void ProcessGroupInagg::one_pass(bool reduce_scatter, const at::Tensor& in, at::Tensor& out, uint64_t shard_bytes) {
+  std::string error;
+  const auto* src = static_cast<const uint8_t*>(in.data_ptr());
+  auto* dst = static_cast<uint8_t*>(out.data_ptr());
+  const bool ok = reduce_scatter ? rank_->reduce_scatter(src, dst, shard_bytes, &error)
+                                 : rank_->all_gather(src, dst, shard_bytes, &error);
+  if (!ok) {
+    remove_job(std::string(reduce_scatter ? "a reduce_scatter" : "an all_gather") +
+               " through the appliance failed: " + error);
+    throw std::runtime_error("inagg rank " + std::to_string(getRank()) + ": " + error);
+  }
+  count(Counter::appliance_bytes, shard_bytes * static_cast<uint64_t>(getSize()));
+}
+
+// reduce_scatter: equal shards of the job's dtype go through the appliance in one pass (each rank
+// receives its shard's sum only). Otherwise the whole input is summed (through the appliance when
+// it can, else Gloo's allreduce) and each rank keeps its shard: an allreduce's bytes.
 c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                  std::vector<std::vector<at::Tensor>>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) {
@@ -123,10 +139,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::reduce_scatter(std::vector<at:
                                 " elements, this rank's input " + std::to_string(n));
   const std::string why = why_not_appliance(whole, opts.reduceOp);
   const bool appliance = why.empty(), average = opts.reduceOp.op_ == c10d::ReduceOp::AVG;
+  const bool equal =
+      std::all_of(inputs[0].begin(), inputs[0].end(), [&](const at::Tensor& t) { return t.numel() == n; });
+  if (appliance && rs_job_id_ != 0 && equal) {
+    if (o_.debug) note("reduce_scatter of " + describe(whole) + " -> appliance (one pass, each rank its shard)");
+    count(Counter::reduce_scatter_appliance);
+    return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [this, whole, out, n, average]() mutable {
+      at::Tensor mine_sum = at::empty({n}, out.options());
+      one_pass(true, whole, mine_sum, static_cast<uint64_t>(n * whole.element_size()));
+      if (average) mine_sum.div_(getSize());
+      out.copy_(mine_sum.view_as(out));
+    });
+  }
   if (o_.debug)
     note("reduce_scatter of " + describe(whole) +
-         (appliance ? " -> appliance (the whole sum to every rank)" : " -> Gloo allreduce: " + why));
-  count(appliance ? Counter::reduce_scatter_appliance : Counter::reduce_scatter_gloo);
+         (appliance ? std::string(" -> appliance (the whole sum to every rank: ") +
+                          (rs_job_id_ ? "unequal shards)" : "no reduce_scatter job)")
+                    : " -> Gloo allreduce: " + why));
+  count(appliance ? Counter::reduce_scatter_whole : Counter::reduce_scatter_gloo);
   return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [this, whole, out, mine, n, appliance, average]() mutable {
     sum(whole, appliance, average);
     out.copy_(whole.narrow(0, mine, n).view_as(out));
@@ -147,7 +177,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::allgather(std::vector<std::vec
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllgatherOptions& opts) {
   check_one(inputs, "all_gather");
-  if (o_.debug) note("all_gather of " + describe(inputs[0]) + " -> Gloo: the appliance only sums");
+  // Through the appliance in one pass: one output list of a tensor per rank, each of the input's
+  // dtype and elements (as Gloo requires too), the job's dtype.
+  const at::Tensor& in = inputs[0];
+  std::string why = why_not_appliance(in, c10d::ReduceOp::SUM);
+  if (why.empty() && ag_job_id_ == 0) why = "no all_gather job";
+  if (why.empty() && (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(getSize())))
+    why = "not one output list of a tensor per rank";
+  for (size_t r = 0; why.empty() && r < outputs[0].size(); ++r)
+    if (outputs[0][r].numel() != in.numel() || outputs[0][r].scalar_type() != in.scalar_type())
+      why = "an output tensor unlike the input";
+  if (why.empty()) {
+    if (o_.debug) note("all_gather of " + describe(in) + " -> appliance (one pass)");
+    count(Counter::allgather_appliance);
+    std::vector<at::Tensor> outs = outputs[0];
+    return enqueue(c10d::OpType::ALLGATHER, outs, [this, in, outs]() mutable {
+      const at::Tensor flat_in = in.contiguous().reshape({-1});
+      at::Tensor all = at::empty({flat_in.numel() * static_cast<int64_t>(outs.size())}, flat_in.options());
+      one_pass(false, flat_in, all, static_cast<uint64_t>(flat_in.numel() * flat_in.element_size()));
+      for (size_t r = 0; r < outs.size(); ++r)
+        outs[r].copy_(all.narrow(0, static_cast<int64_t>(r) * flat_in.numel(), flat_in.numel()).view_as(outs[r]));
+    });
+  }
+  if (o_.debug) note("all_gather of " + describe(in) + " -> Gloo: " + why);
   count(Counter::allgather_gloo);
   std::vector<at::Tensor> flat_outputs;
   for (const auto& list : outputs) flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());

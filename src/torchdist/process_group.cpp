@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
 #include "inagg/client/clock.hpp"
@@ -100,7 +101,8 @@ ProcessGroupInagg::ProcessGroupInagg(const c10::intrusive_ptr<c10d::Store>& stor
   if (o_.gloo_only.empty() && o_.control.empty()) o_.gloo_only = "no appliance was named (INAGG_CONTROL)";
   if (o_.gloo_only.empty()) set_up(store, rendezvous_timeout);
   if (o_.debug)
-    note(rank_ ? "job " + std::to_string(job_id_) + " active at " + o_.control + ", this rank at " + address() +
+    note(rank_ ? "job " + std::to_string(job_id_) + " (reduce_scatter " + std::to_string(rs_job_id_) + ", all_gather " +
+                     std::to_string(ag_job_id_) + ") active at " + o_.control + ", this rank at " + address() +
                      " (payload " + std::to_string(rank_->payload()) + ")"
                : "every call through Gloo: " + o_.gloo_only);
   worker_ = std::thread([this] { serve(); });
@@ -126,6 +128,7 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     r.retry = o_.retry;
     r.chunk_bytes = o_.chunk_bytes;
     r.stall_s = o_.timeout_s;
+    r.collectives = true;
     why = rank_->configure(r);
   }
   mine = why.empty() ? client::format_endpoint(rank_->endpoint()) : kError + why;
@@ -147,7 +150,9 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     why.clear();
   if (rank == 0) {
     if (why.empty()) why = register_job();
-    store->set("job", bytes_of(why.empty() ? std::to_string(job_id_) : kError + why));
+    store->set("job", bytes_of(why.empty() ? std::to_string(job_id_) + " " + std::to_string(rs_job_id_) + " " +
+                                                 std::to_string(ag_job_id_)
+                                           : kError + why));
     if (!why.empty()) throw std::runtime_error("inagg rank 0: " + why);
   } else {
     try {
@@ -160,39 +165,59 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     if (v.rfind(kError, 0) == 0)
       throw std::runtime_error("inagg rank " + std::to_string(rank) +
                                ": rank 0 could not register the job: " + v.substr(std::string(kError).size()));
-    job_id_ = static_cast<uint32_t>(std::stoul(v));
+    std::istringstream ids(v);
+    ids >> job_id_ >> rs_job_id_ >> ag_job_id_;
     job_text_ = rank_->job_text(job_id_);
   }
 }
 
+// The allreduce's job, then the reduce-scatter's and the all-gather's: an appliance that refuses
+// either of those leaves that collective the other way (said on stderr), not the group unusable.
 std::string ProcessGroupInagg::register_job() {
+  if (std::string why = register_one(control::Collective::allreduce, &job_id_); !why.empty()) return why;
+  job_text_ = rank_->job_text(job_id_);
+  for (const auto& [c, id] : {std::pair{control::Collective::reduce_scatter, &rs_job_id_},
+                              std::pair{control::Collective::all_gather, &ag_job_id_}}) {
+    if (std::string why = register_one(c, id); !why.empty()) {
+      std::fprintf(stderr, "inagg rank 0: no %s job (%s): those calls go the other way\n", control::collective_name(c),
+                   why.c_str());
+      *id = 0;
+    }
+  }
+  return "";
+}
+
+std::string ProcessGroupInagg::register_one(control::Collective c, uint32_t* id) {
   const client::ControlClient control(o_.control, 5000, credential_);
   std::string why;
-  const auto digest_of = [&](uint32_t id) {
-    const std::optional<control::JobSpec> spec = control::parse_job(rank_->job_text(id), &why);
+  const auto digest_of = [&](uint32_t i) {
+    const std::optional<control::JobSpec> spec = control::parse_job(rank_->job_text(i, c), &why);
     return spec ? std::optional<uint32_t>(control::job_digest(*spec)) : std::nullopt;
   };
-  job_id_ = o_.job_id;
-  if (job_id_ == 0) {  // the same ranks at the same addresses get the same id
+  // The allreduce's: o_.job_id, the others the next two ids; or, with none given, from the
+  // description (the same ranks at the same addresses get the same ids).
+  const uint32_t offset = c == control::Collective::allreduce ? 0 : c == control::Collective::reduce_scatter ? 1 : 2;
+  *id = o_.job_id ? o_.job_id + offset : 0;
+  if (*id == 0) {
     const std::optional<uint32_t> d = digest_of(1);
     if (!d) return "the job's description does not parse: " + why;
-    job_id_ = 1 + *d % 0x7ffffffeu;
+    *id = 1 + *d % 0x7ffffffeu;
   }
-  job_text_ = rank_->job_text(job_id_);
-  const std::optional<uint32_t> own = digest_of(job_id_);
+  const std::string text = rank_->job_text(*id, c);
+  const std::optional<uint32_t> own = digest_of(*id);
   if (!own) return "the job's description does not parse: " + why;
   // A job with this very description can only be one that an earlier run on these addresses left
   // (its ranks were killed): this run's ranks hold UDP 4791 at every one of them. It goes.
-  const std::optional<control::JobListLine> left = control.job_state(job_id_, &why);
+  const std::optional<control::JobListLine> left = control.job_state(*id, &why);
   if (!left && !why.empty()) return "the appliance cannot be reached at " + o_.control + ": " + why;
   if (left && left->spec_digest == own) {
     std::string reply;
-    control.request("remove " + std::to_string(job_id_) + "\n", &reply, &why);
-    std::fprintf(stderr, "inagg rank 0: removed job %u (%s), left by an earlier run on these addresses\n", job_id_,
+    control.request("remove " + std::to_string(*id) + "\n", &reply, &why);
+    std::fprintf(stderr, "inagg rank 0: removed job %u (%s), left by an earlier run on these addresses\n", *id,
                  left->state.c_str());
   }
   const client::Registration r =
-      control.register_job(true, job_text_, job_id_, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
+      control.register_job(true, text, *id, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
   switch (r.outcome) {
     case client::Registration::Outcome::active:
       return "";
@@ -202,12 +227,12 @@ std::string ProcessGroupInagg::register_job() {
       std::string reason = r.reason.substr(0, r.reason.find('\n'));
       if (reason.find("already belongs to job") != std::string::npos)
         reason += " (a job an earlier run on these addresses left with other parameters? remove it with inagg-ctl)";
-      return "the appliance refused job " + std::to_string(job_id_) + ": " + reason;
+      return "the appliance refused job " + std::to_string(*id) + ": " + reason;
     }
     case client::Registration::Outcome::not_active:
       break;
   }
-  return "job " + std::to_string(job_id_) + " did not become active on " + o_.control + " within " +
+  return "job " + std::to_string(*id) + " did not become active on " + o_.control + " within " +
          std::to_string(o_.timeout_s) + " s";
 }
 
@@ -290,12 +315,15 @@ void ProcessGroupInagg::wait_gloo(const c10::intrusive_ptr<c10d::Work>& work) {
 
 void ProcessGroupInagg::remove_job(const std::string& why) {
   if (!rank_ || job_id_ == 0 || job_removed_.exchange(true)) return;
-  std::string reply, error;
-  const bool ok = client::ControlClient(o_.control, 5000, credential_)
-                      .request("remove " + std::to_string(job_id_) + "\n", &reply, &error);
-  if (o_.debug || !ok)
-    note("job " + std::to_string(job_id_) + " removed from the appliance after: " + why +
-         (ok ? " (" + reply.substr(0, reply.find('\n')) + ")" : " (the removal failed: " + error + ")"));
+  for (const uint32_t id : {job_id_, rs_job_id_, ag_job_id_}) {
+    if (id == 0) continue;
+    std::string reply, error;
+    const bool ok = client::ControlClient(o_.control, 5000, credential_)
+                        .request("remove " + std::to_string(id) + "\n", &reply, &error);
+    if (o_.debug || !ok)
+      note("job " + std::to_string(id) + " removed from the appliance after: " + why +
+           (ok ? " (" + reply.substr(0, reply.find('\n')) + ")" : " (the removal failed: " + error + ")"));
+  }
 }
 
 void ProcessGroupInagg::note(const std::string& what) const {
@@ -323,11 +351,19 @@ std::map<std::string, uint64_t> ProcessGroupInagg::counters() const {
   return m;
 }
 
-std::string ProcessGroupInagg::job_stats() const {
-  if (!rank_ || job_id_ == 0) throw std::runtime_error("inagg: this process group has no job on an appliance");
+std::string ProcessGroupInagg::job_stats(const std::string& collective) const {
+  const std::optional<control::Collective> c = control::collective_of(collective);
+  if (!c)
+    throw std::invalid_argument("inagg: job_stats: no collective '" + collective +
+                                "' (allreduce, reduce_scatter, all_gather)");
+  const uint32_t id = *c == control::Collective::allreduce        ? job_id_
+                      : *c == control::Collective::reduce_scatter ? rs_job_id_
+                                                                  : ag_job_id_;
+  if (!rank_ || id == 0)
+    throw std::runtime_error("inagg: this process group has no " + collective + " job on an appliance");
   std::string reply, error;
   if (!client::ControlClient(o_.control, 5000, credential_)
-           .request("stats " + std::to_string(job_id_) + "\n", &reply, &error))
+           .request("stats " + std::to_string(id) + "\n", &reply, &error))
     throw std::runtime_error("inagg: " + error);
   if (control::is_error_reply(reply))
     throw std::runtime_error("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));

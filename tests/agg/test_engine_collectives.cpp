@@ -270,8 +270,10 @@ void run_many(Collective c, int runs_per_loss) {
         c == Collective::reduce_scatter ? "reduce-scatter" : "all-gather", loss, runs_per_loss,
         static_cast<unsigned long long>(sums), static_cast<unsigned long long>(answered),
         static_cast<unsigned long long>(busy), static_cast<unsigned long long>(timeouts));
-    if (loss == 0) EXPECT_EQ(answered, 0u) << "retransmissions with no loss";
-    if (loss == 0) EXPECT_EQ(busy, 0u) << "a slot still held an earlier round with no loss (too few rounds of slots)";
+    if (loss == 0) {
+      EXPECT_EQ(answered, 0u) << "retransmissions with no loss";
+      EXPECT_EQ(busy, 0u) << "a slot still held an earlier round with no loss (too few rounds of slots)";
+    }
   }
 }
 

@@ -7,12 +7,15 @@
         computed here from every rank's input (each rank draws every rank's input from the same
         seeds): all_reduce of 16 MiB of fp32 (and a few odd sizes) bit for bit against the sum in
         rank order (numpy, the appliance's contract), average, a float64 and an int32 sum and a
-        max (through Gloo), reduce_scatter in both forms (the job's dtype: its sum through the
-        appliance), broadcast, all_gather in both forms, barrier, and one DDP step without a hook
-        against the gradients computed here. Then the process group's counters must say exactly
-        which calls went through the appliance and which through Gloo, and (rank 0) the
-        appliance's counters for the job must show every slot those sums make released with all
-        ranks' packets. Writes OUT_DIR/check.R.json (the counters, the job's id and stats).
+        max (through Gloo), reduce_scatter in both forms and all_gather in both forms (the job's
+        dtype: in one pass through the appliance, their jobs of their own; a reduce-scatter's
+        shard against the other ranks' sum in rank order, then the rank's own), broadcast,
+        barrier, and one DDP step without a hook against the gradients computed here. Then the
+        process group's counters must say exactly which calls went through the appliance and
+        which through Gloo, and (rank 0) the appliance's counters for the jobs must show every
+        slot those sums make released with all ranks' packets, every reduce-scatter's held packet
+        summed and every all-gather placeholder filled. Writes OUT_DIR/check.R.json (the
+        counters, the job's id and stats).
     backend_collectives.py dtype OUT_DIR
         with INAGG_DTYPE=bf16, fp16 or int32 (the job's dtype): all_reduce of that dtype through the
         appliance, bit for bit against the scalar reference (16-bit floats widened to fp32, summed
@@ -60,6 +63,12 @@ def slots_of(nbytes, payload, element=4):
     for off in range(0, nbytes, chunk):
         slots += -(-min(chunk, nbytes - off) // per) * (MESSAGE // payload)
     return slots
+
+
+def rotated_packets(shard_bytes, payload, world, element=4):
+    """Per rank's connection and one-pass collective of shard_bytes a rank (one piece: below
+    CHUNK / world): the packets of one position's messages, every round (chunk 1)."""
+    return -(-shard_bytes // (MESSAGE - 2 * element)) * (MESSAGE // payload)
 
 
 class Checks:
@@ -112,31 +121,36 @@ def check(out):
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     c.equal("all_reduce MAX (Gloo)", t.numpy(), np.max([rank_input(r, 300, 10) for r in range(world)], axis=0))
 
-    # reduce_scatter: the whole input summed through the appliance, each rank its shard.
+    # reduce_scatter in one pass: each rank its shard, the other ranks' sum in rank order (as the
+    # appliance adds them), then its own.
     n = 70000  # two messages and a bit per shard
     whole = [rank_input(r, n * world, 11) for r in range(world)]
-    want = whole[0].copy()
-    for x in whole[1:]:
+    others = [x for r, x in enumerate(whole) if r != rank]
+    want = others[0].copy()
+    for x in others[1:]:
         want = want + x
+    want = want[rank * n:(rank + 1) * n] + whole[rank][rank * n:(rank + 1) * n]
     shard = torch.zeros(n)
     dist.reduce_scatter(shard, list(torch.from_numpy(whole[rank]).chunk(world)))
-    c.equal("reduce_scatter (list form)", shard.numpy(), want[rank * n:(rank + 1) * n])
+    c.equal("reduce_scatter (list form, one pass)", shard.numpy(), want)
     shard = torch.zeros(n)
     dist.reduce_scatter_tensor(shard, torch.from_numpy(whole[rank]))
-    c.equal("reduce_scatter_tensor", shard.numpy(), want[rank * n:(rank + 1) * n])
+    c.equal("reduce_scatter_tensor (one pass)", shard.numpy(), want)
     appliance_bytes += 2 * 4 * n * world
-    slots += 2 * slots_of(4 * n * world, pg.payload)
+    rs_held = 2 * world * rotated_packets(4 * n, pg.payload, world)
 
-    # broadcast, all_gather, barrier: Gloo.
+    # all_gather in one pass through the appliance; broadcast and barrier: Gloo.
     t = torch.from_numpy(rank_input(rank, 4096, 12))
     dist.broadcast(t, src=2 % world)
     c.equal("broadcast from rank 2", t.numpy(), rank_input(2 % world, 4096, 12))
     gathered = [torch.zeros(333) for _ in range(world)]
     dist.all_gather(gathered, torch.from_numpy(rank_input(rank, 333, 13)))
-    c.equal("all_gather (list form)", np.stack([g.numpy() for g in gathered]), np.stack([rank_input(r, 333, 13) for r in range(world)]))
+    c.equal("all_gather (list form, one pass)", np.stack([g.numpy() for g in gathered]), np.stack([rank_input(r, 333, 13) for r in range(world)]))
     into = torch.zeros(world * 333)
     dist.all_gather_into_tensor(into, torch.from_numpy(rank_input(rank, 333, 13)))
-    c.equal("all_gather_into_tensor", into.numpy(), np.concatenate([rank_input(r, 333, 13) for r in range(world)]))
+    c.equal("all_gather_into_tensor (one pass)", into.numpy(), np.concatenate([rank_input(r, 333, 13) for r in range(world)]))
+    appliance_bytes += 2 * 4 * 333 * world
+    ag_filled = 2 * world * (world - 2) * rotated_packets(4 * 333, pg.payload, world)
     dist.barrier()
 
     # One DDP step, no hook: DDP's own reducer sums the gradient bucket (divided by the world
@@ -172,14 +186,14 @@ def check(out):
     got = {k: after[k] - before.get(k, 0) for k in inagg.torch.COUNTERS}
     # DDP's constructor broadcasts the module's state and all_gathers the parameters' shapes
     # (Gloo); its bucket is one all_reduce through the appliance.
-    want = {"allreduce_appliance": 6, "allreduce_gloo": 3, "reduce_scatter_appliance": 2, "reduce_scatter_gloo": 0,
-            "appliance_bytes": appliance_bytes, "barrier_gloo": 2, "failed": 0}
+    want = {"allreduce_appliance": 6, "allreduce_gloo": 3, "reduce_scatter_appliance": 2, "reduce_scatter_whole": 0,
+            "reduce_scatter_gloo": 0, "allgather_appliance": 2, "appliance_bytes": appliance_bytes, "barrier_gloo": 2,
+            "failed": 0}
     for k, v in want.items():
         if got[k] != v:
             c.failed.append(f"counter {k}: {got[k]}, want {v}")
-    if got["allgather_gloo"] < 2 or got["broadcast_gloo"] < 2:
-        c.failed.append(f"counters allgather_gloo {got['allgather_gloo']}, broadcast_gloo {got['broadcast_gloo']}: "
-                        "want at least the 2 calls made here (and DDP's own)")
+    if got["broadcast_gloo"] < 2:
+        c.failed.append(f"counter broadcast_gloo {got['broadcast_gloo']}: want at least the 2 calls made here (and DDP's own)")
     print(f"rank {rank}: counters: " + ", ".join(f"{k} {v}" for k, v in got.items() if v), flush=True)
     stats = None
     if rank == 0:
@@ -194,6 +208,14 @@ def check(out):
                             f"{world * slots} packets")
         else:
             print(f"rank 0: ok: the appliance summed every slot: {released} slots, {aggregated} packets", flush=True)
+        for which, key, want_n in (("reduce_scatter", "slots_released", rs_held), ("all_gather", "placeholders_filled", ag_filled)):
+            js = dict(line.partition(" ")[::2] for line in pg.job_stats(which).splitlines())
+            if js.get(key) != str(want_n) or js.get("held_packets") != "0":
+                c.failed.append(f"the {which} job: {key} {js.get(key)}, held_packets {js.get('held_packets')}; "
+                                f"want {want_n} and 0")
+            else:
+                print(f"rank 0: ok: the {which} job: {key} {want_n}, nothing held", flush=True)
+            stats[which] = js
     with open(os.path.join(out, f"check.{rank}.json"), "w") as f:
         json.dump({"job_id": pg.job_id, "counters": got, "job_stats": stats, "failed": c.failed}, f)
     for why in c.failed:

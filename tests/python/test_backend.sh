@@ -156,21 +156,34 @@ sums_checked() {
   PYTHONPATH="$src/tests/python:$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 \
     "$python" - "$1" <<'EOF'
 import json, sys
-from backend_collectives import slots_of
+from backend_collectives import slots_of, rotated_packets
 run = json.load(open(sys.argv[1]))
 steps, buckets, payload = len(run["steps"]), run["backend"]["bucket_bytes"], run["payload"]
-kind = "reduce_scatter_appliance" if run["comm"] == "backend-sharded" else "allreduce_appliance"
-want = steps * sum(slots_of(b, payload) for b in buckets)
+world = run["world_size"]
 js, pg = run["job_stats"], run["transport"][0]
 problems = []
 if not buckets:
     problems.append("DDP reported no bucket sizes")
-if js["slots_released"] != want or js["aggregated_packets"] != 4 * want or js["held_packets"] != 0:
-    problems.append(f"the appliance released {js['slots_released']} slots ({js['aggregated_packets']} packets, "
-                    f"{js['held_packets']} held); {steps} steps of buckets {buckets} make {want}")
-if pg[kind] != steps * len(buckets) or pg["appliance_bytes"] != steps * sum(buckets):
+if run["comm"] == "backend-sharded":
+    # One reduce-scatter and one all-gather of the flat buffer a step, each in one pass through
+    # the appliance (the job's stats: the reduce-scatter's, every held packet summed from the
+    # other ranks' contributions).
+    kind, bytes_per_step = "reduce_scatter_appliance", 2 * sum(buckets)
+    want = steps * world * rotated_packets(buckets[0] // world, payload, world)
+    if js["slots_released"] != want or js["aggregated_packets"] != (world - 1) * want or js["held_packets"] != 0:
+        problems.append(f"the reduce-scatter job released {js['slots_released']} sums ({js['aggregated_packets']} "
+                        f"contributions, {js['held_packets']} held); {steps} steps of {buckets} make {want}")
+    if pg["allgather_appliance"] != steps:
+        problems.append(f"rank 0's counters: {pg['allgather_appliance']} allgather_appliance, want {steps}")
+else:
+    kind, bytes_per_step = "allreduce_appliance", sum(buckets)
+    want = steps * sum(slots_of(b, payload) for b in buckets)
+    if js["slots_released"] != want or js["aggregated_packets"] != world * want or js["held_packets"] != 0:
+        problems.append(f"the appliance released {js['slots_released']} slots ({js['aggregated_packets']} packets, "
+                        f"{js['held_packets']} held); {steps} steps of buckets {buckets} make {want}")
+if pg[kind] != steps * len(buckets) or pg["appliance_bytes"] != steps * bytes_per_step:
     problems.append(f"rank 0's counters: {pg[kind]} {kind}, {pg['appliance_bytes']} bytes through the "
-                    f"appliance; {steps} steps of buckets {buckets} make {steps * len(buckets)}, {steps * sum(buckets)} bytes")
+                    f"appliance; {steps} steps of buckets {buckets} make {steps * len(buckets)}, {steps * bytes_per_step} bytes")
 print("; ".join(problems) if problems else f"ok {run['job_id']} {want} {steps * len(buckets)}")
 EOF
 }

@@ -141,10 +141,12 @@ struct Rotation {
     return (rank + n - t) % n;
   }
 };
+// `stride`: the distance between two shards of the whole buffer (0: shard_bytes), so that a caller
+// can run a long buffer in pieces (the same range of every shard at a time).
 Outcome ina_reduce_scatter(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
-                           uint8_t* out, uint64_t shard_bytes);
+                           uint8_t* out, uint64_t shard_bytes, uint64_t stride = 0);
 Outcome ina_all_gather(RingExchange& x, const Geometry& g, const Rotation& rot, unsigned rank, const uint8_t* in,
-                       uint8_t* out, uint64_t shard_bytes);
+                       uint8_t* out, uint64_t shard_bytes, uint64_t stride = 0);
 
 // The XDP tier, with the job's fixed point.
 class TierAllreduce {

@@ -40,6 +40,9 @@ struct InaRankOptions {
   unsigned retry = 15;
   uint64_t chunk_bytes = 8u << 20;  // the registered regions; a larger buffer goes in pieces
   double stall_s = 60;              // an allreduce fails when nothing arrives for this long
+  // Also a reduce-scatter's and an all-gather's QP pairs (docs/protocol.md section 20), each the
+  // QPs of a job of its own (job_text(id, collective)): the allreduce's QPNs + kLaneQpnStep x 1, 2.
+  bool collectives = false;
 };
 
 class InaRank {
@@ -59,12 +62,21 @@ class InaRank {
   // count, one address each, IPv4), binds the transport and connects it to the successor and the
   // predecessor. False with *error.
   bool open(const std::vector<RankEndpoint>& all, std::string* error);
-  // The appliance's job file for the ring open() connected (every rank's connection).
-  std::string job_text(uint32_t id) const;
+  // The appliance's job file for the ring open() connected (every rank's connection); with
+  // options().collectives, the reduce-scatter's or all-gather's job on their QPs.
+  std::string job_text(uint32_t id, control::Collective c = control::Collective::allreduce) const;
+  static constexpr uint32_t kLaneQpnStep = 0x1000;
 
   // Sums `bytes` (whole elements) at `data` over every rank, in place, chunk by chunk. After a
   // failure every later allreduce fails with the same reason.
   bool allreduce(uint8_t* data, uint64_t bytes, std::string* error);
+  // With options().collectives, through the jobs of those collectives: `shard_bytes` (whole
+  // elements) per rank. reduce_scatter: `in` holds the n shards, `out` gets this rank's shard of
+  // the sum (the other ranks' in rank order, then its own). all_gather: `in` is this rank's shard,
+  // `out` gets the n shards. Long buffers go in pieces of the same range of every shard. After a
+  // failure every later call fails with the same reason.
+  bool reduce_scatter(const uint8_t* in, uint8_t* out, uint64_t shard_bytes, std::string* error);
+  bool all_gather(const uint8_t* in, uint8_t* out, uint64_t shard_bytes, std::string* error);
   // Between allreduces: acknowledges the predecessor's retransmissions and the appliance's
   // resends, sends our own retransmissions; waits up to wait_ms for something to arrive.
   void poll(int wait_ms);
@@ -85,6 +97,13 @@ class InaRank {
   uint64_t chunk_ = 0;
   UdpRcTransport transport_;
   std::unique_ptr<RingExchange> exchange_;
+  struct Lane {
+    Geometry g;
+    std::unique_ptr<RingExchange> x;
+  };
+  Lane lanes_[2];       // reduce-scatter, all-gather (options().collectives)
+  uint64_t piece_ = 0;  // their pieces: bytes of each shard at a time
+  bool rotated(control::Collective c, const uint8_t* in, uint8_t* out, uint64_t shard_bytes, std::string* error);
   std::string error_;
   uint64_t allreduces_ = 0, bytes_ = 0, messages_ = 0;
 };

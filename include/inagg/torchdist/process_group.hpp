@@ -6,9 +6,11 @@
 // client::InaRank per rank, the software RoCEv2 transport at the rank's own address. Everything
 // else goes to an inner Gloo process group built on the same store: the other dtypes and
 // reductions, broadcast, all_gather, barrier, gather, scatter, all_to_all, send/recv.
-// reduce_scatter sums the whole input (through the appliance when the job can, else through
-// Gloo's allreduce) and each rank keeps its shard: PyTorch 1.13's Gloo has no reduce_scatter, and
-// the appliance does not yet release a shard to its rank only. counters() says which way each
+// reduce_scatter and all_gather of the job's dtype, in equal shards, go through the appliance in one
+// pass (docs/protocol.md section 20: jobs of their own, on QPs of their own beside the allreduce's);
+// otherwise a reduce_scatter sums the whole input (through the appliance when the job can, else
+// through Gloo's allreduce: PyTorch 1.13's Gloo has no reduce_scatter) and each rank keeps its
+// shard, and an all_gather goes through Gloo. counters() says which way each
 // call went; with `debug` every call prints one line saying where it went and why.
 //
 // Set-up, through the c10d store the process group was created with (inagg.torch gives it one
@@ -68,20 +70,22 @@ struct ProcessGroupOptions {
 };
 
 // What counters() counts: which way each call went. X(name, text).
-#define INAGG_PG_COUNTERS(X)                                                                                  \
-  X(allreduce_appliance, "all_reduce summed by the appliance")                                                \
-  X(allreduce_gloo, "all_reduce through Gloo (a dtype or op the job does not sum, or no appliance)")          \
-  X(reduce_scatter_appliance, "reduce_scatter: the whole input summed by the appliance, each rank its shard") \
-  X(reduce_scatter_gloo, "reduce_scatter: the whole input summed by Gloo's allreduce, each rank its shard")   \
-  X(allgather_gloo, "all_gather, list and tensor forms, through Gloo")                                        \
-  X(broadcast_gloo, "broadcast through Gloo")                                                                 \
-  X(barrier_gloo, "barrier through Gloo")                                                                     \
-  X(reduce_gloo, "reduce through Gloo")                                                                       \
-  X(gather_scatter_gloo, "gather and scatter through Gloo")                                                   \
-  X(alltoall_gloo, "all_to_all through Gloo")                                                                 \
-  X(coalesced_gloo, "allreduce_coalesced and allgather_coalesced through Gloo")                               \
-  X(send_recv_gloo, "send and recv through Gloo")                                                             \
-  X(appliance_bytes, "bytes summed by the appliance")                                                         \
+#define INAGG_PG_COUNTERS(X)                                                                                 \
+  X(allreduce_appliance, "all_reduce summed by the appliance")                                               \
+  X(allreduce_gloo, "all_reduce through Gloo (a dtype or op the job does not sum, or no appliance)")         \
+  X(reduce_scatter_appliance, "reduce_scatter in one pass through the appliance, each rank its shard's sum") \
+  X(reduce_scatter_whole, "reduce_scatter: the whole input summed by the appliance, each rank its shard")    \
+  X(reduce_scatter_gloo, "reduce_scatter: the whole input summed by Gloo's allreduce, each rank its shard")  \
+  X(allgather_appliance, "all_gather in one pass through the appliance (list and tensor forms)")             \
+  X(allgather_gloo, "all_gather, list and tensor forms, through Gloo")                                       \
+  X(broadcast_gloo, "broadcast through Gloo")                                                                \
+  X(barrier_gloo, "barrier through Gloo")                                                                    \
+  X(reduce_gloo, "reduce through Gloo")                                                                      \
+  X(gather_scatter_gloo, "gather and scatter through Gloo")                                                  \
+  X(alltoall_gloo, "all_to_all through Gloo")                                                                \
+  X(coalesced_gloo, "allreduce_coalesced and allgather_coalesced through Gloo")                              \
+  X(send_recv_gloo, "send and recv through Gloo")                                                            \
+  X(appliance_bytes, "bytes summed by the appliance")                                                        \
   X(failed, "calls that raised")
 
 enum class Counter : uint8_t {
@@ -155,9 +159,13 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
 
   // INAGG_PG_COUNTERS, then the transport's (packets_sent, retransmitted, timeouts, ...).
   std::map<std::string, uint64_t> counters() const;
-  // The appliance's `stats ID` reply for the job; throws when there is no job or no answer.
-  std::string job_stats() const;
+  // The appliance's `stats ID` reply for the job of `collective` (allreduce, reduce_scatter or
+  // all_gather); throws when there is no such job or no answer.
+  std::string job_stats(const std::string& collective = "allreduce") const;
   uint32_t job_id() const { return job_id_; }
+  // The one-pass reduce-scatter's and all-gather's jobs (0: none; those calls then go the other way).
+  uint32_t rs_job_id() const { return rs_job_id_; }
+  uint32_t ag_job_id() const { return ag_job_id_; }
   bool uses_appliance() const { return rank_ != nullptr; }
   const std::string& gloo_only() const { return o_.gloo_only; }
   std::string address() const;
@@ -170,6 +178,8 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
  private:
   void set_up(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds rendezvous_timeout);
   std::string register_job();  // rank 0: "" once active, else why
+  // Rank 0: the job of collective c, its id in *id; "" once active, else why.
+  std::string register_one(control::Collective c, uint32_t* id);
 
   using Body = std::function<void()>;
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType op, std::vector<at::Tensor> outputs, Body body);
@@ -179,6 +189,10 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
   // Sums t in place over every rank (through the appliance when `appliance`, else Gloo), then
   // divides by the group's size when `average`. Runs on the queue's thread.
   void sum(at::Tensor& t, bool appliance, bool average);
+  // The one-pass reduce-scatter (in: every shard, contiguous; out: this rank's) or all-gather (in:
+  // this rank's shard; out: every shard) through the appliance. Runs on the queue's thread; a
+  // failure removes the jobs and throws.
+  void one_pass(bool reduce_scatter, const at::Tensor& in, at::Tensor& out, uint64_t shard_bytes);
   // Why a sum of t with `op` cannot go through the appliance; "" when it can. The same on every
   // rank for the same call (dtype, op, size), so that every rank routes it the same way.
   std::string why_not_appliance(const at::Tensor& t, const c10d::ReduceOp& op) const;
@@ -191,7 +205,7 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
   std::unique_ptr<client::InaRank> rank_;  // null: every call through Gloo (o_.gloo_only says why)
   std::string credential_;                 // tcp:// control: the tenant's credential
-  uint32_t job_id_ = 0;
+  uint32_t job_id_ = 0, rs_job_id_ = 0, ag_job_id_ = 0;
   std::string job_text_;
   std::atomic<uint64_t> counters_[static_cast<size_t>(Counter::count)] = {};
   std::atomic<bool> job_removed_{false};
