@@ -10,8 +10,9 @@ Gloo, and runs under torchrun (``python3 -m inagg.torchrun`` on Debian 12)::
     ...
     dist.destroy_process_group()                    # the job leaves the appliance
 
-all_reduce with a sum (or an average) of the job's dtype goes through the appliance; every other
-call goes to a Gloo group inside the backend, and ``dist.group.WORLD.counters()`` says which way
+all_reduce with a sum (or an average), reduce_scatter and all_gather of the job's dtype go through
+the appliance (the last two in one pass, jobs of their own); every other call goes to a Gloo
+group inside the backend, and ``dist.group.WORLD.counters()`` says which way
 each went (``COUNTERS`` describes them). Where the appliance is and how this rank reaches it comes
 from the environment (or ``pg_options=inagg.torch.Options(...)``):
 
