@@ -8,7 +8,8 @@
 #     veth from worker 0's namespace to this one carries it): every collective against a reference computed
 #     from every rank's input, all_reduce of 16 MiB bit for bit through the appliance, the process
 #     group's counters exact (which calls went through the appliance, which through Gloo), the
-#     appliance's counters for the job; after destroy_process_group the job is gone.
+#     appliance's counters for the jobs (the allreduce's, the reduce-scatter's and the
+#     all-gather's); after destroy_process_group the jobs are gone.
 #  1b. Every other dtype as the job's (INAGG_DTYPE bf16, fp16, int32; backend_collectives.py
 #     dtype): all_reduce through the appliance bit for bit against the scalar reference and
 #     against Gloo's all_reduce of the same inputs, the counters saying the appliance summed it.
@@ -17,8 +18,8 @@
 #  3. Training: examples/train_digits.py under torchrun, with Gloo (DDP), with the backend (DDP
 #     with no hook) and sharded through the backend (gradients reduce-scattered, parameters
 #     all-gathered); the loss curves agree within LOSS_TOLERANCE, test accuracy reaches 0.9, every
-#     gradient bucket DDP made and every step's reduce-scatter was summed by the appliance (its
-#     counters for the job against the sizes), the jobs removed at the end.
+#     gradient bucket DDP made and every step's reduce-scatter was summed by the appliance in one
+#     pass (its counters for the job against the sizes), the jobs removed at the end.
 #   test_backend.sh INAGG INAGG_CTL SRCDIR PYTHONPATH
 # PYTHON_PRELOAD (set by meson in a sanitizer build): the sanitizer runtimes the Python processes
 # need to load the instrumented extensions.
@@ -92,6 +93,8 @@ grep -h "^rank" "$tmp"/check.*.log
 job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$tmp/check.0.json") ||
   fail "rank 0 wrote no job id"
 job_listed "$job" && fail "collectives: job $job is still on the appliance after destroy_process_group: $(C list)"
+# The group's reduce-scatter and all-gather jobs went with it.
+C list | grep -q "^id=" && fail "collectives: jobs left on the appliance after destroy_process_group: $(C list)"
 grep -q "^inagg: job $job added" "$tmp/inagg.log" || fail "collectives: the appliance did not log job $job's registration"
 echo "ok: collectives: every result as the reference, the counters exact; job $job registered over tcp://$subnet.1:18590, removed at destroy_process_group"
 
