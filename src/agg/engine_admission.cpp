@@ -204,7 +204,6 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   }
   if (rotated) {
     job->rot_L = static_cast<uint32_t>(rot_L);
-    job->rot_rounds = static_cast<uint32_t>(rot_rounds);
     job->rot_nslots = static_cast<uint32_t>(rot_nslots);
     job->rot_ring = static_cast<uint32_t>(rot_ring);
     job->rot_slots.resize(rot_nslots);

@@ -199,7 +199,7 @@ struct alignas(64) Engine::Job {
     unsigned shard;  // the shard it carries
     unsigned t;      // its position in its round
   };
-  uint32_t rot_L = 0, rot_ring = 0, rot_nslots = 0, rot_rounds = 0;
+  uint32_t rot_L = 0, rot_ring = 0, rot_nslots = 0;
   std::vector<RotSlot> rot_slots;  // rot_nslots; their buffers: `sums`, P bytes each
   struct RotSrc {
     void* handle = nullptr;  // one reference, until the slot is summed
@@ -248,6 +248,9 @@ struct alignas(64) Engine::Job {
     const unsigned s = reduce_scatter() ? (t + 2 < n ? (rank + 2 + t) % n : (rank + 1) % n) : (rank + n - t) % n;
     return {(k * n + s) * rot_L + q % rot_L, s, t};
   }
+  // Whether a packet at this place goes on unchanged: a reduce-scatter contribution that is not
+  // the last of its round, an all-gather owner's data (else: a sum or a copy goes into it).
+  bool rot_passes(const RotPlace& at) const { return reduce_scatter() ? at.t + 2 < spec.workers : at.t == 0; }
   size_t rot_index(uint64_t g) const { return g % rot_nslots; }
   RotSlot& rot_slot(uint64_t g) { return rot_slots[rot_index(g)]; }
   RotEntry& rot_entry(unsigned rank, uint64_t q) { return rot_entries[size_t{rank} * rot_ring + q % rot_ring]; }

@@ -45,7 +45,7 @@ void Engine::handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const
   const bool rs = job.reduce_scatter();
   const Job::RotPlace at = job.rot_place(rank, q);
   Job::RotSlot& slot = job.rot_slot(at.g);
-  const bool passes = rs ? at.t + 2 < n : at.t == 0;  // goes on unchanged (else: a sum or a copy)
+  const bool passes = job.rot_passes(at);
 
   if (q < job.rot_rel[rank]) {  // it went out before: the sender went back
     note_data(job, rank, pkt, l, q, now_ns, tx);
@@ -177,7 +177,6 @@ void Engine::rot_fill(Job& job, uint64_t g, unsigned rank, uint64_t q) {
 // The connection's packets that may go, from its next sequence on, in order, while TX has room
 // (poll() continues what a full TX list cut short). Each stays until its receiver acknowledges it.
 void Engine::rot_release(Job& job, unsigned rank, uint64_t now_ns, TxList& tx) {
-  const bool rs = job.reduce_scatter();
   while (job.state == JobState::active) {
     const uint64_t q = job.rot_rel[rank];
     Job::RotEntry& e = job.rot_entry(rank, q);
@@ -188,10 +187,9 @@ void Engine::rot_release(Job& job, unsigned rank, uint64_t now_ns, TxList& tx) {
     e.released = true;
     --job.held_count;
     ++job.retained_count;
-    const Job::RotPlace at = job.rot_place(rank, q);
-    if (!(rs ? at.t + 2 < job.spec.workers : at.t == 0)) {  // a sum or a copy
+    if (!job.rot_passes(job.rot_place(rank, q))) {  // a sum or a copy
       BUMP(job, released_packets);
-      if (rs) BUMP(job, slots_released);
+      if (job.reduce_scatter()) BUMP(job, slots_released);
     }
     ++job.rot_rel[rank];
     job.last_progress_ns = job.last_release_ns = now_ns;
