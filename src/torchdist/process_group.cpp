@@ -24,14 +24,23 @@ std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
 // Every rank publishes `mine` (a value, or "error: why") under PHASE/RANK and reads every rank's;
-// a rank whose value is an error makes every rank raise with its reason.
+// a rank whose value is an error makes every rank raise with its reason. A failing rank still
+// waits (up to the timeout) until every rank has published: a rank that publishes has finished
+// making its inner Gloo group, whose connections the failing rank closes when it raises (a rank
+// still connecting would raise Gloo's "Connection closed by peer" instead of the reason).
 std::vector<std::string> all_publish(c10d::Store& store, int rank, int size, const std::string& phase,
                                      const std::string& mine, std::chrono::milliseconds timeout) {
   const std::string me = "inagg rank " + std::to_string(rank) + ": ";
-  store.set(phase + "/" + std::to_string(rank), bytes_of(mine));
-  if (mine.rfind(kError, 0) == 0) throw std::runtime_error(me + mine.substr(std::string(kError).size()));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(phase + "/" + std::to_string(r));
+  store.set(keys[rank], bytes_of(mine));
+  if (mine.rfind(kError, 0) == 0) {
+    try {
+      store.wait(keys, timeout);
+    } catch (const std::exception&) {  // a rank that never publishes: this rank's reason stands
+    }
+    throw std::runtime_error(me + mine.substr(std::string(kError).size()));
+  }
   try {
     store.wait(keys, timeout);
   } catch (const std::exception& e) {
