@@ -2,7 +2,7 @@
 """One rank of the torch.distributed backend "inagg" in the virtual rack, started by torchrun
 (python3 -m inagg.torchrun, one agent per worker namespace); test_backend.sh runs it.
 
-    backend_collectives.py check OUT_DIR
+    backend_collectives.py check OUT_DIR [DTYPE...]
         dist.init_process_group("inagg"), then every collective checked against a reference
         computed here from every rank's input (each rank draws every rank's input from the same
         seeds): all_reduce of 16 MiB of fp32 (and a few odd sizes) bit for bit against the sum in
@@ -16,13 +16,14 @@
         slot those sums make released with all ranks' packets, every reduce-scatter's held packet
         summed and every all-gather placeholder filled. Writes OUT_DIR/check.R.json (the
         counters, the job's id and stats).
-    backend_collectives.py dtype OUT_DIR
-        with INAGG_DTYPE=bf16, fp16 or int32 (the job's dtype): all_reduce of that dtype through the
-        appliance, bit for bit against the scalar reference (16-bit floats widened to fp32, summed
-        in rank order, rounded once to nearest even; int32 wrapping), and against Gloo's all_reduce
-        of the same inputs in a Gloo group (int32 equal; 16-bit floats, which Gloo rounds after
-        every add, within a few units in the last place); the counters say the appliance summed
-        them. Writes OUT_DIR/dtype.R.json.
+        Then, for each DTYPE (bf16, fp16, int32), a process group made again in the same
+        processes with INAGG_DTYPE=DTYPE (a job sums one dtype): all_reduce of that dtype through
+        the appliance, bit for bit against the scalar reference (16-bit floats widened to fp32,
+        summed in rank order, rounded once to nearest even; int32 wrapping), and against Gloo's
+        all_reduce of the same inputs in a Gloo group (int32 equal; 16-bit floats, which Gloo
+        rounds after every add, within a few units in the last place); the counters say the
+        appliance summed them. Writes OUT_DIR/dtype-DTYPE.R.json.
+        The last line: "rank R: passed" when every part passed, else "rank R: FAILED".
     backend_collectives.py loop OUT_DIR
         all_reduce in a loop until it raises (the test kills one rank's process meanwhile); the
         rank writes OUT_DIR/pid.R before its first sum and OUT_DIR/loop.R.json with the error.
@@ -221,7 +222,6 @@ def check(out):
     for why in c.failed:
         print(f"rank {rank}: FAIL: {why}", flush=True)
     dist.destroy_process_group()  # every rank: the job leaves the appliance
-    print(f"rank {rank}: {'FAILED' if c.failed else 'passed'}", flush=True)
     return 1 if c.failed else 0
 
 
@@ -262,9 +262,15 @@ def as_float(bits, dtype):
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def dtype_check(out):
-    dtype = os.environ["INAGG_DTYPE"]
-    dist.init_process_group("inagg", timeout=timedelta(seconds=120))
+def dtype_check(out, dtype):
+    os.environ["INAGG_DTYPE"] = dtype
+    # A store of this group's own: torch 1.13 numbers a group made again after
+    # destroy_process_group as the first, and its barrier would count the first one's ranks too.
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                         timedelta(seconds=120))
+    dist.init_process_group("inagg", store=dist.PrefixStore(f"dtype-{dtype}/", base), rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
     gloo = dist.new_group(backend="gloo")
@@ -304,12 +310,12 @@ def dtype_check(out):
     for k, v in {"allreduce_appliance": calls, "allreduce_gloo": 0, "appliance_bytes": appliance_bytes, "failed": 0}.items():
         if got[k] != v:
             c.failed.append(f"counter {k}: {got[k]}, want {v}")
-    with open(os.path.join(out, f"dtype.{rank}.json"), "w") as f:
+    with open(os.path.join(out, f"dtype-{dtype}.{rank}.json"), "w") as f:
         json.dump({"dtype": dtype, "job_id": pg.job_id, "counters": got, "failed": c.failed}, f)
     for why in c.failed:
-        print(f"rank {rank}: FAIL: {why}", flush=True)
+        print(f"rank {rank}: FAIL: {dtype}: {why}", flush=True)
     dist.destroy_process_group()
-    print(f"rank {rank}: {'FAILED' if c.failed else 'passed'}", flush=True)
+    print(f"rank {rank}: {dtype} {'FAILED' if c.failed else 'passed'}", flush=True)
     return 1 if c.failed else 0
 
 
@@ -336,10 +342,19 @@ def loop(out):
     return 0 if error else 1
 
 
+def check_all(out, dtypes):
+    rank = int(os.environ["RANK"])
+    rc = check(out)
+    for dtype in dtypes:
+        rc |= dtype_check(out, dtype)
+    print(f"rank {rank}: {'FAILED' if rc else 'passed'}", flush=True)
+    return rc
+
+
 def main():
     what, out = sys.argv[1], sys.argv[2]
     try:
-        rc = {"check": check, "dtype": dtype_check, "loop": loop}[what](out)
+        rc = check_all(out, sys.argv[3:]) if what == "check" else {"loop": loop}[what](out)
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         rc = 1
