@@ -21,7 +21,7 @@
 #   datagram its VM's UDP stack took (UDP InDatagrams = rcvd_pkts: no ICRC or header refused, e.g.
 #   the software endpoint's or inagg's regenerated ones) and no QP exceeded its retries; the software
 #   ranks counted no bad ICRC; inagg released one slot per packet of each job, held none, forwarded
-#   the ring untouched; scapy's ICRC (check_icrc.py) agrees with every RoCEv2 packet inagg emitted.
+#   the ring untouched; the ICRC check_icrc.py computes (checked against scapy's) agrees with every RoCEv2 packet inagg emitted.
 #   test_rxe_interop.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4
@@ -165,8 +165,8 @@ echo "ok: control: with 1 element of rank 2's input altered after the reference,
 for i in $(seq 0 $((vms - 1))); do counters "vm$i" >"$tmp/c-end-$i"; done
 
 lab_stop_appliance
-/usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
-echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
+/usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "the ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
+echo "ok: the ICRC check (against scapy's) of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
 # --- rxe's own counters over the whole run --------------------------------------------------------
 for i in $(seq 0 $((vms - 1))); do
   lab_rxe_accepted_all "vm$i" "$tmp/c-start-$i" "$tmp/c-end-$i"

@@ -22,8 +22,8 @@
 #   regenerated one that is wrong, was refused; test_rxe_forward.sh shows that this check sees a
 #   bad ICRC); no QP exceeded its retries; inagg's stats show each job's slots released, exactly
 #   one per packet the job carried, none held; in 3 its engine passed RoCE packets through
-#   untouched; in 4 it recovered losses (resends, NAKs, answered retransmissions); and scapy's ICRC
-#   (check_icrc.py, independent of inagg's CRC code) agrees with every RoCEv2 packet inagg's engines
+#   untouched; in 4 it recovered losses (resends, NAKs, answered retransmissions); and the ICRC
+#   check_icrc.py computes (independent of inagg's CRC code, checked against scapy's) agrees with every RoCEv2 packet inagg's engines
 #   emitted (--capture). Per phase, each VM's udp_in and rcvd_pkts are printed: a difference there
 #   names the phase (a WRITE that reached a receive QP not yet in RTR was one, before the verbs
 #   transport's "connected" barrier).
@@ -178,8 +178,8 @@ for c in reduce_scatter all_gather; do
 done
 
 lab_stop_appliance
-/usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "scapy's ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
-echo "ok: scapy's ICRC check of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
+/usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "the ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"
+echo "ok: the ICRC check (against scapy's) of every RoCEv2 packet inagg's engines emitted: $(tail -n 1 "$tmp/icrc.txt")"
 # --- checks: rxe's own counters, per phase -------------------------------------------------------
 for i in $(seq 0 $((n - 1))); do
   line=""
