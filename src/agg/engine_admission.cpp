@@ -105,9 +105,6 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     if (s.replay) return fail(what + " cannot be a replay job");
     if (nshards > 1)
       return fail(what + " runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
-    if (start == JobStart::resume)
-      return fail(what +
-                  " cannot resume after a restart yet: remove it from the state directory and register it again");
     if (s.chunk < 1) return fail("chunk must be at least 1 message");
   }
   // The ring: rank r writes to rank r+1, so its destination is where r+1 sends from. A job that is

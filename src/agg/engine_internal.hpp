@@ -215,8 +215,9 @@ struct alignas(64) Engine::Job {
   // A resumed job of one engine (JobStart::resume), per rank, until it resumes (engine_resume.cpp).
   struct ResumeTrack {
     bool seen = false, back = false;
-    uint32_t highest = 0;  // the highest offset from the start PSN seen from the rank
-    uint32_t point = 0;    // where it went back to: the first packet its receiver does not have
+    uint32_t highest = 0;      // the highest offset from the start PSN seen from the rank
+    uint32_t point = 0;        // where it went back to: the first packet its receiver does not have
+    uint8_t inside_round = 0;  // a rotated job's: how often it went back to a point inside a round
   };
   std::vector<ResumeTrack> resume;
   uint64_t highest = 0;  // one past the highest sequence any packet has claimed
@@ -251,6 +252,8 @@ struct alignas(64) Engine::Job {
   // Whether a packet at this place goes on unchanged: a reduce-scatter contribution that is not
   // the last of its round, an all-gather owner's data (else: a sum or a copy goes into it).
   bool rot_passes(const RotPlace& at) const { return reduce_scatter() ? at.t + 2 < spec.workers : at.t == 0; }
+  // A round: one chunk of each of the n - 1 shards a connection carries, in packets.
+  uint64_t rot_round() const { return uint64_t{spec.workers - 1} * rot_L; }
   size_t rot_index(uint64_t g) const { return g % rot_nslots; }
   RotSlot& rot_slot(uint64_t g) { return rot_slots[rot_index(g)]; }
   RotEntry& rot_entry(unsigned rank, uint64_t q) { return rot_entries[size_t{rank} * rot_ring + q % rot_ring]; }

@@ -11,6 +11,9 @@
 // the same point (the appliance released each slot to all of them at once) all go on; a receiver
 // that lacked more than the others never gets those sums and its rank fails, never with a wrong one.
 // Ranks between two allreduces lose nothing: their next message is where they all go back to.
+// A reduce-scatter or all-gather resumes the same way, only at the start of a round (ranks between
+// two calls are there); inside one it is aborted (resumed_mid_round), its ranks failing on their RC
+// retries as above.
 // A spread job resumes at the first message that begins on shard 0 instead (its lcores route by
 // offsets from the start PSN, and only shard 0's engine could see every rank go back).
 #include "inagg/agg/engine.hpp"
@@ -50,6 +53,7 @@ void Engine::resume_from(Job& job, uint64_t seq) {
       c.data_seen = true;
     }
   }
+  if (job.rotated()) job.rot_rel.assign(job.spec.workers, seq);
   std::vector<Job::ResumeTrack>().swap(job.resume);
   choose_path(job);
 }
@@ -81,6 +85,25 @@ void Engine::resume_data(Job& job, unsigned rank, const PacketRef& pkt, const La
     } else if (!t.back) {
       t.back = true;
       t.point = offset;
+      // A reduce-scatter or all-gather sums a round from packets at every position of it (each
+      // connection carries the shards in its own order): inside a round, the contributions before
+      // the restart are gone and the round could never finish. A point there is taken as lost
+      // packets first (the one the sender went back to may not have arrived): the rank is watched
+      // for its next go-back; the third such point aborts the job.
+      if (job.rotated() && offset % job.rot_round() != 0) {
+        if (++t.inside_round < 3) {
+          t.back = false;
+          t.highest = offset;
+          return drop(&job, pkt, &EngineCounters::drop_resuming);
+        }
+        abort_job(job,
+                  "resumed after a restart inside a round (rank " + std::to_string(rank) + " went back to " +
+                      std::to_string(offset) + " packets past its start PSN three times; rounds of " +
+                      std::to_string(job.rot_round()) +
+                      "): the call in flight at the restart lost its partial sums with it; register the job again",
+                  &EngineCounters::resumed_mid_round);
+        return drop(&job, pkt, &EngineCounters::failed_job_drops);
+      }
     }
     uint32_t furthest = job.resume[0].point;
     for (const Job::ResumeTrack& r : job.resume) {

@@ -87,17 +87,13 @@ bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& sto
       continue;
     }
     std::string err;
-    if (spec.tier == control::Tier::leaf || spec.collective != control::Collective::allreduce) {
-      // A leaf cannot tell where its rack's ranks and its uplink's receiver stand after a restart,
-      // nor a reduce-scatter or all-gather where each connection's schedule is: their packets pass
-      // unsummed, which the ranks' tallies show (docs/protocol.md sections 20 and 21).
+    if (spec.tier == control::Tier::leaf) {
+      // A leaf cannot tell where its rack's ranks and its uplink's receiver stand after a restart:
+      // its packets pass unsummed, which the ranks' tallies show (docs/protocol.md section 21).
       util::log(util::LogModule::control, util::LogLevel::warning,
-                "state file %s: job %u is %s, which does not resume after a restart; its ranks see unsummed "
+                "state file %s: job %u is a leaf, which does not resume after a restart; its ranks see unsummed "
                 "messages and fail or fall over until it is registered again; the state file is removed",
-                path.c_str(), spec.id,
-                spec.tier == control::Tier::leaf                         ? "a leaf"
-                : spec.collective == control::Collective::reduce_scatter ? "a reduce_scatter"
-                                                                         : "an all_gather");
+                path.c_str(), spec.id);
       if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       continue;
     }

@@ -145,6 +145,7 @@ constexpr CounterExport kEngineExports[] = {
     {"err_not_rc", "contract_violations_total", "rc_only"},
     {"timeouts", "job_timeouts_total", ""},
     {"generations", "replay_generations_total", ""},
+    {"resumed_mid_round", "jobs_resumed_mid_round_total", ""},
     {"drop_resuming", "dropped_packets_total", "resuming"},
     {"tx_full", "dropped_packets_total", "tx_list_full"},
 };

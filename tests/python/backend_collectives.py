@@ -24,6 +24,13 @@
         rounds after every add, within a few units in the last place); the counters say the
         appliance summed them. Writes OUT_DIR/dtype-DTYPE.R.json.
         The last line: "rank R: passed" when every part passed, else "rank R: FAILED".
+    backend_collectives.py restart OUT_DIR PAUSE_DIR
+        reduce_scatter_tensor, all_gather_into_tensor and all_reduce steps (each checked), a pause
+        with nothing in flight (PAUSE_DIR/paused.R; on when PAUSE_DIR/resume appears) while the
+        test restarts the appliance with its state directory, then more steps through the
+        restarted appliance; the counters say every call went through it, and (rank 0) the
+        restarted appliance's jobs summed and filled every packet of the steps after the restart.
+        Writes OUT_DIR/restart.R.json.
     backend_collectives.py loop OUT_DIR
         all_reduce in a loop until it raises (the test kills one rank's process meanwhile); the
         rank writes OUT_DIR/pid.R before its first sum and OUT_DIR/loop.R.json with the error.
@@ -31,6 +38,7 @@
 import json
 import os
 import sys
+import time
 import traceback
 from datetime import timedelta
 
@@ -72,6 +80,17 @@ def rotated_packets(shard_bytes, payload, world, element=4):
     return -(-shard_bytes // (MESSAGE - 2 * element)) * (MESSAGE // payload)
 
 
+def rs_reference(rank, world, n, salt):
+    """The rank's input to a reduce-scatter of n elements a shard, and its shard of the result:
+    the other ranks' sum in rank order (as the appliance adds them), then its own."""
+    whole = [rank_input(r, n * world, salt) for r in range(world)]
+    others = [x for r, x in enumerate(whole) if r != rank]
+    want = others[0].copy()
+    for x in others[1:]:
+        want = want + x
+    return whole[rank], want[rank * n:(rank + 1) * n] + whole[rank][rank * n:(rank + 1) * n]
+
+
 class Checks:
     def __init__(self, rank):
         self.rank, self.failed = rank, []
@@ -87,13 +106,19 @@ class Checks:
             print(f"rank {self.rank}: ok: {what}", flush=True)
 
 
-def check(out):
-    dist.init_process_group("inagg", timeout=timedelta(seconds=120))
+def appliance_group(**init):
+    """dist.init_process_group("inagg", **init): (rank, world size, the group, its Checks); the
+    rank stops unless the group uses the appliance."""
+    dist.init_process_group("inagg", timeout=timedelta(seconds=120), **init)
     rank, world = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
-    c = Checks(rank)
     if not pg.uses_appliance:
         raise SystemExit(f"rank {rank}: FAIL: the process group does not use the appliance: {pg.gloo_only}")
+    return rank, world, pg, Checks(rank)
+
+
+def check(out):
+    rank, world, pg, c = appliance_group()
     print(f"rank {rank}: job {pg.job_id}, this rank at {pg.address}, payload {pg.payload}", flush=True)
     before = pg.counters()
     appliance_bytes, slots = 0, 0
@@ -122,20 +147,14 @@ def check(out):
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     c.equal("all_reduce MAX (Gloo)", t.numpy(), np.max([rank_input(r, 300, 10) for r in range(world)], axis=0))
 
-    # reduce_scatter in one pass: each rank its shard, the other ranks' sum in rank order (as the
-    # appliance adds them), then its own.
+    # reduce_scatter in one pass.
     n = 70000  # two messages and a bit per shard
-    whole = [rank_input(r, n * world, 11) for r in range(world)]
-    others = [x for r, x in enumerate(whole) if r != rank]
-    want = others[0].copy()
-    for x in others[1:]:
-        want = want + x
-    want = want[rank * n:(rank + 1) * n] + whole[rank][rank * n:(rank + 1) * n]
+    mine, want = rs_reference(rank, world, n, 11)
     shard = torch.zeros(n)
-    dist.reduce_scatter(shard, list(torch.from_numpy(whole[rank]).chunk(world)))
+    dist.reduce_scatter(shard, list(torch.from_numpy(mine).chunk(world)))
     c.equal("reduce_scatter (list form, one pass)", shard.numpy(), want)
     shard = torch.zeros(n)
-    dist.reduce_scatter_tensor(shard, torch.from_numpy(whole[rank]))
+    dist.reduce_scatter_tensor(shard, torch.from_numpy(mine))
     c.equal("reduce_scatter_tensor (one pass)", shard.numpy(), want)
     appliance_bytes += 2 * 4 * n * world
     rs_held = 2 * world * rotated_packets(4 * n, pg.payload, world)
@@ -269,14 +288,8 @@ def dtype_check(out, dtype):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
                          timedelta(seconds=120))
-    dist.init_process_group("inagg", store=dist.PrefixStore(f"dtype-{dtype}/", base), rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    pg = dist.group.WORLD
+    rank, world, pg, c = appliance_group(store=dist.PrefixStore(f"dtype-{dtype}/", base), rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
-    c = Checks(rank)
-    if not pg.uses_appliance:
-        raise SystemExit(f"rank {rank}: FAIL: the process group does not use the appliance: {pg.gloo_only}")
     element = 4 if dtype == "int32" else 2
     before = pg.counters()
     appliance_bytes, calls = 0, 0
@@ -319,6 +332,72 @@ def dtype_check(out, dtype):
     return 1 if c.failed else 0
 
 
+def restart(out, pause_dir):
+    """Steps of reduce_scatter_tensor, all_gather_into_tensor and all_reduce (fp32, each checked),
+    a pause with nothing in flight (PAUSE_DIR/paused.R, then waits up to 120 s for
+    PAUSE_DIR/resume) while the test restarts the appliance with its state directory, then more
+    steps: every call after the restart through the restarted appliance's sums and copies."""
+    rank, world, pg, c = appliance_group()
+    n, before_steps, steps = 70000, 2, 5
+
+    def step(i):
+        mine, want = rs_reference(rank, world, n, 100 + i)
+        shard = torch.zeros(n)
+        dist.reduce_scatter_tensor(shard, torch.from_numpy(mine))
+        c.equal(f"step {i}: reduce_scatter_tensor", shard.numpy(), want)
+        into = torch.zeros(world * n)
+        dist.all_gather_into_tensor(into, torch.from_numpy(rank_input(rank, n, 200 + i)))
+        c.equal(f"step {i}: all_gather_into_tensor", into.numpy(),
+                np.concatenate([rank_input(r, n, 200 + i) for r in range(world)]))
+        t = torch.from_numpy(rank_input(rank, n, 300 + i))
+        dist.all_reduce(t)
+        c.equal(f"step {i}: all_reduce", t.numpy(), ranked_sum(world, n, 300 + i))
+
+    before = pg.counters()
+    for i in range(before_steps):
+        step(i)
+    dist.barrier()
+    open(os.path.join(pause_dir, f"paused.{rank}"), "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(pause_dir, "resume")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank {rank}: FAIL: {pause_dir}/resume did not appear within 120 s")
+        time.sleep(0.05)
+    for i in range(before_steps, steps):
+        step(i)
+    dist.barrier()
+    after = pg.counters()
+    got = {k: after[k] - before.get(k, 0) for k in inagg.torch.COUNTERS}
+    for k in ("allreduce_appliance", "reduce_scatter_appliance", "allgather_appliance"):
+        if got[k] != steps:
+            c.failed.append(f"counter {k}: {got[k]}, want {steps} (every call through the appliance)")
+    if got["failed"]:
+        c.failed.append(f"counter failed: {got['failed']}")
+    stats = {}
+    if rank == 0:  # the restarted appliance's counters: every call after the restart in them
+        want = {"reduce_scatter": ("slots_released", (steps - before_steps) * world * rotated_packets(4 * n, pg.payload, world)),
+                "all_gather": ("placeholders_filled",
+                               (steps - before_steps) * world * (world - 2) * rotated_packets(4 * n, pg.payload, world))}
+        for which, (key, want_n) in want.items():
+            js = dict(line.partition(" ")[::2] for line in pg.job_stats(which).splitlines())
+            stats[which] = js
+            if js.get(key) != str(want_n) or js.get("held_packets") != "0" or js.get("drop_resuming", "0") == "0":
+                c.failed.append(f"the restarted appliance's {which} job: {key} {js.get(key)}, held_packets "
+                                f"{js.get('held_packets')}, drop_resuming {js.get('drop_resuming')}; want {want_n}, 0 "
+                                "and some (the packets it dropped until the ranks went back)")
+            else:
+                print(f"rank 0: ok: the restarted appliance's {which} job: {key} {want_n}, nothing held, "
+                      f"{js['drop_resuming']} packets dropped while it resumed", flush=True)
+    with open(os.path.join(out, f"restart.{rank}.json"), "w") as f:
+        json.dump({"job_ids": [pg.job_id, pg.rs_job_id, pg.ag_job_id], "counters": got, "job_stats": stats,
+                   "failed": c.failed}, f)
+    for why in c.failed:
+        print(f"rank {rank}: FAIL: {why}", flush=True)
+    dist.destroy_process_group()
+    print(f"rank {rank}: {'FAILED' if c.failed else 'passed'}", flush=True)
+    return 1 if c.failed else 0
+
+
 def loop(out):
     dist.init_process_group("inagg", timeout=timedelta(seconds=120))
     rank = dist.get_rank()
@@ -354,7 +433,12 @@ def check_all(out, dtypes):
 def main():
     what, out = sys.argv[1], sys.argv[2]
     try:
-        rc = check_all(out, sys.argv[3:]) if what == "check" else {"loop": loop}[what](out)
+        if what == "check":
+            rc = check_all(out, sys.argv[3:])
+        elif what == "restart":
+            rc = restart(out, sys.argv[3])
+        else:
+            rc = {"loop": loop}[what](out)
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         rc = 1

@@ -15,6 +15,9 @@
 #     against Gloo's all_reduce of the same inputs, the counters saying the appliance summed it.
 #  2. A rank killed (SIGKILL) in a loop of all_reduce: every other rank raises, and the job is
 #     removed from the appliance.
+#  2b. The appliance killed and started again with its state directory while the ranks pause
+#     between steps of reduce_scatter_tensor, all_gather_into_tensor and all_reduce: its three
+#     jobs resume, every later call exact and through the restarted appliance's sums and copies.
 #  3. Training: examples/train_digits.py under torchrun, with Gloo (DDP), with the backend (DDP
 #     with no hook) and sharded through the backend (gradients reduce-scattered, parameters
 #     all-gathered); the loss curves agree within LOSS_TOLERANCE, test accuracy reaches 0.9, every
@@ -52,7 +55,8 @@ secret=$(head -c 24 /dev/urandom | base64)
 echo "torch * $secret" >"$tmp/tenants"
 echo "torch $secret" >"$tmp/credential"
 chmod 600 "$tmp/tenants" "$tmp/credential"
-start_inagg --control-tcp "$subnet.1:18590" --control-secret-file "$tmp/tenants"
+inagg_args=(--control-tcp "$subnet.1:18590" --control-secret-file "$tmp/tenants" --state-dir "$tmp/state")
+start_inagg "${inagg_args[@]}"
 
 # launch NAME PORT SCRIPT ARGS...: one torchrun agent per namespace, rank R's output in
 # $tmp/NAME.R.log; their PIDs in agents[]. The appliance's control socket: $control (default the
@@ -123,6 +127,33 @@ for r in 0 1 2; do
 done
 job_listed "$job" && fail "loop: job $job is still on the appliance after rank 3 was killed: $(C list)"
 echo "ok: rank 3 killed: ranks 0-2 raised, job $job removed"
+
+# 2b. The appliance restarted between two steps of reduce-scatter, all-gather and all-reduce: the
+# ranks pause with nothing in flight, the appliance is killed (-9) and started again with its
+# state directory, and the ranks go on: the restarted appliance resumes the group's three jobs
+# where the ranks went back, every later call through its sums and copies, each checked.
+pause="$tmp/pause"
+mkdir -p "$pause"
+launch restart 29548 "$src/tests/python/backend_collectives.py" restart "$tmp" "$pause"
+all_paused() { [ "$(find "$pause" -name 'paused.*' | wc -l)" -eq $n ]; }
+wait_for 300 "every rank to pause after its first steps" all_paused ||
+  fail "restart: the ranks did not all pause: $(ls "$pause"); $(grep -h -E 'FAIL|Error' "$tmp"/restart.*.log | head -n 5)"
+[ "$(find "$tmp/state" -name 'job-*.state' | wc -l)" = 3 ] || fail "restart: the group's 3 jobs are not in the state directory: $(ls "$tmp/state")"
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+pid=""
+start_inagg "${inagg_args[@]}"
+[ "$(grep -c "registered again from $tmp/state/" "$tmp/inagg.log")" = 3 ] ||
+  fail "restart: the restarted appliance did not register the group's 3 jobs again: $(grep -i job "$tmp/inagg.log")"
+touch "$pause/resume"
+finish restart 300
+for r in $(seq 0 $((n - 1))); do
+  wait "${agents[$r]}" || fail "restart: rank $r's torchrun exited with $?: $(grep -E 'FAIL|Error|error' "$tmp/restart.$r.log" | head -n 5)"
+  grep -q "^rank $r: passed" "$tmp/restart.$r.log" || fail "restart: rank $r did not pass: $(tail -n 5 "$tmp/restart.$r.log")"
+done
+grep -h "^rank 0: ok: the restarted" "$tmp/restart.0.log"
+C list | grep -q "^id=" && fail "restart: jobs left on the appliance after destroy_process_group: $(C list)"
+echo "ok: appliance restarted with its state directory between steps: the group's reduce-scatter, all-gather and allreduce jobs resumed, every later call exact through the restarted appliance"
 
 # 3. Training, Gloo and the backend.
 train() {

@@ -126,6 +126,8 @@ class TxList {
   X(err_not_rc, "dropped (rule 'RC only'): a UC WRITE on a data QP")                                                   \
   X(timeouts, "jobs aborted after their no-progress timeout")                                                          \
   X(generations, "replay jobs restarted at their start PSN")                                                           \
+  X(resumed_mid_round,                                                                                                 \
+    "reduce-scatter or all-gather jobs reloaded after a restart aborted: their ranks went back inside a round")        \
   X(drop_resuming,                                                                                                     \
     "packets of a job reloaded after a restart that came before the first message begun after it, dropped")            \
   X(tx_full, "packets freed because the TX list was full")
