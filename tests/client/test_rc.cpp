@@ -416,4 +416,14 @@ TEST(UdpRcTransportLanes, TwoQpPairsOnOneSocketEachGetTheirOwnWrites) {
                 lane[1]->counters().retransmitted,
             0u)
       << "2% loss and nothing retransmitted";
+  // The whole socket's counters: the main pair's and the lane's together.
+  for (int i = 0; i < 2; ++i) {
+    const TransportCounters a = t[i].counters(), b = lane[i]->counters(), all = t[i].counters_with_lanes();
+    EXPECT_EQ(all.packets_sent, a.packets_sent + b.packets_sent);
+    EXPECT_EQ(all.retransmitted, a.retransmitted + b.retransmitted);
+    EXPECT_EQ(all.accepted, a.accepted + b.accepted);
+    EXPECT_EQ(all.duplicates, a.duplicates + b.duplicates);
+    EXPECT_EQ(all.messages_received, a.messages_received + b.messages_received);
+    EXPECT_GE(all.packets_sent, 2 * kBytes / 1024);  // both pairs' messages, in 1 KiB packets
+  }
 }

@@ -85,7 +85,8 @@ class InaRank {
   void finish(uint64_t deadline_ns);
 
   const std::string& error() const { return error_; }
-  TransportCounters transport_counters() const { return transport_.counters(); }
+  // Every QP pair of the rank's socket: the allreduce's and the reduce-scatter's and all-gather's.
+  TransportCounters transport_counters() const { return transport_.counters_with_lanes(); }
   uint64_t allreduces() const { return allreduces_; }
   uint64_t bytes() const { return bytes_; }
   uint64_t messages() const { return messages_; }

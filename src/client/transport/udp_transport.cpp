@@ -266,4 +266,21 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
 
 TransportCounters UdpRcTransport::counters() const { return counters_of(*req_, *rsp_); }
 
+TransportCounters UdpRcTransport::counters_with_lanes() const {
+  TransportCounters t = counters();
+  for (const auto& lane : lanes_) {
+    const TransportCounters c = lane->counters();
+    t.packets_sent += c.packets_sent;
+    t.retransmitted += c.retransmitted;
+    t.timeouts += c.timeouts;
+    t.naks_received += c.naks_received;
+    t.accepted += c.accepted;
+    t.duplicates += c.duplicates;
+    t.bad_icrc += c.bad_icrc;
+    t.messages_written += c.messages_written;
+    t.messages_received += c.messages_received;
+  }
+  return t;
+}
+
 }  // namespace inagg::client

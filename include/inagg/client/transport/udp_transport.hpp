@@ -72,6 +72,8 @@ class UdpRcTransport final : public Transport {
   // pair. Its configs name its own QPNs; the regions are addressed as this transport's. Owned by
   // this transport, valid as long as it is.
   Transport& add_lane(const RcConfig& send, const RcConfig& receive, uint64_t send_bytes, uint64_t receive_bytes);
+  // counters() of this transport's pair and of every lane's, summed: the whole socket's.
+  TransportCounters counters_with_lanes() const;
 
   // The exchange with other ranks (see the top). local(): this rank's endpoint as open() made it.
   RankEndpoint local(unsigned rank) const;
