@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine_internal.hpp"
+#include "inagg/control/job_file.hpp"
 #include "inagg/util/log.hpp"
 
 namespace inagg::agg {
@@ -87,8 +88,6 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
       return fail("a leaf needs at least 2 connections: the downlink (rank 0) and the uplink (the last rank)");
     if (s.replay) return fail("a leaf cannot be a replay job (a capture has no spine to answer its partials)");
     if (nshards > 1) return fail("a leaf runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
-    if (start == JobStart::resume)
-      return fail("a leaf cannot resume after a restart yet: remove it from the state directory and register it again");
     for (unsigned r = 0; r + 1 < s.workers; ++r)
       if (!(s.conns[r].dst_ip == s.conns[r + 1].src_ip))
         return fail("not a rack's chain: rank " + std::to_string(r) + " writes to " + util::ip_text(s.conns[r].dst_ip) +
@@ -107,6 +106,8 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
       return fail(what + " runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
     if (s.chunk < 1) return fail("chunk must be at least 1 message");
   }
+  if (std::string why; start == JobStart::resume && !s.replay && !control::resumable(s, &why))
+    return fail(why + ": remove it from the state directory and register it again");
   // The ring: rank r writes to rank r+1, so its destination is where r+1 sends from. A job that is
   // not a ring cannot be summed (some receiver's traffic would never match), so refuse it now. (A
   // spine's ranks are the racks' uplinks: no ring.)

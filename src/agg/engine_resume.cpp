@@ -13,7 +13,8 @@
 // Ranks between two allreduces lose nothing: their next message is where they all go back to.
 // A reduce-scatter or all-gather resumes the same way, only at the start of a round (ranks between
 // two calls are there); inside one it is aborted (resumed_mid_round), its ranks failing on their RC
-// retries as above.
+// retries as above. It is reloaded only when its rounds divide the 2^24 PSNs (control::resumable):
+// an offset from the start PSN then tells the place in a round even past a wrap.
 // A spread job resumes at the first message that begins on shard 0 instead (its lcores route by
 // offsets from the start PSN, and only shard 0's engine could see every rank go back).
 #include "inagg/agg/engine.hpp"
@@ -60,6 +61,7 @@ void Engine::resume_from(Job& job, uint64_t seq) {
 
 template <bool kSharded>
 void Engine::resume_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
+  if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
   const Job::Conn& conn = job.conns[rank];
   const uint32_t psn = wire::bth_of(pkt.data, l).psn();
   const uint32_t offset = (psn - conn.spec.start_psn) & wire::kPsnMask;
@@ -127,7 +129,7 @@ void Engine::resume_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 // sums released after it acknowledge everything before them. (A spread job's ACKs go to shard 0,
 // which resumes the job itself.)
 void Engine::resume_ack(Job& job, unsigned, const PacketRef& pkt, const Layout&, uint64_t, TxList&) {
-  drop(&job, pkt, &EngineCounters::drop_resuming);
+  drop(&job, pkt, job.state == JobState::failed ? &EngineCounters::failed_job_drops : &EngineCounters::drop_resuming);
 }
 
 template void Engine::resume_data<false>(Job&, unsigned, const PacketRef&, const Layout&, uint64_t, TxList&);

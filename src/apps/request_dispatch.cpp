@@ -87,13 +87,13 @@ bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& sto
       continue;
     }
     std::string err;
-    if (spec.tier == control::Tier::leaf) {
-      // A leaf cannot tell where its rack's ranks and its uplink's receiver stand after a restart:
-      // its packets pass unsummed, which the ranks' tallies show (docs/protocol.md section 21).
+    if (std::string why; !control::resumable(spec, &why)) {
+      // Its packets pass unsummed, which the ranks' tallies show (docs/protocol.md sections 14, 20
+      // and 21).
       util::log(util::LogModule::control, util::LogLevel::warning,
-                "state file %s: job %u is a leaf, which does not resume after a restart; its ranks see unsummed "
-                "messages and fail or fall over until it is registered again; the state file is removed",
-                path.c_str(), spec.id);
+                "state file %s: job %u: %s; its ranks see unsummed messages and fail or fall over until it is "
+                "registered again; the state file is removed",
+                path.c_str(), spec.id, why.c_str());
       if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       continue;
     }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "inagg/agg/engine.hpp"
 #include "inagg/control/job_file.hpp"
@@ -295,6 +296,42 @@ TEST(JobFile, CollectiveAndChunk) {
   EXPECT_NE(parse_error(with("", "collective = broadcast")).find("unknown collective 'broadcast'; valid: allreduce"),
             std::string::npos);
   EXPECT_NE(parse_error(with("", "chunk = 0")).find("out of range"), std::string::npos);
+}
+
+// Which jobs a restarted appliance registers again from its state directory: allreduces; not a
+// leaf; a reduce-scatter or all-gather when its rounds of (workers - 1) x chunk x (message_bytes /
+// payload_bytes) packets divide the 2^24 PSNs.
+TEST(JobFile, ResumableAfterARestart) {
+  std::string err;
+  auto spec = parse_job(kGood, &err);  // 2 workers, 4 packets a message
+  ASSERT_TRUE(spec) << err;
+  std::string why;
+  EXPECT_TRUE(resumable(*spec, &why)) << why;
+  spec->tier = Tier::leaf;
+  EXPECT_FALSE(resumable(*spec, &why));
+  EXPECT_NE(why.find("leaf"), std::string::npos) << why;
+  spec->tier = Tier::flat;
+  spec->collective = Collective::reduce_scatter;
+  for (const auto& [workers, chunk, ok] : {std::tuple{2u, 1u, true},
+                                           {3u, 2u, true},
+                                           {5u, 4u, true},
+                                           {9u, 1u, true},
+                                           {4u, 1u, false},
+                                           {3u, 3u, false},
+                                           {6u, 1u, false}}) {
+    spec->workers = workers;
+    spec->chunk = chunk;
+    why.clear();
+    EXPECT_EQ(resumable(*spec, &why), ok) << workers << " workers, chunk " << chunk << ": " << why;
+    if (!ok)
+      EXPECT_NE(why.find("its are " + std::to_string((workers - 1) * chunk * 4) + " packets"), std::string::npos)
+          << why;
+  }
+  spec->workers = 3;
+  spec->chunk = 1;
+  spec->message_bytes = 3 * 1024;  // 3 packets a message: rounds of 6
+  spec->collective = Collective::all_gather;
+  EXPECT_FALSE(resumable(*spec, &why));
 }
 
 TEST(JobFile, ErrorMessages) {

@@ -6,7 +6,9 @@
 # without registering anything: every later allreduce must be the rank-ordered sum (numpy, in rank
 # order, bit for bit) and summed by the restarted appliance (its counters, and the tally the ranks
 # check). Then a state directory that holds a file inagg did not write exactly (one cut short, one
-# of a stranger) must stop the start with the file's name, nothing of it loaded (needs root).
+# of a stranger) must stop the start with the file's name, nothing of it loaded; and of a
+# reduce-scatter and an all-gather in the directory, the one whose rounds divide the 2^24 PSNs is
+# registered again, the other dropped with the reason (needs root).
 #   test_restart_state.sh INAGG INAGG_CTL SRCDIR PYTHONPATH
 # PYTHON_PRELOAD (set by meson in a sanitizer build): the sanitizer runtimes the Python processes
 # need to load the instrumented extension.
@@ -120,3 +122,28 @@ start_inagg --state-dir "$state"
 C list | grep -q "^id=2 state=active" || fail "step 3: the good state file was not loaded: $(C list)"
 echo "step 3 ok: a state file cut short and a stranger's file each stopped the start (exit 2, named), the" \
   "good directory loads"
+
+# Step 4: a reduce-scatter and an all-gather in the state directory. One whose rounds divide the
+# 2^24 PSNs (3 ranks: 2 x 4 packets) is registered again; one whose rounds do not (4 ranks: 3 x 4)
+# is dropped at the start with the reason, its file removed.
+rotated_job() {  # ID COLLECTIVE WORKERS: a ring of WORKERS ranks on the rack's addresses
+  local r
+  printf 'id = %s\ndtype = fp32\nworkers = %s\nmessage_bytes = 4096\npayload_bytes = 1024\nwindow = 2\ncollective = %s\n' \
+    "$1" "$3" "$2"
+  for r in $(seq 0 $(($3 - 1))); do
+    printf 'conn = %s, 10.77.0.%s, 0x%x, 10.77.0.%s, 0x%x, 0\n' "$r" $((r + 1)) $((0x300 + 16 * $1 + r)) \
+      $(((r + 1) % $3 + 1)) $((0x400 + 16 * $1 + (r + 1) % $3))
+  done
+}
+rotated_job 3 reduce_scatter 3 >"$tmp/job3.job"
+rotated_job 4 all_gather 4 >"$tmp/job4.job"
+for j in 3 4; do C add "$tmp/job$j.job" >/dev/null || fail "step 4: add job $j: $(C add "$tmp/job$j.job" 2>&1)"; done
+stop_inagg
+start_inagg --state-dir "$state"
+C list | grep -q "^id=3 state=active" || fail "step 4: the 3-rank reduce-scatter was not registered again: $(C list)"
+C list | grep -q "^id=4 " && fail "step 4: the 4-rank all-gather was registered again: $(C list)"
+grep -q "job 4: an all_gather resumes after a restart only when its rounds divide the 2^24 PSNs, and its are 12 packets" \
+  "$tmp/inagg.log" || fail "step 4: no line says why job 4 was dropped: $(grep -i 'job 4' "$tmp/inagg.log")"
+[ ! -e "$state/job-4.state" ] || fail "step 4: job 4 dropped, its state file is still there"
+echo "step 4 ok: a 3-rank reduce-scatter registered again from the state directory; a 4-rank all-gather" \
+  "dropped with the reason (its rounds of 12 packets do not divide the 2^24 PSNs)"

@@ -56,6 +56,14 @@ const char* tier_name(Tier t);
 const char* collective_name(Collective c);
 std::optional<Collective> collective_of(std::string_view name);
 
+// Whether the job, registered again after the appliance restarted (its state directory), can find
+// where its ranks are from their packets alone; false with the reason. A leaf cannot (its rack's
+// ranks and its uplink's receiver stand apart). A reduce-scatter or all-gather places each packet
+// in a round by its sequence from the start PSN; the 24-bit PSNs tell that sequence only modulo
+// 2^24, so its place is known only when a round ((workers - 1) x chunk x message_bytes /
+// payload_bytes packets) divides 2^24.
+bool resumable(const JobSpec& spec, std::string* why);
+
 // A 32-bit digest of format_job(spec) (FNV-1a): `list` shows it, so a rank can tell its own job's
 // refusal from that of an earlier job with the same id.
 uint32_t job_digest(const JobSpec& spec);
