@@ -275,9 +275,9 @@ bool resumable(const JobSpec& spec, std::string* why) {
   const uint64_t round = uint64_t{spec.workers > 1 ? spec.workers - 1 : 1} * std::max<uint32_t>(spec.chunk, 1) * ppm;
   if (round == 0 || (uint64_t{1} << 24) % round != 0) {
     *why = std::string(spec.collective == Collective::all_gather ? "an " : "a ") + collective_name(spec.collective) +
-           " resumes after a restart only when its rounds " + "divide the 2^24 PSNs, and its are " +
-           std::to_string(round) + " packets ((workers - 1) x chunk x " +
-           "message_bytes / payload_bytes): past a wrap of its PSNs, where its ranks stand in a round cannot be told";
+           " resumes after a restart only when its rounds divide the 2^24 PSNs, and its are " + std::to_string(round) +
+           " packets ((workers - 1) x chunk x message_bytes / payload_bytes): past a wrap of its PSNs, where its "
+           "ranks stand in a round cannot be told";
     return false;
   }
   return true;

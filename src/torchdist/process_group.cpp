@@ -34,22 +34,18 @@ std::vector<std::string> all_publish(c10d::Store& store, int rank, int size, con
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(phase + "/" + std::to_string(r));
   store.set(keys[rank], bytes_of(mine));
-  if (mine.rfind(kError, 0) == 0) {
-    try {
-      store.wait(keys, timeout);
-    } catch (const std::exception&) {  // a rank that never publishes: this rank's reason stands
-    }
-    throw std::runtime_error(me + mine.substr(std::string(kError).size()));
-  }
+  const bool failed = mine.rfind(kError, 0) == 0;
   try {
     store.wait(keys, timeout);
   } catch (const std::exception& e) {
+    if (failed) throw std::runtime_error(me + mine.substr(std::string(kError).size()));  // its reason stands
     std::string missing;
     for (int r = 0; r < size; ++r)
       if (!store.check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     throw std::runtime_error(me + "rank(s) " + missing + " did not publish their " + phase + " within " +
                              std::to_string(timeout.count() / 1000) + " s (" + e.what() + ")");
   }
+  if (failed) throw std::runtime_error(me + mine.substr(std::string(kError).size()));
   std::vector<std::string> values;
   for (int r = 0; r < size; ++r) {
     values.push_back(text_of(store.get(keys[r])));

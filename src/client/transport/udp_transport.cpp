@@ -268,18 +268,7 @@ TransportCounters UdpRcTransport::counters() const { return counters_of(*req_, *
 
 TransportCounters UdpRcTransport::counters_with_lanes() const {
   TransportCounters t = counters();
-  for (const auto& lane : lanes_) {
-    const TransportCounters c = lane->counters();
-    t.packets_sent += c.packets_sent;
-    t.retransmitted += c.retransmitted;
-    t.timeouts += c.timeouts;
-    t.naks_received += c.naks_received;
-    t.accepted += c.accepted;
-    t.duplicates += c.duplicates;
-    t.bad_icrc += c.bad_icrc;
-    t.messages_written += c.messages_written;
-    t.messages_received += c.messages_received;
-  }
+  for (const auto& lane : lanes_) t += lane->counters();
   return t;
 }
 

@@ -47,6 +47,19 @@ struct TransportCounters {
   // Whole messages: our writes acknowledged, the predecessor's complete in the receive region.
   uint64_t messages_written = 0;
   uint64_t messages_received = 0;
+
+  TransportCounters& operator+=(const TransportCounters& o) {
+    packets_sent += o.packets_sent;
+    retransmitted += o.retransmitted;
+    timeouts += o.timeouts;
+    naks_received += o.naks_received;
+    accepted += o.accepted;
+    duplicates += o.duplicates;
+    bad_icrc += o.bad_icrc;
+    messages_written += o.messages_written;
+    messages_received += o.messages_received;
+    return *this;
+  }
 };
 
 class Transport {
