@@ -117,8 +117,9 @@ void Engine::drop(Job* job, const PacketRef& pkt, uint64_t EngineCounters::*coun
   // Drops of frames whose origin the engine could not verify: process() tells its caller.
   untrusted_ = counter == &EngineCounters::malformed || counter == &EngineCounters::bad_icrc ||
                counter == &EngineCounters::drop_wrong_source || counter == &EngineCounters::drop_wrong_port ||
-               counter == &EngineCounters::drop_unplaceable || counter == &EngineCounters::drop_closed ||
-               counter == &EngineCounters::drop_unfit || counter == &EngineCounters::drop_ack_unpinned;
+               counter == &EngineCounters::drop_wrong_mac || counter == &EngineCounters::drop_unplaceable ||
+               counter == &EngineCounters::drop_closed || counter == &EngineCounters::drop_unfit ||
+               counter == &EngineCounters::drop_ack_unpinned;
   if (job) ++(job->c.*counter);
   ++(totals_.*counter);
   ops_.free(ops_.ctx, pkt.handle);
@@ -179,6 +180,7 @@ void Engine::process_unplaced(const PacketRef& pkt, wire::ParseStatus st, const 
   }
   if (wire::is_malformed(st)) return drop(nullptr, pkt, &EngineCounters::malformed);
   ++totals_.passthrough;
+  teaches_ = true;
   emit(pkt, tx, nullptr);
 }
 
@@ -189,7 +191,7 @@ bool Engine::process(const PacketRef& pkt, uint64_t now_ns, TxList& tx) {
 }
 
 bool Engine::process(const PacketRef& pkt, wire::ParseStatus st, const Layout& l, uint64_t now_ns, TxList& tx) {
-  untrusted_ = vouched_ = false;
+  untrusted_ = teaches_ = false;
   process_frame(pkt, st, l, now_ns, tx);
   return !untrusted_;
 }
@@ -207,6 +209,7 @@ void Engine::process_frame(const PacketRef& pkt, wire::ParseStatus st, const Lay
   if (e && e->job == nullptr && e->closed_until_ns <= now_ns) e = nullptr;  // a tombstone that expired
   if (e == nullptr) {
     ++totals_.passthrough;
+    teaches_ = true;
     emit(pkt, tx, nullptr);
     return;
   }
@@ -243,12 +246,24 @@ void Engine::process_frame(const PacketRef& pkt, wire::ParseStatus st, const Lay
     log_drop(job, "not from the port its rank was pinned to", e->rank, e->ack_direction, pkt, l, now_ns);
     return drop(&job, pkt, &EngineCounters::drop_wrong_port);
   }
+  // The bound MAC: a rank's data carry its own; its receiver's ACKs its successor's, which is the
+  // receiver's host only in a flat ring (a leaf's or spine's receivers are in other racks).
+  const control::ConnectionSpec* bound = !e->ack_direction ? &conn.spec
+                                         : job.spec.tier == control::Tier::flat
+                                             ? &job.spec.conns[e->rank + 1 == job.spec.workers ? 0 : e->rank + 1]
+                                             : nullptr;
+  if (bound && bound->has_mac() && std::memcmp(pkt.data + 6, bound->mac.data(), 6) != 0) {
+    log_drop(job, "not from its rank's bound MAC address", e->rank, e->ack_direction, pkt, l, now_ns);
+    return drop(&job, pkt, &EngineCounters::drop_wrong_mac);
+  }
+  const uint64_t expected = conn.expected, acked = conn.acked;
   (this->*(e->ack_direction ? job.on_ack : job.on_data))(job, e->rank, pkt, l, now_ns, tx);
-  // Nothing vouches for a packet that did not pin its rank's port (one before the start PSN, say):
-  // the bridge must not learn its source from it.
+  // Only a packet that moved its connection on (new data, an ACK of something new), from its
+  // rank's bound port, teaches the bridge: a stale, duplicate or refused one does not.
   const uint16_t pinned = e->ack_direction ? conn.ack_port : conn.data_port;
-  if (pinned == kUnknownPort) untrusted_ = true;
-  vouched_ = !untrusted_ && pinned == pkt.port && pkt.port != kUnknownPort;
+  if (pinned == kUnknownPort) untrusted_ = true;  // nothing vouches for it
+  teaches_ = !untrusted_ && pinned != kUnknownPort && pinned == pkt.port &&
+             (e->ack_direction ? conn.acked > acked : conn.expected > expected);
 }
 
 }  // namespace inagg::agg

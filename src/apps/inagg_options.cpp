@@ -78,7 +78,10 @@ po::options_description make_options(Options& o) {
       "mac-ageing", po::value<double>()->default_value(300), "seconds before a learned MAC address is forgotten")(
       "mac-limit-per-port", po::value<size_t>(&o.app.mac_limit_per_port)->default_value(0),
       "learned MAC addresses each port may hold; frames from new addresses beyond it are forwarded (flooded to "
-      "them) but not learned, and counted (mac_limit_refused); a job rank's address is always learned (0: no limit)")(
+      "them) but not learned, and counted (mac_limit_refused); a bound rank's address is always kept (0: no limit)")(
+      "bindings", po::value<std::string>()->value_name("FILE"),
+      "the binding table: ADDRESS PORT [MAC] a line; a job's rank at such an address is bound to that port (and "
+      "MAC) instead of where its address was seen (docs/binding.md)")(
       "mbuf-budget", po::value<size_t>(&o.app.engine.mbuf_budget)->default_value(8192),
       "packet buffers the jobs of one lcore may hold (held + retained); the rest stays for forwarding")(
       "memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")(
@@ -246,6 +249,13 @@ int parse_app_options(int argc, char** argv, Options& o) {
   o.app.wait_link_ms = static_cast<uint32_t>(vm["wait-link"].as<double>() * 1000);
   o.app.flow_steering = vm.count("no-flow") == 0;
   o.app.mac_ageing_ns = static_cast<uint64_t>(vm["mac-ageing"].as<double>() * 1e9);
+  if (vm.count("bindings")) {
+    std::string err;
+    if (!dataplane::load_bindings(vm["bindings"].as<std::string>(), &o.app.bindings, &err)) {
+      std::cerr << "inagg: --bindings: " << err << "\n";
+      return 2;
+    }
+  }
   o.app.engine.memory_budget_bytes = vm["memory-budget-mb"].as<size_t>() << 20;
   o.app.engine.resend_timeout_ns = static_cast<uint64_t>(vm["resend-us"].as<double>() * 1e3);
   o.app.engine.abort_timeout_ns = static_cast<uint64_t>(vm["abort-ms"].as<double>() * 1e6);

@@ -38,7 +38,7 @@ constexpr std::array<util::KeySpec, 11> kKeys{{
     {"conn", true, true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
 }};
 
-constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT]";
+constexpr std::string_view kConnFields = "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT[,MAC]]";
 
 // "<what>'<text>' is not a number ..." and friends; `range` is what the caller may write.
 std::string number_text(std::string_view what, std::string_view text, NumberError e, std::string_view range) {
@@ -66,15 +66,30 @@ bool parse_number_field(std::string_view what, std::string_view text, uint64_t m
   return true;
 }
 
-bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem) {
-  const std::vector<std::string_view> f = split_fields(value);
-  if (f.size() != 6 && f.size() != 7) {
-    *problem =
-        "expected 6 or 7 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
+// "02:00:00:00:00:01": the Ethernet source the rank's packets carry.
+bool parse_mac_field(std::string_view t, std::array<uint8_t, 6>* mac, std::string* problem) {
+  bool ok = t.size() == 17;
+  for (size_t i = 0; ok && i < 6; ++i) {
+    ok = (i == 0 || t[3 * i - 1] == ':') && std::isxdigit(static_cast<unsigned char>(t[3 * i])) &&
+         std::isxdigit(static_cast<unsigned char>(t[3 * i + 1]));
+    if (ok) (*mac)[i] = static_cast<uint8_t>(std::stoul(std::string(t.substr(3 * i, 2)), nullptr, 16));
+  }
+  if (!ok || (((*mac)[0] | (*mac)[1] | (*mac)[2] | (*mac)[3] | (*mac)[4] | (*mac)[5]) == 0) || ((*mac)[0] & 1)) {
+    *problem = "MAC " + quote_for_error(t) + " is not a station's MAC address (six hex pairs, e.g. 02:00:00:00:00:01)";
     return false;
   }
-  static constexpr std::array<std::string_view, 7> kNames = {"RANK",    "SRC_IP",    "SRC_QPN", "DST_IP",
-                                                             "DST_QPN", "START_PSN", "PORT"};
+  return true;
+}
+
+bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem) {
+  const std::vector<std::string_view> f = split_fields(value);
+  if (f.size() < 6 || f.size() > 8) {
+    *problem =
+        "expected 6 to 8 comma-separated fields " + std::string(kConnFields) + ", got " + std::to_string(f.size());
+    return false;
+  }
+  static constexpr std::array<std::string_view, 8> kNames = {"RANK",    "SRC_IP",    "SRC_QPN", "DST_IP",
+                                                             "DST_QPN", "START_PSN", "PORT",    "MAC"};
   for (size_t i = 0; i < f.size(); ++i) {
     if (f[i].empty()) {
       *problem = "field " + std::to_string(i + 1) + " (" + std::string(kNames[i]) + ") is empty; write " +
@@ -97,9 +112,13 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
       !parse_number_field("QPN ", f[4], 0, kMax24, "0..0xffffff (QPNs are 24-bit)", &dst_qpn, problem) ||
       !parse_number_field("PSN ", f[5], 0, kMax24, "0..0xffffff (PSNs are 24-bit)", &psn, problem))
     return false;
-  if (f.size() == 7 &&
-      !parse_number_field("port ", f[6], 0, kAnyPort - 1, "0..65534 (the appliance's DPDK port id)", &port, problem))
+  // PORT may be `any` where a MAC follows (the port left to the appliance's binding).
+  if (f.size() >= 7 && f[6] != "any" &&
+      !parse_number_field("port ", f[6], 0, kAnyPort - 1, "0..65534 (the appliance's DPDK port id) or any", &port,
+                          problem))
     return false;
+  std::array<uint8_t, 6> mac{};
+  if (f.size() == 8 && !parse_mac_field(f[7], &mac, problem)) return false;
   if (src->version != dst->version) {
     *problem = "source " + std::string(f[1]) + " and destination " + std::string(f[3]) +
                " are of different IP versions; use IPv4 for both or IPv6 for both";
@@ -112,6 +131,7 @@ bool parse_conn(std::string_view value, ConnectionSpec* c, std::string* problem)
   c->dst_qpn = static_cast<uint32_t>(dst_qpn);
   c->start_psn = static_cast<uint32_t>(psn);
   c->port = static_cast<uint16_t>(port);
+  c->mac = mac;
   return true;
 }
 
@@ -248,7 +268,13 @@ std::string format_job(const JobSpec& s) {
     std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank, util::ip_text(c.src_ip).c_str(),
                   c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
-    if (c.port != kAnyPort) out += ", " + std::to_string(c.port);  // (so a job naming none keeps its digest)
+    if (c.port != kAnyPort || c.has_mac())  // (so a job naming neither keeps its digest)
+      out += ", " + (c.port != kAnyPort ? std::to_string(c.port) : std::string("any"));
+    if (c.has_mac()) {
+      std::snprintf(buf, sizeof buf, ", %02x:%02x:%02x:%02x:%02x:%02x", c.mac[0], c.mac[1], c.mac[2], c.mac[3],
+                    c.mac[4], c.mac[5]);
+      out += buf;
+    }
     out += "\n";
   }
   return out;

@@ -168,6 +168,8 @@ std::string_view state_name(JobStatus::State state) {
       return "failed";
     case JobStatus::State::refused:
       return "refused";
+    case JobStatus::State::binding:
+      return "binding";
   }
   return "unknown";
 }

@@ -13,9 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include "inagg/control/job_file.hpp"
+#include "inagg/control/refused_jobs.hpp"
 #include "inagg/util/log.hpp"
 #include "job_ownership.hpp"
 #include "lcore.hpp"
@@ -76,6 +80,23 @@ struct Appliance::Impl {
   Datapath dp;
   JobOwnership jobs;
   bool single = false;
+  // Binding ranks (rank_binding.hpp). Taken by control-side threads only, before jobs' mutex.
+  struct Waiting {
+    control::JobSpec spec;
+    agg::JobStart start;
+    std::string why;
+  };
+  std::mutex binding_mutex;
+  std::map<uint32_t, Waiting> waiting;                     // added, their ranks not all seen yet
+  std::map<uint32_t, control::JobSpec> bound;              // added jobs as the engines have them
+  control::RefusedJobs unbound{std::chrono::seconds(60)};  // waited, then refused: every rank learns why
+  std::chrono::steady_clock::time_point next_bind{};
+
+  BindOutcome bind(const control::JobSpec& spec);
+  bool add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
+                 std::string* error);
+  void update_pins();
+  control::JobStatus waiting_status(uint32_t id, const Waiting& w) const;
 };
 
 Appliance::Appliance() : impl_(std::make_unique<Impl>()) {}
@@ -155,6 +176,10 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
     l->macs = std::make_unique<MacTable>(cfg.mac_table_size, cfg.mac_ageing_ns,
                                          (uint64_t{std::random_device{}()} << 32) | std::random_device{}(),
                                          cfg.mac_limit_per_port);
+    // An entry per address and per MAC: twice the MAC table's room, the same port limit.
+    l->stations = std::make_unique<StationTable>(2 * cfg.mac_table_size, cfg.mac_ageing_ns,
+                                                 (uint64_t{std::random_device{}()} << 32) | std::random_device{}(),
+                                                 cfg.mac_limit_per_port ? 2 * cfg.mac_limit_per_port : 0);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
     if (cfg.job_lcores > 1)  // the sharded jobs this lcore owns release onto it, in PSN order; it sends from it
@@ -237,14 +262,10 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
   return ok;
 }
 
-// The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
-// owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
-// routes send them (Engine::route_job, lcore_requests.cpp), so each
-// packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
-// once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
-// place, and where a PMD refuses them, the lcores hand the job's packets on.
+// Binds the job's ranks (rank_binding.hpp), then adds it, or keeps it waiting until they are seen.
 bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start) {
-  const std::vector<uint16_t>& ids = impl_->dp.port_ids;
+  Impl& I = *impl_;
+  const std::vector<uint16_t>& ids = I.dp.port_ids;
   for (const control::ConnectionSpec& c : spec.conns)
     if (c.port != control::kAnyPort && std::find(ids.begin(), ids.end(), c.port) == ids.end()) {
       std::string have;
@@ -254,24 +275,157 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
                "); name one of them or leave the port out";
       return false;
     }
-  if (!impl_->jobs.add(spec, error, start)) return false;
-  if (const int owner = impl_->jobs.owner_of(spec.id); owner >= 0 && impl_->lcores.size() > 1) {
+  std::lock_guard<std::mutex> lock(I.binding_mutex);
+  if (I.waiting.count(spec.id)) {
+    *error = "job " + std::to_string(spec.id) +
+             " already exists (waiting for its ranks to be seen: " + I.waiting[spec.id].why + ")";
+    return false;
+  }
+  const BindOutcome b = I.bind(spec);
+  switch (b.kind) {
+    case BindOutcome::Kind::refused:
+      *error = b.why;
+      return false;
+    case BindOutcome::Kind::waiting:
+      if (I.jobs.owner_of(spec.id) >= 0) {  // the engine decides whether an existing id is replaced
+        *error = "job " + std::to_string(spec.id) + " already exists";
+        return false;
+      }
+      // Nothing of it is forwarded raw meanwhile: every lcore drops its packets until it is bound.
+      I.jobs.hold(spec);
+      I.waiting[spec.id] = {spec, start, b.why};
+      I.unbound.forget(spec.id);
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u waits for its ranks to be seen: %s", spec.id,
+                b.why.c_str());
+      return true;
+    case BindOutcome::Kind::bound:
+      break;
+  }
+  if (!I.add_bound(spec, b.spec, start, error)) return false;
+  I.unbound.forget(spec.id);
+  return true;
+}
+
+BindOutcome Appliance::Impl::bind(const control::JobSpec& spec) {
+  std::vector<util::IpAddr> addrs;
+  for (const control::ConnectionSpec& c : spec.conns) addrs.push_back(c.src_ip);
+  const std::vector<std::vector<StationTable::Sighting>> at = jobs.stations(addrs, {});
+  Sightings seen;
+  seen.of_address = [&](const util::IpAddr& a) {
+    const size_t i = std::find(addrs.begin(), addrs.end(), a) - addrs.begin();
+    return i < at.size() ? at[i] : std::vector<StationTable::Sighting>{};
+  };
+  seen.of_mac = [&](const Mac& m) { return jobs.stations({}, {m}).at(0); };
+  return bind_ranks(spec, cfg.bindings, seen);
+}
+
+// The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
+// owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
+// routes send them (Engine::route_job, lcore_requests.cpp), so each
+// packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
+// once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
+// place, and where a PMD refuses them, the lcores hand the job's packets on.
+bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
+                                std::string* error) {
+  if (!jobs.add(spec, error, start, &bound_spec)) return false;
+  bound[spec.id] = bound_spec;
+  update_pins();
+  if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1) {
     std::vector<uint16_t> data_queue(spec.workers);
     for (unsigned rank = 0; rank < spec.workers; ++rank)
-      data_queue[rank] =
-          JobOwnership::shard_lcore(static_cast<uint16_t>(owner), rank % impl_->cfg.job_lcores, impl_->lcores.size());
-    impl_->ports.steering().steer_job(spec.id, job_pairs(spec.conns, data_queue, static_cast<uint16_t>(owner)));
+      data_queue[rank] = JobOwnership::shard_lcore(static_cast<uint16_t>(owner), rank % cfg.job_lcores, lcores.size());
+    ports.steering().steer_job(spec.id, job_pairs(spec.conns, data_queue, static_cast<uint16_t>(owner)));
   }
   return true;
 }
 
+// Every bound rank's MAC stays on its port in every lcore's MAC table while a job binds it: its
+// sums and everything else for it leave by that port, whatever frames claim its address.
+void Appliance::Impl::update_pins() {
+  std::vector<std::pair<Mac, uint16_t>> pins;
+  for (const auto& [id, s] : bound)
+    for (const control::ConnectionSpec& c : s.conns)
+      if (c.has_mac() && c.port != control::kAnyPort &&
+          std::none_of(pins.begin(), pins.end(), [&](const auto& p) { return p.first == c.mac; }))
+        pins.push_back({c.mac, c.port});
+  std::string err;
+  if (!jobs.set_pins(pins, &err)) util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
+}
+
+control::JobStatus Appliance::Impl::waiting_status(uint32_t id, const Waiting& w) const {
+  control::JobStatus s;
+  s.id = id;
+  s.state = control::JobStatus::State::binding;
+  s.error = w.why;
+  s.dtype = w.spec.dtype;
+  s.workers = w.spec.workers;
+  s.spec_digest = control::job_digest(w.spec);
+  return s;
+}
+
+void Appliance::bind_waiting() {
+  Impl& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.binding_mutex);
+  if (I.waiting.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < I.next_bind) return;
+  I.next_bind = now + std::chrono::milliseconds(20);
+  for (auto it = I.waiting.begin(); it != I.waiting.end();) {
+    const Impl::Waiting& w = it->second;
+    BindOutcome b = I.bind(w.spec);
+    std::string err;
+    if (b.kind == BindOutcome::Kind::waiting) {
+      it->second.why = b.why;
+      ++it;
+      continue;
+    }
+    if (b.kind == BindOutcome::Kind::bound && I.add_bound(w.spec, b.spec, w.start, &err)) {
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u: its ranks are bound, it is active", it->first);
+    } else {
+      if (b.kind == BindOutcome::Kind::refused) err = b.why;
+      I.jobs.release(w.spec);
+      I.unbound.record(w.spec, err);
+      util::log(util::LogModule::control, util::LogLevel::warning, "job %u refused: %s", it->first, err.c_str());
+    }
+    it = I.waiting.erase(it);
+  }
+}
+
 bool Appliance::remove_job(uint32_t id, std::string* error) {
-  if (!impl_->jobs.remove(id, error)) return false;
-  impl_->ports.steering().unsteer_job(id);
+  Impl& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.binding_mutex);
+  if (auto it = I.waiting.find(id); it != I.waiting.end()) {
+    I.jobs.release(it->second.spec);
+    I.waiting.erase(it);
+    return true;
+  }
+  if (!I.jobs.remove(id, error)) return false;
+  I.bound.erase(id);
+  I.update_pins();
+  I.ports.steering().unsteer_job(id);
   return true;
 }
-std::vector<control::JobStatus> Appliance::describe_jobs() { return impl_->jobs.describe_all(); }
-bool Appliance::describe_job(uint32_t id, control::JobStatus* out) { return impl_->jobs.describe(id, out); }
+std::vector<control::JobStatus> Appliance::describe_jobs() {
+  Impl& I = *impl_;
+  std::vector<control::JobStatus> all = I.jobs.describe_all();
+  std::lock_guard<std::mutex> lock(I.binding_mutex);
+  for (const auto& [id, w] : I.waiting) all.push_back(I.waiting_status(id, w));
+  I.unbound.add_to(&all);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return all;
+}
+
+bool Appliance::describe_job(uint32_t id, control::JobStatus* out) {
+  Impl& I = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(I.binding_mutex);
+    if (auto it = I.waiting.find(id); it != I.waiting.end()) {
+      *out = I.waiting_status(id, it->second);
+      return true;
+    }
+  }
+  return I.jobs.describe(id, out);
+}
 agg::EngineCounters Appliance::engine_totals() { return impl_->jobs.totals(); }
 
 std::vector<std::pair<unsigned, LcoreCounters>> Appliance::lcore_counters() const {

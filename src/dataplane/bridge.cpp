@@ -36,7 +36,7 @@ void MacTable::refuse_move(uint64_t k, uint16_t owner, uint16_t port, uint64_t n
   ++moves_refused_;
   if (move_log_.allow(now_ns))
     util::log(util::LogModule::dataplane, util::LogLevel::warning,
-              "a frame from port %u claims %s, a job rank's address on port %u: not learned (%" PRIu64
+              "a frame from port %u claims %s, a job rank's address bound to port %u: not learned (%" PRIu64
               " more claims refused since the last line)",
               port, mac_text(k).c_str(), owner, move_log_.take_suppressed());
 }
@@ -50,7 +50,7 @@ bool MacTable::port_full(uint16_t port, uint64_t k, uint64_t now_ns) {
     swept_ = true;
     swept_ns_ = now_ns;
     for (Entry& e : entries_)
-      if (e.mac != 0 && now_ns - e.seen_ns > ageing_ns_) {
+      if (e.mac != 0 && !e.pinned && now_ns - e.seen_ns > ageing_ns_) {
         if (e.port < per_port_.size()) --per_port_[e.port];
         e = Entry{};
       }
@@ -65,36 +65,43 @@ bool MacTable::port_full(uint16_t port, uint64_t k, uint64_t now_ns) {
   return true;
 }
 
-// Off the per-frame path: the lcore calls it only for frames the engine vouched for, at most once a
-// millisecond per station (its learn cache).
-void MacTable::learn_vouched(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
-  if (src_mac[0] & 1) return;
-  const uint64_t k = key(src_mac);
-  if (k == kZeroKey) return;
-  size_t free_slot = SIZE_MAX, oldest = SIZE_MAX;
-  for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
-    Entry& e = entries_[s];
-    if (e.mac == k) {
-      if (e.port != port) ++moves_;
-      take(e, k, now_ns, port, true);
-      return;
+// Off the per-frame path: the control side sets the pins when a job's ranks are bound or a job goes.
+bool MacTable::set_pins(const std::vector<std::pair<std::array<uint8_t, 6>, uint16_t>>& pins, uint64_t now_ns) {
+  for (Entry& e : entries_)
+    if (e.pinned) {
+      e.pinned = false;  // an ordinary entry again, seen now (ages from here), counted on its port
+      e.seen_ns = now_ns;
+      if (e.port < per_port_.size()) ++per_port_[e.port];
     }
-    const bool dead = e.mac == 0 || now_ns - e.seen_ns > ageing_ns_;
-    if (dead && free_slot == SIZE_MAX) free_slot = s;
-    if (!dead && !e.sticky && (oldest == SIZE_MAX || e.seen_ns < entries_[oldest].seen_ns)) oldest = s;
+  bool ok = true;
+  for (const auto& [mac, port] : pins) {
+    const uint64_t k = key(mac.data());
+    size_t at = SIZE_MAX, free_slot = SIZE_MAX, oldest = SIZE_MAX;
+    for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
+      Entry& e = entries_[s];
+      if (e.mac == k) {
+        at = s;
+        break;
+      }
+      const bool dead = e.mac == 0 || (!e.pinned && now_ns - e.seen_ns > ageing_ns_);
+      if (dead && free_slot == SIZE_MAX) free_slot = s;
+      if (!dead && !e.pinned && (oldest == SIZE_MAX || e.seen_ns < entries_[oldest].seen_ns)) oldest = s;
+    }
+    if (at == SIZE_MAX) at = free_slot != SIZE_MAX ? free_slot : oldest;  // a rank's takes a plain one's place
+    if (at == SIZE_MAX) {
+      ok = false;
+      continue;
+    }
+    if (entries_[at].mac == k && entries_[at].port != port) ++moves_;
+    if (entries_[at].mac != k) ++learned_;
+    take(entries_[at], k, now_ns, port, true);
   }
-  if (free_slot == SIZE_MAX) free_slot = oldest;  // a rank's address takes the place of a plain one
-  if (free_slot == SIZE_MAX) {
-    ++full_;
-    return;
-  }
-  take(entries_[free_slot], k, now_ns, port, true);  // past the port's limit: a rank is always learned
-  ++learned_;
+  return ok;
 }
 
 size_t MacTable::size(uint64_t now_ns) const {
   size_t n = 0;
-  for (const Entry& e : entries_) n += e.mac != 0 && now_ns - e.seen_ns <= ageing_ns_;
+  for (const Entry& e : entries_) n += e.mac != 0 && (e.pinned || now_ns - e.seen_ns <= ageing_ns_);
   return n;
 }
 

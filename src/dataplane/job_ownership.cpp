@@ -90,7 +90,57 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
-bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::JobStart start) {
+void JobOwnership::hold(const control::JobSpec& spec) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{LcoreRequest::Kind::hold_closed};
+    r.spec = &spec;
+    call_lcore(*l, r);
+  }
+}
+
+void JobOwnership::release(const control::JobSpec& spec) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{LcoreRequest::Kind::release_closed};
+    r.spec = &spec;
+    call_lcore(*l, r);
+  }
+}
+
+std::vector<std::vector<StationTable::Sighting>> JobOwnership::stations(const std::vector<util::IpAddr>& addresses,
+                                                                        const std::vector<Mac>& macs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<StationTable::Sighting>> all(addresses.size() + macs.size());
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{LcoreRequest::Kind::stations};
+    r.addresses = addresses;
+    r.macs = macs;
+    call_lcore(*l, r);
+    for (size_t i = 0; i < r.seen.size() && i < all.size(); ++i)
+      all[i].insert(all[i].end(), r.seen[i].begin(), r.seen[i].end());
+  }
+  return all;
+}
+
+bool JobOwnership::set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool ok = true;
+  for (LcoreState* l : lcores_) {
+    LcoreRequest r{LcoreRequest::Kind::set_pins};
+    r.pins = pins;
+    call_lcore(*l, r);
+    if (!r.ok) {
+      ok = false;
+      *error = r.error;
+    }
+  }
+  return ok;
+}
+
+bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::JobStart start,
+                       const control::JobSpec* bound) {
+  const control::JobSpec& engine_spec = bound ? *bound : spec;
   // Bounded before any lcore hears of it: the holds below cost every lcore time per connection.
   if (spec.workers < 1 || spec.workers > 64 || spec.conns.size() != spec.workers) {
     *error = "job " + std::to_string(spec.id) + ": needs 1..64 workers and one conn line each (" +
@@ -114,10 +164,10 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
   const bool sharded = job_lcores_ > 1;
   bool ok = true;
   if (sharded) {
-    ok = add_sharded(spec, owner, start, error);
+    ok = add_sharded(engine_spec, owner, start, error);
   } else {
     LcoreRequest r{LcoreRequest::Kind::add_job};
-    r.spec = &spec;
+    r.spec = &engine_spec;
     r.start = start;
     call_lcore(*lcores_[owner], r);
     ok = r.ok;

@@ -28,7 +28,18 @@ class JobOwnership {
   // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
   // whose engine decides. Refused when one of its connections belongs to another job.
   // `start`: JobStart::resume for a job registered before the appliance restarted (engine.hpp).
-  bool add(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh);
+  // `bound`: the spec the engines take (its ranks bound to ports, rank_binding.hpp); `spec`, the
+  // one it was registered with, is what list and stats describe (its digest).
+  bool add(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh,
+           const control::JobSpec* bound = nullptr);
+  // Every lcore drops the job's packets (its connections held closed) until add() or release().
+  void hold(const control::JobSpec& spec);
+  void release(const control::JobSpec& spec);
+  // Where each address, then each MAC, was seen on any lcore (StationTable), per query.
+  std::vector<std::vector<StationTable::Sighting>> stations(const std::vector<util::IpAddr>& addresses,
+                                                            const std::vector<Mac>& macs);
+  // Pins the bound ranks' MACs to their ports in every lcore's MAC table; false with *error.
+  bool set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins, std::string* error);
   bool remove(uint32_t id, std::string* error);
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);

@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "inagg/agg/engine.hpp"
 #include "inagg/dataplane/bridge.hpp"
 #include "inagg/dataplane/counters.hpp"
+#include "inagg/dataplane/stations.hpp"
 #include "inagg/util/pcap.hpp"
 #include "inagg/wire/icrc.hpp"
 
@@ -45,10 +47,9 @@ struct alignas(64) LcoreState {
   std::unique_ptr<agg::Engine> engine;
   std::unique_ptr<MacTable> macs;
   // One-entry caches in front of the MAC table (valid for 1 ms; invalidated by any learning).
-  uint64_t learn_cache_mac = ~0ull, learn_cache_ns = 0;
+  std::unique_ptr<StationTable> stations;  // where each station was seen, for binding ranks
+  uint64_t learn_cache_mac = ~0ull, learn_cache_addr = 0, learn_cache_ns = 0;
   uint16_t learn_cache_port = 0xffff;
-  uint64_t rank_cache_mac = ~0ull, rank_cache_ns = 0;  // the same for learn_rank()
-  uint16_t rank_cache_port = 0xffff;
   uint64_t lookup_cache_mac = ~0ull, lookup_cache_ns = 0;
   uint16_t lookup_cache_port = 0xffff, lookup_cache_out = kFlood;
   rte_ring* requests = nullptr;  // SP/SC: the control side (one caller at a time) -> this lcore
@@ -91,6 +92,27 @@ void run_lcore_loop(const Datapath& dp, LcoreState& l);
 // its TX queue towards DPDK port `port` holds at least `threshold` packets (its TX buffer, plus the
 // NIC's TX ring where the PMD reports descriptor status).
 bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold);
+// lcore_loop.cpp: a word that tells a frame's source address (IPv4, IPv6 or an ARP sender's) from
+// another's, for the learn cache; 0 when it has none.
+inline uint64_t source_address_word(const uint8_t* f, uint32_t len) {
+  if (len < 34) return 0;
+  uint32_t l3 = 14;
+  uint16_t type = static_cast<uint16_t>(f[12] << 8 | f[13]);
+  if (type == 0x8100) {
+    type = static_cast<uint16_t>(f[16] << 8 | f[17]);
+    l3 = 18;
+  }
+  uint64_t a = 0, b = 0;
+  if (type == 0x0800 && len >= l3 + 16) {
+    std::memcpy(&a, f + l3 + 12, 4);
+  } else if (type == 0x86dd && len >= l3 + 24) {
+    std::memcpy(&a, f + l3 + 8, 8);
+    std::memcpy(&b, f + l3 + 16, 8);
+  } else if (type == 0x0806 && len >= l3 + 18) {
+    std::memcpy(&a, f + l3 + 14, 4);
+  }
+  return a ^ (b * 0x9e3779b97f4a7c15ull) ^ type;
+}
 // lcore_loop.cpp: a sharded job's ordered path (agg::OrderedTx::send), `ctx` the owner lcore's
 // ordered ring: all n packets or none.
 bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n);
@@ -107,7 +129,9 @@ struct LcoreRequest {
     clear_owner,
     job_info,
     list_jobs,
-    totals
+    totals,
+    stations,  // where the stations of `addresses` and `macs` were seen
+    set_pins   // the bound ranks' MAC addresses, pinned to their ports
   };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;
@@ -121,8 +145,12 @@ struct LcoreRequest {
   // The answer.
   bool ok = false;
   std::string error;
-  std::vector<agg::JobInfo> infos;  // job_info, list_jobs
-  agg::EngineCounters counters;     // totals
+  std::vector<agg::JobInfo> infos;                        // job_info, list_jobs
+  agg::EngineCounters counters;                           // totals
+  std::vector<util::IpAddr> addresses;                    // stations
+  std::vector<Mac> macs;                                  // stations
+  std::vector<std::vector<StationTable::Sighting>> seen;  // stations: addresses', then macs'
+  std::vector<std::pair<Mac, uint16_t>> pins;             // set_pins
 };
 
 // lcore_requests.cpp. The lcore side: applies whatever requests wait on its ring (between bursts).

@@ -72,8 +72,8 @@ class LcoreLoop {
   void hand_over(rte_mbuf* m, uint16_t to, wire::ParseStatus st, const wire::Layout& layout);
   unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
-  void learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
-  void learn_rank(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);  // the engine vouched for it
+  // Learns a frame's source (its first `len` bytes: 64 hold every header it reads).
+  void learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns);
   void route_engine_output(uint64_t now_ns);
   void send(rte_mbuf* m, uint64_t now_ns);
   void enqueue_tx(unsigned port_index, rte_mbuf* m);
@@ -197,7 +197,7 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
         ++l.c.roce;
         l.engine->count_passthrough();
       }
-      learn_source(data + 6, m->port, now_ns);
+      learn_source(data, len, m->port, now_ns);
       send(m, now_ns);
       return;
     }
@@ -224,28 +224,22 @@ void LcoreLoop::handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layou
         const uint16_t to = r->shard_lcore[(psn - r->start_psn) & (r->nshards - 1u)];
         if (to != l.index) return hand_over(m, to, st, layout);
       } else if (r->owner != l.index) {
-        // The owner learns from it once its engine has vouched for it (below).
+        // The owner learns from it if its engine took it (below).
         return hand_over(m, r->owner, st, layout);
       }
     }
   }
   ++l.c.roce;
-  // A RoCEv2 frame teaches the bridge where its sender is only if the engine did not drop it as
-  // untrustworthy: a forged frame carrying a rank's MAC from another port must not move that rank,
-  // or the rank's sums would go out of the wrong port (fail closed). The engine may free the frame,
-  // so its source MAC and port are read first.
-  uint8_t src_mac[6];
-  std::memcpy(src_mac, data + 6, sizeof src_mac);
+  // A RoCEv2 frame teaches the bridge where its sender is only if the engine says so (teaches()):
+  // a frame of no registered connection, or one its job took from its rank's bound port and MAC.
+  // A forged, stale or duplicate frame teaches nothing (a rank's own address is pinned anyway).
+  // The engine may free the frame, so its start is kept first.
+  uint8_t head[64];
+  const uint32_t head_len = std::min<uint32_t>(len, sizeof head);
+  std::memcpy(head, data, head_len);
   const uint16_t in_port = m->port;
-  if (l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, st, layout, now_ns, l.engine_tx)) {
-    // A registered rank's own frame makes its address sticky on its pinned port: then no frame the
-    // engine did not vouch for (a gratuitous ARP, a plain frame) can move it, and its sums go out
-    // of the port the engine pinned, not wherever a forger last claimed the address.
-    if (l.engine->vouched())
-      learn_rank(src_mac, in_port, now_ns);
-    else
-      learn_source(src_mac, in_port, now_ns);
-  }
+  l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, st, layout, now_ns, l.engine_tx);
+  if (l.engine->teaches()) learn_source(head, head_len, in_port, now_ns);
   route_engine_output(now_ns);
 }
 
@@ -285,30 +279,22 @@ unsigned LcoreLoop::handover_room() const {
 }
 
 // Every lcore learns from the frames it handles, handed over or received: the lcore that owns a job
-// sends its sums, so it must know where the ranks are whichever lcore received them. Bursts come
-// from few stations: re-learning the same source on the same port within 1 ms changes nothing, so
-// it is skipped (halves the bridge's per-frame cost on a burst of one flow).
-void LcoreLoop::learn_rank(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
+// sends its sums, so it must know where the ranks are whichever lcore received them. It notes the
+// station (its MAC and address on this port) for binding ranks too (stations.hpp). Bursts come
+// from few stations: re-learning the same source (MAC and address) on the same port within 1 ms
+// changes nothing, so it is skipped (halves the bridge's per-frame cost on a burst of one flow).
+void LcoreLoop::learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns) {
   LcoreState& l = l_;
-  const uint64_t src = MacTable::key(src_mac);
-  if (src != l.rank_cache_mac || port != l.rank_cache_port || now_ns - l.rank_cache_ns > 1'000'000) {
-    l.macs->learn_vouched(src_mac, port, now_ns);
-    l.rank_cache_mac = src;
-    l.rank_cache_port = port;
-    l.rank_cache_ns = now_ns;
-    l.lookup_cache_ns = 0;
-  }
-}
-
-void LcoreLoop::learn_source(const uint8_t* src_mac, uint16_t port, uint64_t now_ns) {
-  LcoreState& l = l_;
-  const uint64_t src = MacTable::key(src_mac);
-  if (src != l.learn_cache_mac || port != l.learn_cache_port || now_ns - l.learn_cache_ns > 1'000'000) {
+  const uint64_t src = MacTable::key(frame + 6), addr = source_address_word(frame, len);
+  if (src != l.learn_cache_mac || addr != l.learn_cache_addr || port != l.learn_cache_port ||
+      now_ns - l.learn_cache_ns > 1'000'000) {
     const uint64_t refused = l.macs->moves_refused(), limited = l.macs->port_limit_refused();
-    l.macs->learn(src_mac, port, now_ns);
+    l.macs->learn(frame + 6, port, now_ns);
     l.c.mac_moves_refused += l.macs->moves_refused() - refused;
     l.c.mac_limit_refused += l.macs->port_limit_refused() - limited;
+    l.stations->note_frame(frame, len, port, now_ns);
     l.learn_cache_mac = src;
+    l.learn_cache_addr = addr;
     l.learn_cache_port = port;
     l.learn_cache_ns = now_ns;
     l.lookup_cache_ns = 0;  // a move may change the cached lookup

@@ -2,6 +2,7 @@
 // lcore's request ring, applied by the lcore between bursts, the same message back on its reply
 // ring. The lcore never waits for the control side and never takes a lock; the control side
 // waits for the answer (microseconds while the loop runs).
+#include <rte_cycles.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
 
@@ -15,6 +16,9 @@ namespace inagg::dataplane {
 namespace {
 
 constexpr unsigned kRingSize = 64;  // one request in flight per lcore; room to spare
+
+// The lcores' clock (their loops' now_ns: the TSC in ns).
+uint64_t now_ns() { return static_cast<uint64_t>(static_cast<double>(rte_rdtsc()) * 1e9 / rte_get_tsc_hz()); }
 
 void apply(LcoreState& l, LcoreRequest& r) {
   switch (r.kind) {
@@ -63,6 +67,19 @@ void apply(LcoreState& l, LcoreRequest& r) {
     case LcoreRequest::Kind::totals:
       r.counters = l.engine->counters();
       r.ok = true;
+      break;
+    case LcoreRequest::Kind::stations: {
+      const uint64_t now = now_ns();
+      for (const util::IpAddr& a : r.addresses) r.seen.push_back(l.stations->of_address(a, now));
+      for (const Mac& m : r.macs) r.seen.push_back(l.stations->of_mac(m, now));
+      r.ok = true;
+      break;
+    }
+    case LcoreRequest::Kind::set_pins:
+      r.ok = l.macs->set_pins(r.pins, now_ns());
+      l.lookup_cache_ns = 0;
+      l.learn_cache_ns = 0;
+      if (!r.ok) r.error = "a bound rank's MAC address found no room in the MAC table (--mac-table-size)";
       break;
   }
 }

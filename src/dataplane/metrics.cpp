@@ -109,6 +109,7 @@ constexpr CounterExport kEngineExports[] = {
     {"bad_icrc", "dropped_packets_total", "bad_icrc"},
     {"drop_wrong_source", "dropped_packets_total", "wrong_source"},
     {"drop_wrong_port", "dropped_packets_total", "wrong_port"},
+    {"drop_wrong_mac", "dropped_packets_total", "wrong_mac"},
     {"drop_unplaceable", "dropped_packets_total", "unplaceable"},
     {"drop_closed", "dropped_packets_total", "connection_closed"},
     {"cnp_forwarded", "cnp_forwarded_packets_total", ""},

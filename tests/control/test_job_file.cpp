@@ -354,7 +354,7 @@ TEST(JobFile, ErrorMessages) {
        "missing required keys; add lines like `id = 7`, `workers = 4`, `message_bytes = 65536`, "
        "`payload_bytes = 1024`, `window = 8`, `conn = "},
       {std::string(kGood).substr(0, std::string(kGood).find("conn")),
-       "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT])"},
+       "(conn: one line per worker, RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT[,MAC]])"},
       {with("id = 7", "id = 7x"), "line 3: id: '7x' is not a number (hex 0x... or decimal)"},
       {with("id = 7", "id = 4294967296"), "line 3: id: '4294967296' is out of range; write a number in 0..4294967295"},
       {with("id = 7", "id = 99999999999999999999999"), "is out of range"},
@@ -371,13 +371,18 @@ TEST(JobFile, ErrorMessages) {
       {with("dtype = bf16", "dtype = fp64"), "line 4: dtype: unknown dtype 'fp64'; valid: fp32, fp16, bf16, int32"},
       {with("replay = true", "replay = yes"), "line 9: replay: 'yes' is not a boolean; write true or false"},
       {with(conn1, "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF"),
-       "line 11: conn: expected 6 or 7 comma-separated fields RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT], "
-       "got 5"},
+       "line 11: conn: expected 6 to 8 comma-separated fields "
+       "RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT[,MAC]], got 5"},
       {with(conn1, conn1 + ",65535"),
-       "line 11: conn: port '65535' is out of range; write a number in 0..65534 (the appliance's DPDK port id)"},
+       "line 11: conn: port '65535' is out of range; write a number in 0..65534 (the appliance's DPDK port id) or "
+       "any"},
       {with(conn1, conn1 + ",p1"), "line 11: conn: port 'p1' is not a number"},
-      {with(conn1, conn1 + ",1,2"), "expected 6 or 7 comma-separated fields"},
-      {with(conn1, conn1 + ",7,8"), "got 8"},
+      {with(conn1, conn1 + ",1,02:00:00:00:00:01,3"), "expected 6 to 8 comma-separated fields"},
+      {with(conn1, conn1 + ",7,8,9"), "got 9"},
+      {with(conn1, conn1 + ",1,2"), "line 11: conn: MAC '2' is not a station's MAC address"},
+      {with(conn1, conn1 + ",1,02:00:00:00:00"), "MAC '02:00:00:00:00' is not a station's MAC address"},
+      {with(conn1, conn1 + ",1,00:00:00:00:00:00"), "MAC '00:00:00:00:00:00' is not a station's MAC address"},
+      {with(conn1, conn1 + ",1,01:00:5e:00:00:01"), "MAC '01:00:5e:00:00:01' is not a station's MAC address"},
       {with(conn1, "conn = 1,,19,10.0.0.1,0xABCDEF,0"), "line 11: conn: field 2 (SRC_IP) is empty"},
       {with(conn1, "conn = 1,10.0.0.256,19,10.0.0.1,0xABCDEF,0"),
        "line 11: conn: '10.0.0.256' is not an IPv4 or IPv6 address (e.g. 10.0.0.1 or fd00::1)"},
@@ -404,6 +409,29 @@ TEST(JobFile, ErrorMessages) {
     const std::string err = parse_error(c.text);
     EXPECT_NE(err.find(c.want), std::string::npos) << "want: " << c.want << "\ngot:  " << err;
   }
+}
+
+// A conn line may bind its rank: PORT (or `any`) and the MAC its packets carry; written back as read.
+TEST(JobFile, AConnLineNamesItsRanksPortAndMac) {
+  const std::string conn1 = "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0";
+  std::string err;
+  const auto s = parse_job(with(conn1, conn1 + ",3,02:aA:00:00:00:07"), &err);
+  ASSERT_TRUE(s) << err;
+  const ConnectionSpec& c = s->conns[1];
+  EXPECT_EQ(c.port, 3);
+  EXPECT_EQ(c.mac, (std::array<uint8_t, 6>{0x02, 0xaa, 0, 0, 0, 7}));
+  const auto any = parse_job(with(conn1, conn1 + ",any,02:00:00:00:00:07"), &err);
+  ASSERT_TRUE(any) << err;
+  EXPECT_EQ(any->conns[1].port, kAnyPort);
+  EXPECT_TRUE(any->conns[1].has_mac());
+  for (const auto& spec : {*s, *any}) {
+    const auto again = parse_job(format_job(spec), &err);
+    ASSERT_TRUE(again) << err << "\n" << format_job(spec);
+    EXPECT_EQ(format_job(*again), format_job(spec));
+    EXPECT_EQ(again->conns[1].mac, spec.conns[1].mac);
+    EXPECT_EQ(again->conns[1].port, spec.conns[1].port);
+  }
+  EXPECT_NE(format_job(*any).find(", any, 02:00:00:00:00:07"), std::string::npos) << format_job(*any);
 }
 
 TEST(JobFile, CrossFieldChecksAreLeftToTheEngine) {

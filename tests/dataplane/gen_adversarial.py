@@ -77,7 +77,7 @@ def read_job(path):
     for line in open(path):
         key, _, value = line.partition("=")
         if key.strip() == "conn":
-            r, sip, sq, dip, dq, psn = (v.strip() for v in value.split(","))
+            r, sip, sq, dip, dq, psn = (v.strip() for v in value.split(",")[:6])  # then the rank's port, MAC
             conns.append((int(r), sip, int(sq, 0), dip, int(dq, 0), int(psn, 0)))
     if not conns or ":" in conns[0][1]:
         raise SystemExit(f"{path}: expected an IPv4 job from gen-pcap")

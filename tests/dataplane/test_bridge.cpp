@@ -76,19 +76,20 @@ TEST(MacTable, AFullNeighbourhoodFloodsInsteadOfEvictingLiveEntries) {
 }
 
 // ---- a station on one port claiming a job rank's address ----------------------------------------
-// R is a rank's address, vouched for by the engine on port 1 (its pinned port); the forger is on
-// port 3. The lcore learns every non-RoCE frame (a plain frame or a gratuitous ARP, unicast or
-// broadcast: the table sees a source address either way) with learn(), a registered rank's own
-// RoCE frame with learn_vouched().
+// R is a rank's address, pinned to port 1 (the port its job bound it to: set_pins); the forger is
+// on port 3. The lcore learns every frame it bridges (a plain frame or a gratuitous ARP, unicast
+// or broadcast: the table sees a source address either way) with learn().
 
 namespace {
 const uint8_t R[6] = {2, 0, 0, 0, 0x10, 0x01};
 constexpr uint64_t kAgeing = 1'000'000'000;
+using Pins = std::vector<std::pair<std::array<uint8_t, 6>, uint16_t>>;
+const Pins kRankOnPort1 = {{{2, 0, 0, 0, 0x10, 0x01}, 1}};
 }  // namespace
 
 TEST(MacTable, ARanksAddressClaimedFromAnotherPortIsRefusedAndCounted) {
   MacTable t(64, kAgeing, 0x1234);
-  t.learn_vouched(R, 1, 0);
+  ASSERT_TRUE(t.set_pins(kRankOnPort1, 0));
   for (uint64_t now = 1; now < 10; ++now) t.learn(R, 3, now);  // the forger's frames, again and again
   EXPECT_EQ(t.lookup(R, 0, 10), 1) << "the rank's sums would leave by the forger's port";
   EXPECT_EQ(t.moves_refused(), 9u);
@@ -97,25 +98,27 @@ TEST(MacTable, ARanksAddressClaimedFromAnotherPortIsRefusedAndCounted) {
   EXPECT_EQ(t.lookup(R, 0, 12), 1);
 }
 
-TEST(MacTable, AClaimBeforeTheRankIsFirstVouchedForIsUndoneByItsFirstFrame) {
+TEST(MacTable, AClaimBeforeTheRankIsBoundIsUndoneByItsBinding) {
   MacTable t(64, kAgeing, 0x1234);
   t.learn(R, 3, 0);  // the forger first: a plain entry on its port
   EXPECT_EQ(t.lookup(R, 0, 1), 3);
-  t.learn_vouched(R, 1, 2);  // the rank's first WRITE (sums are released only after it)
+  ASSERT_TRUE(t.set_pins(kRankOnPort1, 2));  // the job is registered, the rank bound to port 1
   t.learn(R, 3, 3);
   EXPECT_EQ(t.lookup(R, 0, 4), 1);
   EXPECT_EQ(t.moves_refused(), 1u);
 }
 
-TEST(MacTable, AnAgedRanksAddressMovesUntilTheRankIsVouchedForAgain) {
+TEST(MacTable, APinnedAddressNeverAgesAndMovesAgainOnlyOnceUnpinned) {
   MacTable t(64, 100, 0x1234);
-  t.learn_vouched(R, 1, 0);
+  ASSERT_TRUE(t.set_pins(kRankOnPort1, 0));
   t.learn(R, 3, 50);
   EXPECT_EQ(t.lookup(R, 0, 60), 1);
-  t.learn(R, 3, 200);  // aged: a sticky entry that aged is an ordinary one
-  EXPECT_EQ(t.lookup(R, 0, 210), 3);
-  t.learn_vouched(R, 1, 220);  // the rank sends again (before any sum of it goes out)
-  EXPECT_EQ(t.lookup(R, 0, 230), 1);
+  t.learn(R, 3, 10'000);  // long past the ageing time: still pinned
+  EXPECT_EQ(t.lookup(R, 0, 10'010), 1);
+  EXPECT_EQ(t.moves_refused(), 2u);
+  ASSERT_TRUE(t.set_pins({}, 10'020));  // its job went: an ordinary entry again
+  t.learn(R, 3, 10'200);                // aged by now: it moves as any address does
+  EXPECT_EQ(t.lookup(R, 0, 10'210), 3);
 }
 
 TEST(MacTable, ABurstOfOtherAddressesCannotKeepARankOutOrEvictIt) {
@@ -128,9 +131,9 @@ TEST(MacTable, ABurstOfOtherAddressesCannotKeepARankOutOrEvictIt) {
       t.learn(mac, 3, now);
     }
   };
-  flood(1);  // before the rank is learned: the table is full of live entries
+  flood(1);  // before the rank is bound: the table is full of live entries
   EXPECT_GT(t.full(), 0u);
-  t.learn_vouched(R, 1, 2);
+  ASSERT_TRUE(t.set_pins(kRankOnPort1, 2));
   EXPECT_EQ(t.lookup(R, 0, 3), 1) << "the rank's sums would flood to every port";
   flood(4);  // and after
   EXPECT_EQ(t.lookup(R, 0, 5), 1);
@@ -178,10 +181,10 @@ TEST(MacTable, ABurstOfAddressesFromOnePortStopsAtItsLimitOthersStillLearn) {
   EXPECT_EQ(t.port_limit_refused(), 992u);
   EXPECT_EQ(t.lookup(nth(0).data(), 0, 2), 3);
   EXPECT_EQ(t.lookup(nth(8).data(), 0, 2), kFlood) << "an address past the port's limit was learned";
-  // Stations on the other ports are still learned, and a rank's vouched address on the full port too.
+  // Stations on the other ports are still learned, and a rank bound to the full port is pinned there.
   t.learn(A, 1, 3);
   t.learn(B, 2, 3);
-  t.learn_vouched(R, 3, 3);
+  ASSERT_TRUE(t.set_pins({{{2, 0, 0, 0, 0x10, 0x01}, 3}}, 3));
   EXPECT_EQ(t.lookup(A, 0, 4), 1);
   EXPECT_EQ(t.lookup(B, 0, 4), 2);
   EXPECT_EQ(t.lookup(R, 0, 4), 3);
@@ -206,11 +209,11 @@ TEST(MacTable, AFloodOfClaimsIsCountedEveryFrameAndLoggedOnceASecond) {
   g_lines.clear();
   inagg::util::set_log_sink(keep_line);
   MacTable t(64, 10 * kAgeing, 0x1234);
-  t.learn_vouched(R, 1, 0);
+  ASSERT_TRUE(t.set_pins(kRankOnPort1, 0));
   uint64_t now = 1;
   for (int i = 0; i < 30000; ++i, now += 100'000) {  // 3 s of claims, one every 100 us, refreshed by the rank
     t.learn(R, 2, now);
-    if (i % 1000 == 0) t.learn_vouched(R, 1, now);
+    if (i % 1000 == 0) t.learn(R, 1, now);
   }
   inagg::util::set_log_sink(nullptr);
   EXPECT_EQ(t.moves_refused(), 30000u);
@@ -218,7 +221,7 @@ TEST(MacTable, AFloodOfClaimsIsCountedEveryFrameAndLoggedOnceASecond) {
   EXPECT_GE(g_lines.size(), 3u);
   EXPECT_LE(g_lines.size(), 4u) << "a claim flood floods the log";
   ASSERT_FALSE(g_lines.empty());
-  EXPECT_NE(g_lines[0].find("claims 02:00:00:00:10:01, a job rank's address on port 1"), std::string::npos)
+  EXPECT_NE(g_lines[0].find("claims 02:00:00:00:10:01, a job rank's address bound to port 1"), std::string::npos)
       << g_lines[0];
   EXPECT_NE(g_lines[1].find("more claims refused since the last line"), std::string::npos) << g_lines[1];
 }

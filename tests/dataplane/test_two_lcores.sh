@@ -23,7 +23,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; [ -f "$tmp/log" ] && tail -n 25 "$tmp/log"; exit 1; }
 
 # gen-pcap's "port" g holds rank g; appliance port g mod 3, queue g / 3 replays it.
-/usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp" --workers 6 --ports 6 --messages 3 --background 0 >/dev/null || fail gen-pcap
+/usr/bin/python3 "$src/scripts/gen-pcap" --out "$tmp" --workers 6 --ports 6 --appliance-ports 3 --messages 3 --background 0 >/dev/null || fail gen-pcap
 vdevs=()
 for p in 0 1 2; do
   vdevs+=("--vdev=net_pcap$p,rx_pcap=$tmp/port$p.pcap,rx_pcap=$tmp/port$((p + 3)).pcap,tx_pcap=$tmp/out${p}q0.pcap,tx_pcap=$tmp/out${p}q1.pcap")

@@ -53,7 +53,7 @@ start_racks() {
   start_part leaf1 "$tmp/leaf-1.job" "$(racks_cmd vdevs leaf 1)"
   start_part spine "$tmp/spine.job" "$(racks_cmd vdevs spine)"
   for part in leaf0 leaf1 spine; do
-    "$ctl" --socket "$tmp/$part.sock" list | grep -q "active" || fail "the $part appliance has no active job"
+    "$ctl" --socket "$tmp/$part.sock" list | grep -Eq "state=(active|binding)" || fail "the $part appliance has no job"
   done
 }
 worker_failure_hint() { for part in leaf0 leaf1 spine; do echo "$part: $("$ctl" --socket "$tmp/$part.sock" list 2>&1)"; done; }

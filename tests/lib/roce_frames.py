@@ -9,13 +9,14 @@ load_contrib("roce")
 from scapy.contrib.roce import BTH  # noqa: E402
 
 
-def frames(src_ip, dst_ip, dqpn, psn, count, kind, opcode, payload, dst_mac="ff:ff:ff:ff:ff:ff", ip_id=0x4000):
+def frames(src_ip, dst_ip, dqpn, psn, count, kind, opcode, payload, dst_mac="ff:ff:ff:ff:ff:ff", ip_id=0x4000,
+           src_mac="02:77:00:00:09:09"):
     """`count` packets of `opcode` with `payload` (bytes: headers after the BTH and the data), PSNs
     from `psn` on; kind "good": scapy's ICRC, "bad": the same ICRC with its bits flipped. The source
-    MAC is one no host has: a switch that learns it learns nothing that matters."""
+    MAC is by default one no host has: a switch that learns it learns nothing that matters."""
     out = []
     for i in range(count):
-        pkt = (Ether(src="02:77:00:00:09:09", dst=dst_mac) / IP(src=src_ip, dst=dst_ip, flags="DF", id=ip_id + i) /
+        pkt = (Ether(src=src_mac, dst=dst_mac) / IP(src=src_ip, dst=dst_ip, flags="DF", id=ip_id + i) /
                UDP(sport=49152, dport=4791, chksum=0) /
                BTH(opcode=opcode, pkey=0xFFFF, dqpn=dqpn, psn=(psn + i) & 0xFFFFFF) / Raw(payload))
         raw = bytearray(bytes(pkt))

@@ -82,6 +82,7 @@ class TxList {
   X(drop_wrong_source, "packets on a registered connection not from its registered source address, dropped")           \
   X(drop_wrong_port,                                                                                                   \
     "packets on a registered connection from another port than the one its rank was pinned to, dropped")               \
+  X(drop_wrong_mac, "packets on a registered connection whose Ethernet source is not its rank's bound MAC, dropped")   \
   X(drop_unplaceable,                                                                                                  \
     "packets addressed to a registered connection that cannot be placed (IPv6 extension headers, an IPv4-mapped IPv6 " \
     "address), dropped")                                                                                               \
@@ -338,16 +339,17 @@ class alignas(64) Engine {
 
   // Fast path. Takes ownership of `pkt`: it ends up in `tx` (forwarded, possibly rewritten), held
   // by the engine, or freed. May also put released packets and NAKs in `tx`. Returns false when the
-  // frame was dropped as untrustworthy (malformed, bad ICRC, wrong source or port, unplaceable, or
-  // on a connection held closed): the caller must not learn anything from it (its source MAC above
-  // all, or a forged frame would redirect the rank's sums), and must not touch `pkt` after the call.
+  // frame was dropped as untrustworthy (malformed, bad ICRC, wrong source, port or MAC,
+  // unplaceable, or on a connection held closed). The caller must not touch `pkt` after the call.
   bool process(const PacketRef& pkt, uint64_t now_ns, TxList& tx);
   // The same for a frame its caller has parsed already (the datapath parses each frame once and
   // carries the result with it): `st` and `l` are what wire::parse_frame() gave for pkt's bytes.
   bool process(const PacketRef& pkt, wire::ParseStatus st, const wire::Layout& l, uint64_t now_ns, TxList& tx);
-  // Whether the frame process() last handled was a registered rank's own: its registered source,
-  // from the port its rank is pinned to (the bridge makes its source address sticky there).
-  bool vouched() const { return vouched_; }
+  // Whether the bridge may learn the source MAC of the frame process() last handled: a frame of no
+  // registered connection, or one the engine took (a WRITE that fit its slot, an ACK that
+  // acknowledged something new) from its rank's bound port and MAC. A stale, duplicate or dropped
+  // frame teaches nothing.
+  bool teaches() const { return teaches_; }
 
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
@@ -487,7 +489,7 @@ class alignas(64) Engine {
   size_t mbufs_reserved_ = 0;
   uint64_t now_ns_ = 0;                    // the engine's clock: the last now_ns process() or poll() saw
   bool untrusted_ = false;                 // the frame process() is handling was dropped as untrustworthy
-  bool vouched_ = false;                   // ... came from a registered rank's source on its pinned port
+  bool teaches_ = false;                   // ... may teach the bridge its source (teaches())
   std::array<PacketRef, 64> release_out_;  // a spread job's slot on its way to the OrderedTx
 };
 

@@ -4,6 +4,7 @@
 // without depending on the engine.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -18,13 +19,19 @@ inline constexpr uint16_t kAnyPort = 0xffff;
 // One rank's connection: it RDMA-WRITEs from (src_ip, src_qpn) to (dst_ip, dst_qpn), its
 // successor's receive QP, starting at start_psn. `port`, when named: the appliance port (DPDK port
 // id) the rank's host is behind, so its packets from any other port are dropped from the first
-// one on (IP source guard); kAnyPort: pinned by its first packet that fits.
+// one on (IP source guard). `mac`, when named (not all zero): the Ethernet source its packets
+// carry; others are dropped. The appliance binds every rank before its job's first packet (a
+// registration that names neither is bound from the binding table or where the rank's address was
+// seen: docs/binding.md); the engine alone, driven by tests and
+// benchmarks, takes kAnyPort as pinned by the rank's first packet that fits.
 struct ConnectionSpec {
   unsigned rank = 0;
   util::IpAddr src_ip, dst_ip;
   uint32_t src_qpn = 0, dst_qpn = 0;
   uint32_t start_psn = 0;
   uint16_t port = kAnyPort;
+  std::array<uint8_t, 6> mac{};
+  bool has_mac() const { return (mac[0] | mac[1] | mac[2] | mac[3] | mac[4] | mac[5]) != 0; }
 };
 
 // Where an appliance sits in a job whose ranks span racks (docs/protocol.md section 21).

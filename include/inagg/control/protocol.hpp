@@ -66,6 +66,7 @@ struct JobStatus {
     failed,   // aborted by the engine; `error` says why
     refused,  // the appliance refused to add it (`error` is the refusal); held for a while, so every
               // rank waiting for the job learns of it (RefusedJobs, refused_jobs.hpp)
+    binding,  // added, waiting until its ranks' addresses are seen on a port (`error` says which)
   };
   uint32_t id = 0;
   State state = State::active;
@@ -80,7 +81,7 @@ struct JobStatus {
   std::optional<uint32_t> spec_digest;  // job_digest() of the spec it was added (or refused) with
   std::vector<Counter> counters;        // stats <id>: the job's counters, in the engine's order
 };
-std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused"
+std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused", "binding"
 
 // A job's fields, in the order every form shows them under these names: `list` (name=value),
 // `stats <id>` (name value), the appliance's stats print (format_job_summary), DPDK telemetry's
@@ -89,7 +90,8 @@ std::string_view state_name(JobStatus::State state);  // "active", "failed", "re
 // `j` (a JobStatus), a number or a string.
 #define INAGG_JOB_FIELDS(X)                                                                                         \
   X(id, "the job id", uint64_t{j.id})                                                                               \
-  X(state, "active, failed (error says why) or refused (error is the refusal)", std::string(state_name(j.state)))   \
+  X(state, "active, failed, refused or binding (error says why, or what it waits for)",                             \
+    std::string(state_name(j.state)))                                                                               \
   X(dtype, "element type of the gradients", std::string(util::dtype_name(j.dtype)))                                 \
   X(workers, "ranks in the ring", uint64_t{j.workers})                                                              \
   X(released_slots, "slots whose sums went out (the release cursor of this generation)", j.released_slots)          \

@@ -41,9 +41,14 @@ class Appliance {
   static bool stop_requested();
 
   // Control side; any thread, serialised among themselves, applied by the owning lcores between
-  // bursts (or here while no loop runs).
+  // bursts (or here while no loop runs). add_job binds the job's ranks to ports first
+  // (rank_binding.hpp): refused when that is ambiguous; a job whose ranks have not all been seen
+  // yet waits (state `binding`, its packets dropped) until bind_waiting() binds it.
   bool add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh);
   bool remove_job(uint32_t id, std::string* error);
+  // The control tick's: binds the waiting jobs whose ranks have been seen since (added then), and
+  // refuses those whose binding became ambiguous (listed as refused for a while, with the reason).
+  void bind_waiting();
   // Jobs as the control protocol describes them (control::JobStatus: the engine's figures and
   // counters, the spec's dtype and workers), by id.
   std::vector<control::JobStatus> describe_jobs();

@@ -3,20 +3,22 @@
 // floods, which is always correct, merely less efficient until that lcore has learned the address.
 //
 // Against a station on one port claiming another's address (as switch operating systems do): the
-// addresses of a job's ranks, learned from frames the engine vouched for (their rank's registered
-// source, on the port it is pinned to), are sticky: a frame the engine did not vouch for cannot
-// move them (refused, counted) and a flood of other addresses cannot evict them; and the slot hash
-// is keyed with a random key per table, so which addresses collide cannot be worked out offline.
-// Port security: each port may hold at most a given number of learned addresses (frames from new
-// ones beyond it are forwarded, not learned, and counted; a rank's vouched address is always
-// learned), and claims of a sticky address from another port are counted on every frame but
-// logged at most once a second, with the count of those not logged.
+// MAC addresses of a job's ranks are pinned to the ports the ranks were bound to when the job was
+// registered (the control side tells every lcore: pin()); no frame can move a pinned address
+// (refused, counted), a flood of other addresses cannot evict it, and it never ages while a job
+// binds it. Only the operator moves a bound address (docs/binding.md).
+// The slot hash is keyed with a random key per table, so which addresses collide cannot be worked
+// out offline. Port security: each port may hold at most a given number of learned addresses
+// (frames from new ones beyond it are forwarded, not learned, and counted), for every frame; claims
+// of a pinned address from another port are counted on every frame but logged at most once a
+// second, with the count of those not logged.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "inagg/util/log.hpp"
@@ -35,13 +37,14 @@ class MacTable {
   MacTable(size_t capacity, uint64_t ageing_ns, uint64_t hash_key = 0, size_t per_port_limit = 0);
 
   // Learns the source address of a frame that came in on `port` (unicast sources only, not the
-  // all-zero address). A live sticky entry on another port is not moved (moves_refused); a new
+  // all-zero address). A pinned entry on another port is not moved (moves_refused); a new
   // address, or one moving, on a port at its limit is not learned (port_limit_refused).
   void learn(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
-  // The same for a frame the engine vouched for (a registered rank's, from its pinned port): the
-  // entry becomes sticky, moves to `port` if it was elsewhere, and takes the oldest non-sticky
-  // entry of its neighbourhood when that is full of live ones.
-  void learn_vouched(const uint8_t* src_mac, uint16_t port, uint64_t now_ns);
+  // Makes exactly `pins` (address, port) the pinned entries: each is placed on its port (taking
+  // the oldest unpinned entry of its neighbourhood when that is full), never ages, never moves and
+  // does not count against its port's limit; addresses pinned before and not in `pins` become
+  // ordinary entries again. False when an address found no room (its neighbourhood all pinned).
+  bool set_pins(const std::vector<std::pair<std::array<uint8_t, 6>, uint16_t>>& pins, uint64_t now_ns);
 
   // Where a frame to `dst_mac` arriving on `in_port` goes: a port, kFlood or kDrop.
   // Broadcast and multicast destinations flood.
@@ -51,7 +54,7 @@ class MacTable {
   uint64_t learned() const { return learned_; }
   uint64_t moves() const { return moves_; }                            // an address seen on a new port
   uint64_t full() const { return full_; }                              // could not learn: table full of live entries
-  uint64_t moves_refused() const { return moves_refused_; }            // a sticky address claimed from another port
+  uint64_t moves_refused() const { return moves_refused_; }            // a pinned address claimed from another port
   uint64_t port_limit_refused() const { return port_limit_refused_; }  // not learned: its port at its limit
   size_t on_port(uint16_t port) const { return port < per_port_.size() ? per_port_[port] : 0; }  // entries held
 
@@ -64,13 +67,13 @@ class MacTable {
     uint64_t mac = 0;  // 48 bits; 0 = empty
     uint64_t seen_ns = 0;
     uint16_t port = 0;
-    bool sticky = false;  // learned from a frame the engine vouched for
+    bool pinned = false;  // a bound rank's (set_pins): never ages, never moves
   };
   size_t slot_of(uint64_t k) const;
   // Off the per-frame path (bridge.cpp).
   void refuse_move(uint64_t k, uint16_t owner, uint16_t port, uint64_t now_ns);
   bool port_full(uint16_t port, uint64_t k, uint64_t now_ns);  // at its limit after forgetting aged entries
-  void take(Entry& e, uint64_t k, uint64_t now_ns, uint16_t port, bool sticky);  // (re)fills e, counts per port
+  void take(Entry& e, uint64_t k, uint64_t now_ns, uint16_t port, bool pinned);  // (re)fills e, counts per port
 
   std::vector<Entry> entries_;
   size_t mask_;
@@ -120,7 +123,7 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
     Entry& e = entries_[s];
     if (e.mac == k) {
       if (e.port != port) {
-        if (e.sticky && now_ns - e.seen_ns <= ageing_ns_) return refuse_move(k, e.port, port, now_ns);
+        if (e.pinned) return refuse_move(k, e.port, port, now_ns);
         if (on_port(port) >= limit_ && port_full(port, k, now_ns)) return;
         ++moves_;
         take(e, k, now_ns, port, false);
@@ -129,7 +132,7 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
       e.seen_ns = now_ns;
       return;
     }
-    const bool dead = e.mac == 0 || now_ns - e.seen_ns > ageing_ns_;
+    const bool dead = e.mac == 0 || (!e.pinned && now_ns - e.seen_ns > ageing_ns_);
     if (dead && free_slot == SIZE_MAX) free_slot = s;
   }
   if (free_slot == SIZE_MAX) {
@@ -141,10 +144,10 @@ inline void MacTable::learn(const uint8_t* src_mac, uint16_t port, uint64_t now_
   ++learned_;
 }
 
-inline void MacTable::take(Entry& e, uint64_t k, uint64_t now_ns, uint16_t port, bool sticky) {
-  if (e.mac != 0 && e.port < per_port_.size()) --per_port_[e.port];
-  e = {k, now_ns, port, sticky};
-  if (port < per_port_.size()) ++per_port_[port];
+inline void MacTable::take(Entry& e, uint64_t k, uint64_t now_ns, uint16_t port, bool pinned) {
+  if (e.mac != 0 && !e.pinned && e.port < per_port_.size()) --per_port_[e.port];
+  e = {k, now_ns, port, pinned};
+  if (!pinned && port < per_port_.size()) ++per_port_[port];
 }
 
 inline uint16_t MacTable::lookup(const uint8_t* dst_mac, uint16_t in_port, uint64_t now_ns) const {
@@ -153,7 +156,7 @@ inline uint16_t MacTable::lookup(const uint8_t* dst_mac, uint16_t in_port, uint6
   for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
     const Entry& e = entries_[s];
     if (e.mac == k) {
-      if (now_ns - e.seen_ns > ageing_ns_) return kFlood;
+      if (!e.pinned && now_ns - e.seen_ns > ageing_ns_) return kFlood;
       return e.port == in_port ? kDrop : e.port;
     }
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "inagg/dataplane/rank_binding.hpp"
+
 #include "inagg/agg/engine.hpp"
 
 namespace inagg::dataplane {
@@ -34,8 +36,10 @@ struct ApplianceConfig {
   uint64_t mac_ageing_ns = 300'000'000'000ull;
   size_t mac_table_size = 4096;
   size_t mac_limit_per_port = 0;  // learned MAC addresses a port may hold (0: no limit)
-  agg::EngineConfig engine;       // per lcore; budgets are per lcore too
-  std::string capture_path;       // pcap of every RoCEv2 packet the engines emit; "" = off
+  // The operator's binding table (--bindings): where ranks' addresses are (rank_binding.hpp).
+  std::vector<BoundStation> bindings;
+  agg::EngineConfig engine;  // per lcore; budgets are per lcore too
+  std::string capture_path;  // pcap of every RoCEv2 packet the engines emit; "" = off
   // Per capture file; later packets are skipped and counted.
   uint64_t capture_max_bytes = 1ull << 30;
   uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up

@@ -1,0 +1,57 @@
+// Binding a job's ranks to the wire before their first packet (docs/binding.md), as switches bind hosts to ports (port
+// security, IP source guard, DHCP snooping's binding table): where each rank is (port, MAC, address) is decided at
+// registration, never by whichever packet of the job comes first.
+//
+// For each rank, in this order:
+//   - the port its registration names (a job file's or a registrant's `conn` line), which must
+//     agree with the binding table and with where its address was seen;
+//   - the operator's binding table (--bindings FILE: ADDRESS PORT [MAC] a line);
+//   - the one port its address has been seen on lately (StationTable, every lcore's), with the one
+//     MAC it came with there.
+// An address or MAC seen on two ports, or an address seen with two MACs, is ambiguous: the job is
+// refused with that reason, never bound to a pick. An address not seen yet leaves the job waiting
+// (its packets dropped, counted as drop_closed) until it is. A registration's MAC must be the one
+// seen. Pure logic: the caller gives the sightings.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inagg/control/job.hpp"
+#include "inagg/dataplane/stations.hpp"
+
+namespace inagg::dataplane {
+
+// One line of the operator's binding table.
+struct BoundStation {
+  util::IpAddr address;
+  uint16_t port = 0;
+  std::optional<Mac> mac;
+};
+
+// Parses a binding table ("ADDRESS PORT [MAC]" a line, # comments); false with a message naming
+// the line. An address bound twice is refused.
+bool parse_bindings(const std::string& text, std::vector<BoundStation>* out, std::string* error);
+bool load_bindings(const std::string& path, std::vector<BoundStation>* out, std::string* error);
+
+std::optional<Mac> parse_mac(std::string_view text);
+std::string mac_text(const Mac& m);
+
+struct BindOutcome {
+  enum class Kind : uint8_t { bound, waiting, refused };
+  Kind kind = Kind::refused;
+  control::JobSpec spec;  // bound: every conn's port (and MAC where known) filled in
+  std::string why;        // waiting: what it waits for; refused: the reason
+};
+
+// Where an address or a MAC was seen within the ageing time, on any lcore.
+struct Sightings {
+  std::function<std::vector<StationTable::Sighting>(const util::IpAddr&)> of_address;
+  std::function<std::vector<StationTable::Sighting>(const Mac&)> of_mac;
+};
+
+BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStation>& table, const Sightings& seen);
+
+}  // namespace inagg::dataplane

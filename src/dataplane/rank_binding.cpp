@@ -1,0 +1,189 @@
+#include "inagg/dataplane/rank_binding.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+
+#include "inagg/util/text.hpp"
+
+namespace inagg::dataplane {
+namespace {
+
+std::string port_list(std::vector<uint16_t> ports) {
+  std::sort(ports.begin(), ports.end());
+  std::string s;
+  for (size_t i = 0; i < ports.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == ports.size() ? " and " : ", ") + std::to_string(ports[i]);
+  return s;
+}
+
+std::vector<uint16_t> ports_of(const std::vector<StationTable::Sighting>& seen) {
+  std::vector<uint16_t> ports;
+  for (const StationTable::Sighting& s : seen)
+    if (std::find(ports.begin(), ports.end(), s.port) == ports.end()) ports.push_back(s.port);
+  return ports;
+}
+
+const BoundStation* find_bound(const std::vector<BoundStation>& table, const util::IpAddr& a) {
+  for (const BoundStation& b : table)
+    if (b.address == a) return &b;
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<Mac> parse_mac(std::string_view t) {
+  Mac m{};
+  if (t.size() != 17) return std::nullopt;
+  for (size_t i = 0; i < 6; ++i) {
+    if (i > 0 && t[3 * i - 1] != ':' && t[3 * i - 1] != '-') return std::nullopt;
+    unsigned v = 0;
+    const auto [p, ec] = std::from_chars(t.data() + 3 * i, t.data() + 3 * i + 2, v, 16);
+    if (ec != std::errc() || p != t.data() + 3 * i + 2) return std::nullopt;
+    m[i] = static_cast<uint8_t>(v);
+  }
+  return m;
+}
+
+std::string mac_text(const Mac& m) {
+  char b[18];
+  std::snprintf(b, sizeof b, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+  return b;
+}
+
+bool parse_bindings(const std::string& text, std::vector<BoundStation>* out, std::string* error) {
+  std::istringstream in(text);
+  std::string line;
+  for (unsigned n = 1; std::getline(in, line); ++n) {
+    const std::string_view body = util::trim(std::string_view(line).substr(0, line.find('#')));
+    if (body.empty()) continue;
+    std::istringstream words{std::string(body)};
+    std::string addr, port, mac, extra;
+    words >> addr >> port >> mac >> extra;
+    const std::string where = "line " + std::to_string(n) + ": ";
+    const std::optional<util::IpAddr> a = util::parse_gid(addr);
+    if (!a) {
+      *error = where + "'" + addr + "' is not an IPv4 or IPv6 address; write ADDRESS PORT [MAC]";
+      return false;
+    }
+    unsigned p = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (port.empty() || ec != std::errc() || end != port.data() + port.size() || p >= control::kAnyPort) {
+      *error =
+          where + "'" + port + "' is not a port id (0..65534, the appliance's DPDK port); write ADDRESS PORT [MAC]";
+      return false;
+    }
+    BoundStation b{*a, static_cast<uint16_t>(p), std::nullopt};
+    if (!mac.empty()) {
+      b.mac = parse_mac(mac);
+      if (!b.mac) {
+        *error = where + "'" + mac + "' is not a MAC address (six hex pairs, e.g. 02:00:00:00:00:01)";
+        return false;
+      }
+    }
+    if (!extra.empty()) {
+      *error = where + "'" + extra + "' after the MAC; write ADDRESS PORT [MAC]";
+      return false;
+    }
+    if (find_bound(*out, b.address)) {
+      *error = where + addr + " is bound twice; an address is behind one port";
+      return false;
+    }
+    out->push_back(b);
+  }
+  return true;
+}
+
+bool load_bindings(const std::string& path, std::vector<BoundStation>* out, std::string* error) {
+  std::string text;
+  if (!util::read_small_file(path, "binding table", 4 << 20, "4 MiB", &text, error)) return false;
+  if (!parse_bindings(text, out, error)) {
+    *error = path + ": " + *error;
+    return false;
+  }
+  return true;
+}
+
+BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStation>& table, const Sightings& seen) {
+  BindOutcome out;
+  out.spec = spec;
+  std::string waiting;
+  for (control::ConnectionSpec& c : out.spec.conns) {
+    const std::string who =
+        "job " + std::to_string(spec.id) + ": rank " + std::to_string(c.rank) + "'s address " + util::ip_text(c.src_ip);
+    const BoundStation* b = find_bound(table, c.src_ip);
+    const std::vector<StationTable::Sighting> at = seen.of_address(c.src_ip);
+    const std::vector<uint16_t> ports = ports_of(at);
+    uint16_t port = control::kAnyPort;
+    if (c.port != control::kAnyPort) {
+      if (b && b->port != c.port) {
+        out.why = who + " is bound to port " + std::to_string(b->port) +
+                  " by the binding table, but the job names port " + std::to_string(c.port) +
+                  "; name the bound port or none";
+        return out;
+      }
+      if (!b && std::any_of(ports.begin(), ports.end(), [&](uint16_t p) { return p != c.port; })) {
+        out.why = who + " was seen on port " + port_list(ports) + ", but the job names port " + std::to_string(c.port) +
+                  ": another host claims the address, or the job names the wrong port; the job is not added";
+        return out;
+      }
+      port = c.port;
+    } else if (b) {
+      port = b->port;
+    } else if (ports.size() > 1) {
+      out.why = who + " was seen on ports " + port_list(ports) +
+                " lately: another host claims it, so the rank cannot be told where it is; the job is not added "
+                "(bind the address in the binding table, --bindings, to say which port is the rank's)";
+      return out;
+    } else if (ports.empty()) {
+      waiting += (waiting.empty() ? "" : "; ") + who + " has not been seen on any port yet";
+      continue;
+    } else {
+      port = ports[0];
+    }
+    // The MAC: the table's, else the one the address came with on its port.
+    std::vector<Mac> macs;
+    for (const StationTable::Sighting& s : at)
+      if (s.port == port && std::find(macs.begin(), macs.end(), s.mac) == macs.end()) macs.push_back(s.mac);
+    std::optional<Mac> mac;
+    if (b && b->mac) {
+      mac = b->mac;
+    } else if (macs.size() > 1) {
+      out.why = who + " was seen with MAC addresses " + mac_text(macs[0]) + " and " + mac_text(macs[1]) + " on port " +
+                std::to_string(port) +
+                ": another host claims it; the job is not added (bind the address with its MAC "
+                "in the binding table, --bindings)";
+      return out;
+    } else if (macs.size() == 1) {
+      mac = macs[0];
+    }
+    if (c.has_mac() && mac && c.mac != *mac) {
+      out.why = who + " registered with MAC " + mac_text(c.mac) + " but came with " + mac_text(*mac) + " on port " +
+                std::to_string(port) + "; the job is not added";
+      return out;
+    }
+    if (c.has_mac() && !mac) mac = c.mac;
+    if (mac && !(b && b->mac)) {
+      const std::vector<uint16_t> mac_ports = ports_of(seen.of_mac(*mac));
+      if (std::any_of(mac_ports.begin(), mac_ports.end(), [&](uint16_t p) { return p != port; })) {
+        out.why = who + "'s MAC " + mac_text(*mac) + " was seen on ports " +
+                  port_list(std::vector<uint16_t>(mac_ports)) +
+                  " lately: another host claims it; the job is not added (bind the address with its MAC in the "
+                  "binding table, --bindings)";
+        return out;
+      }
+    }
+    c.port = port;
+    if (mac) c.mac = *mac;
+  }
+  if (!waiting.empty()) {
+    out.kind = BindOutcome::Kind::waiting;
+    out.why = waiting;
+    return out;
+  }
+  out.kind = BindOutcome::Kind::bound;
+  return out;
+}
+
+}  // namespace inagg::dataplane
