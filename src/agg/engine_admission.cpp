@@ -33,6 +33,43 @@ Engine::Job* Engine::find_job(uint32_t id) {
   return nullptr;
 }
 
+Engine::Sizing Engine::sizing(const control::JobSpec& s, unsigned nshards) {
+  Sizing z;
+  if (s.payload_bytes == 0 || s.workers == 0 || nshards == 0) return z;
+  const uint64_t ppm = s.message_bytes / s.payload_bytes;
+  const bool rotated = s.collective != control::Collective::allreduce;
+  const bool leaf = s.tier == control::Tier::leaf;
+  // A shard holds its share of the 2 W ppm slots: every K-th sequence of any 2 W ppm in a row.
+  z.nslots = rotated ? 0 : (2 * uint64_t{s.window} * ppm + nshards - 1) / nshards;
+  // A rotated collective: n rounds of slots per shard (section 20), and one more for each (n - 1)
+  // chunks of window a sender may run ahead of its connection's oldest packet still held; each
+  // connection's queue holds W + 1 messages.
+  const uint64_t chunk = std::max<uint32_t>(s.chunk, 1), n_1 = s.workers > 1 ? s.workers - 1 : 1;
+  z.rot_L = chunk * ppm;
+  const uint64_t rot_rounds = s.workers + (s.window + chunk * n_1 - 1) / (chunk * n_1);
+  z.rot_nslots = rotated ? rot_rounds * s.workers * z.rot_L : 0;
+  z.rot_ring = rotated ? (s.window + 1) * ppm : 0;
+  z.memory_bytes = static_cast<size_t>(z.nslots) *
+                       (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) + (leaf ? 2 : 1) * size_t{s.payload_bytes}) +
+                   static_cast<size_t>(z.rot_nslots) *
+                       (sizeof(Job::RotSlot) + s.workers * (sizeof(Job::RotSrc) + 8) + size_t{s.payload_bytes}) +
+                   static_cast<size_t>(z.rot_ring) * s.workers * sizeof(Job::RotEntry);
+  z.mbufs =
+      static_cast<size_t>(z.nslots) * s.workers +
+      (s.collective == control::Collective::reduce_scatter ? static_cast<size_t>(z.rot_nslots) : 0) * (s.workers - 1) +
+      static_cast<size_t>(z.rot_ring) * s.workers;
+  return z;
+}
+
+Engine::Footprint Engine::footprint(const control::JobSpec& spec, unsigned nshards) {
+  if (spec.window < 1 || spec.payload_bytes == 0 || spec.message_bytes % spec.payload_bytes != 0 ||
+      uint64_t{spec.message_bytes / spec.payload_bytes} * spec.window >= (1u << 22))
+    return {};
+  const Sizing z = sizing(spec, std::max(nshards, 1u));
+  if (z.rot_nslots > (1u << 24)) return {};
+  return {z.memory_bytes * std::max(nshards, 1u), z.mbufs * std::max(nshards, 1u)};
+}
+
 bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const ShardOf& shard, JobStart start) {
   control::JobSpec s = spec_in;
   for (control::ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
@@ -148,30 +185,15 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   if (!old && jobs_.size() >= cfg_.max_jobs)
     return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
 
-  // A shard holds its share of the 2 W ppm slots: every K-th sequence of any 2 W ppm in a row.
-  const uint32_t nslots = rotated ? 0 : static_cast<uint32_t>((2 * s.window * ppm + nshards - 1) / nshards);
+  const Sizing z = sizing(s, nshards);
+  const uint32_t nslots = static_cast<uint32_t>(z.nslots);
   const bool leaf = s.tier == control::Tier::leaf;
-  // A rotated collective: n rounds of slots per shard (section 20), and one more for each (n - 1)
-  // chunks of window a sender may run ahead of its connection's oldest packet still held; each
-  // connection's queue holds W + 1 messages.
-  const uint64_t chunk = std::max<uint32_t>(s.chunk, 1), n_1 = s.workers > 1 ? s.workers - 1 : 1;
-  const uint64_t rot_L = chunk * ppm;
-  const uint64_t rot_rounds = s.workers + (s.window + chunk * n_1 - 1) / (chunk * n_1);
-  const uint64_t rot_nslots = rotated ? rot_rounds * s.workers * rot_L : 0;
-  const uint64_t rot_ring = rotated ? (s.window + 1) * ppm : 0;
+  const uint64_t rot_L = z.rot_L, rot_nslots = z.rot_nslots, rot_ring = z.rot_ring;
   if (rot_nslots > (1u << 24))
     return fail("a rotated collective of " + std::to_string(s.workers) + " workers, chunk " + std::to_string(s.chunk) +
                 " and window " + std::to_string(s.window) + " needs " + std::to_string(rot_nslots) +
                 " slots; lower chunk or message_bytes");
-  const size_t mem = static_cast<size_t>(nslots) * (sizeof(Job::Slot) + s.workers * sizeof(Job::Held) +
-                                                    (leaf ? 2 : 1) * size_t{s.payload_bytes}) +
-                     static_cast<size_t>(rot_nslots) *
-                         (sizeof(Job::RotSlot) + s.workers * (sizeof(Job::RotSrc) + 8) + size_t{s.payload_bytes}) +
-                     static_cast<size_t>(rot_ring) * s.workers * sizeof(Job::RotEntry);
-  const size_t mbufs =
-      static_cast<size_t>(nslots) * s.workers +
-      (s.collective == control::Collective::reduce_scatter ? static_cast<size_t>(rot_nslots) : 0) * (s.workers - 1) +
-      static_cast<size_t>(rot_ring) * s.workers;
+  const size_t mem = z.memory_bytes, mbufs = z.mbufs;
   if (memory_used_ + mem > cfg_.memory_budget_bytes)
     return fail("needs " + std::to_string(mem >> 10) + " KiB of slot memory but only " +
                 std::to_string((cfg_.memory_budget_bytes - memory_used_) >> 10) +

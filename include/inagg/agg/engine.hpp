@@ -296,6 +296,13 @@ class alignas(64) Engine {
   // given the same spec and the same JobShards.
   bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {},
                JobStart start = JobStart::fresh);
+  // What add_job() reserves for `spec` over all its `nshards` shards together, as JobInfo's
+  // memory_bytes and mbuf_quota (summed over the shards) give it once added: a tenant's budget is
+  // checked against it before the job is added. {0, 0} for a spec whose sizes add_job() refuses.
+  struct Footprint {
+    size_t memory_bytes = 0, mbufs = 0;
+  };
+  static Footprint footprint(const control::JobSpec& spec, unsigned nshards = 1);
   // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
   bool job_info(uint32_t id, JobInfo* out) const;
@@ -401,6 +408,12 @@ class alignas(64) Engine {
   using PacketPath = void (Engine::*)(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l,
                                       uint64_t now_ns, TxList& tx);
   static void choose_path(Job& job);
+  // One shard's slots, memory and packet buffers (add_job's budgets, footprint()).
+  struct Sizing {
+    uint64_t nslots = 0, rot_L = 0, rot_nslots = 0, rot_ring = 0;
+    size_t memory_bytes = 0, mbufs = 0;
+  };
+  static Sizing sizing(const control::JobSpec& s, unsigned nshards);
   // A packet that breaks the job contract: dropped and counted (drop_unfit and its rule's err_
   // counter), never an abort, since a forger can send any of them; the first one's reason is kept
   // for the no-progress timeout's message (`why` is called only then).
