@@ -133,13 +133,15 @@ int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, 
   for (const control::JobSpec& j : jobs) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
   if (!opt.state_dir.empty()) {
     control::JobStore store;
-    std::vector<control::JobSpec> saved;
+    std::vector<control::SavedJob> saved;
     if (!store.open(opt.state_dir, &err, control::JobStore::Mode::check) || !store.load(&saved, &err)) {
       std::cerr << "inagg: " << err << "\n";
       return 2;
     }
     std::printf("state directory %s: %zu job(s) to register again\n", opt.state_dir.c_str(), saved.size());
-    for (const control::JobSpec& j : saved) std::printf("job %u: %s\n", j.id, describe_spec(j).c_str());
+    for (const control::SavedJob& j : saved)
+      std::printf("job %u: %s, %s\n", j.spec.id, describe_spec(j.spec).c_str(),
+                  j.lcore ? ("on lcore " + std::to_string(*j.lcore)).c_str() : "on the lcore with the fewest jobs");
   }
   return 0;
 }
@@ -169,12 +171,17 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
   control::JobStore store;
   control::JobStore* state = nullptr;  // the state directory once its jobs are registered again
   if (status == 0 && !opt.state_dir.empty()) {
-    std::vector<control::JobSpec> saved;
-    if (!store.open(opt.state_dir, &err) || !store.load(&saved, &err) ||
-        !register_saved_jobs(app, store, saved, jobs, &err)) {
+    std::vector<control::SavedJob> saved;
+    if (!store.open(opt.state_dir, &err) || !store.load(&saved, &err)) {
       util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       status = 2;
     } else {
+      const size_t registered = register_saved_jobs(app, store, saved, jobs);
+      if (registered < saved.size())
+        util::log(util::LogModule::control, util::LogLevel::warning,
+                  "state directory %s: %zu of %zu job(s) registered again; the lines above say why the others were "
+                  "not",
+                  opt.state_dir.c_str(), registered, saved.size());
       state = &store;
     }
   }

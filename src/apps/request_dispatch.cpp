@@ -20,8 +20,10 @@ std::string RequestDispatcher::handle(const control::Request& r) {
         return control::format_error(err);
       }
       refused_.forget(r.job.id);
-      // Kept before the client hears ok: an added job it was told of survives a restart.
-      if (std::string serr; store_ && !store_->save(r.job, &serr)) {
+      // Kept before the client hears ok: an added job it was told of survives a restart, on its lcore.
+      const int lcore = app_.job_lcore(r.job.id);
+      if (std::string serr; store_ && (lcore < 0 || !store_->save(r.job, static_cast<unsigned>(lcore), &serr))) {
+        if (lcore < 0) serr = "the appliance does not say which lcore took it";
         std::string rerr;
         app_.remove_job(r.job.id, &rerr);
         err = "job " + std::to_string(r.job.id) +
@@ -73,10 +75,12 @@ std::string describe_spec(const control::JobSpec& j) {
               : "");
 }
 
-bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
-                         const std::vector<control::JobSpec>& saved, const std::vector<control::JobSpec>& configured,
-                         std::string* error) {
-  for (const control::JobSpec& spec : saved) {
+size_t register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
+                           const std::vector<control::SavedJob>& saved,
+                           const std::vector<control::JobSpec>& configured) {
+  size_t registered = 0;
+  for (const control::SavedJob& job : saved) {
+    const control::JobSpec& spec = job.spec;
     const std::string path = store.path_of(spec.id);
     if (std::any_of(configured.begin(), configured.end(), [&](const auto& j) { return j.id == spec.id; })) {
       util::log(util::LogModule::control, util::LogLevel::warning,
@@ -97,16 +101,26 @@ bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& sto
       if (!store.erase(spec.id, &err)) util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       continue;
     }
-    if (!app.add_job(spec, &err, agg::JobStart::resume)) {
-      *error = "state file " + path + ": job " + std::to_string(spec.id) + " cannot be registered again: " + err +
-               "; remove the file to start without it (its ranks must then register it again)";
-      return false;
+    // On the lcore it was on (a file of an older inagg names none: where there is room), so what
+    // fitted before a restart fits after it, whatever the order of the adds and removes was.
+    if (!app.add_job(spec, &err, agg::JobStart::resume, job.lcore)) {
+      // Refused alone: the others start. Its file is set aside, not lost; its ranks see unsummed
+      // messages until it is registered again, as for any job the appliance does not know.
+      std::string aerr;
+      const bool aside = store.set_aside(spec.id, &aerr);
+      util::log(util::LogModule::control, util::LogLevel::error,
+                "state file %s: job %u cannot be registered again: %s; %s", path.c_str(), spec.id, err.c_str(),
+                aside
+                    ? ("its file is kept as " + path + ".refused (register the job again, or remove the file)").c_str()
+                    : aerr.c_str());
+      continue;
     }
+    ++registered;
     util::log(util::LogModule::control, util::LogLevel::info,
-              "job %u registered again from %s (%s); it resumes where its ranks are once they go back", spec.id,
-              path.c_str(), describe_spec(spec).c_str());
+              "job %u registered again from %s on lcore %d (%s); it resumes where its ranks are once they go back",
+              spec.id, path.c_str(), app.job_lcore(spec.id), describe_spec(spec).c_str());
   }
-  return true;
+  return registered;
 }
 
 }  // namespace inagg::apps

@@ -18,7 +18,8 @@ class Appliance;
 namespace inagg::apps {
 
 // Answers the control socket's requests on the control thread. `store` is the state directory
-// (null without one): an added job is kept there before the client hears ok, a removed one goes.
+// (null without one): an added job is kept there, with its lcore, before the client hears ok, a
+// removed one goes.
 class RequestDispatcher {
  public:
   RequestDispatcher(dataplane::Appliance& app, control::JobStore* store) : app_(app), store_(store) {}
@@ -37,10 +38,13 @@ class RequestDispatcher {
 std::string describe_spec(const control::JobSpec& j);
 
 // The jobs of the state directory, registered again before the loops forward anything: resumed
-// (agg::JobStart::resume), their ranks having gone on meanwhile. A job a job file registers too is
-// the job file's (its state file goes). Any job that cannot be registered again stops the start.
-bool register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
-                         const std::vector<control::JobSpec>& saved, const std::vector<control::JobSpec>& configured,
-                         std::string* error);
+// (agg::JobStart::resume), their ranks having gone on meanwhile, each on the lcore it was on. A job
+// a job file registers too is the job file's (its state file goes). A job that cannot be
+// registered again (it no longer fits its lcore, its lcore is gone, it clashes) is refused alone,
+// with the reason in the log, and its file set aside (JobStore::set_aside); the others start.
+// Returns how many were registered.
+size_t register_saved_jobs(dataplane::Appliance& app, const control::JobStore& store,
+                           const std::vector<control::SavedJob>& saved,
+                           const std::vector<control::JobSpec>& configured);
 
 }  // namespace inagg::apps

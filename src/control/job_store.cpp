@@ -21,16 +21,22 @@ namespace {
 
 constexpr const char* kLockName = "lock";
 constexpr const char* kTmpSuffix = ".tmp";
-constexpr int kVersion = 1;
+constexpr const char* kRefusedSuffix = ".refused";
+constexpr int kVersion = 2;  // 1: no lcore (still read)
 
 std::string sys_error(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
 }
 
-std::string header_of(uint32_t id, uint32_t digest) {
-  char buf[80];
-  std::snprintf(buf, sizeof buf, "inagg-state %d job %" PRIu32 " spec %08" PRIx32 "\n", kVersion, id, digest);
+std::string header_of(uint32_t id, uint32_t digest, unsigned lcore) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "inagg-state %d job %" PRIu32 " spec %08" PRIx32 " lcore %u\n", kVersion, id, digest,
+                lcore);
   return buf;
+}
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // The id in "job-<id>.state" (decimal, no sign, no leading zero), or -1 for any other name.
@@ -59,20 +65,28 @@ bool write_all(int fd, const std::string& text) {
 }
 
 // What save() wrote for `id`, read back exactly; on failure *why says what differs.
-std::optional<JobSpec> read_state(const std::string& text, uint32_t id, std::string* why) {
+std::optional<SavedJob> read_state(const std::string& text, uint32_t id, std::string* why) {
   const size_t eol = text.find('\n');
   const std::string header = text.substr(0, eol == std::string::npos ? text.size() : eol + 1);
-  unsigned version = 0;
+  unsigned version = 0, lcore = 0;
   uint32_t hid = 0, digest = 0;
   int used = 0;
-  if (std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %8" SCNx32 "\n%n", &version, &hid, &digest,
-                  &used) != 3 ||
-      static_cast<size_t>(used) != header.size()) {
-    *why = "it does not begin with inagg's state header (\"inagg-state 1 job ID spec DIGEST\"): not a file inagg wrote";
+  const bool v2 = std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %8" SCNx32 " lcore %u\n%n", &version,
+                              &hid, &digest, &lcore, &used) == 4 &&
+                  static_cast<size_t>(used) == header.size();
+  used = 0;
+  const bool v1 = !v2 &&
+                  std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %8" SCNx32 "\n%n", &version, &hid,
+                              &digest, &used) == 3 &&
+                  static_cast<size_t>(used) == header.size();
+  if (!v1 && !v2) {
+    *why =
+        "it does not begin with inagg's state header (\"inagg-state 2 job ID spec DIGEST lcore LCORE\"): not a file "
+        "inagg wrote";
     return std::nullopt;
   }
-  if (version != kVersion) {
-    *why = "state format " + std::to_string(version) + ", this inagg reads " + std::to_string(kVersion);
+  if (version != (v2 ? 2u : 1u)) {
+    *why = "state format " + std::to_string(version) + ", this inagg reads 1 and " + std::to_string(kVersion);
     return std::nullopt;
   }
   if (hid != id) {
@@ -90,7 +104,7 @@ std::optional<JobSpec> read_state(const std::string& text, uint32_t id, std::str
     *why = "its job is not the one its header names (the file was changed or cut short)";
     return std::nullopt;
   }
-  return spec;
+  return SavedJob{std::move(*spec), v2 ? std::optional<unsigned>(lcore) : std::nullopt};
 }
 
 }  // namespace
@@ -120,8 +134,17 @@ bool JobStore::open(const std::string& dir, std::string* error, Mode mode) {
     *error = "state directory '" + dir + "' is not a directory: give a directory for --state-dir";
     return false;
   }
+  // Whoever else may write in DIR could plant or swap the files a restart registers again.
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    *error = "state directory '" + dir + "' belongs to uid " + std::to_string(st.st_uid) + " with mode " + mode +
+             ", but must be inagg's own (uid " + std::to_string(::geteuid()) +
+             ") and writable by nobody else: chown it to inagg's user and chmod 700 it, or give another --state-dir";
+    return false;
+  }
   const std::string lock = dir + "/" + kLockName;
-  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     *error = sys_error("cannot open the state directory's lock", lock) + " (inagg must be able to write there)";
     return false;
@@ -150,7 +173,7 @@ bool JobStore::sync_dir(std::string* error) const {
   return true;
 }
 
-bool JobStore::load(std::vector<JobSpec>* jobs, std::string* error) const {
+bool JobStore::load(std::vector<SavedJob>* jobs, std::string* error) const {
   if (missing_) {
     jobs->clear();
     return true;
@@ -164,18 +187,20 @@ bool JobStore::load(std::vector<JobSpec>* jobs, std::string* error) const {
   while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
   ::closedir(d);
   std::sort(names.begin(), names.end());
-  std::vector<JobSpec> found;
+  std::vector<SavedJob> found;
   const std::string refuse = "; remove it (its job must then be registered again) or give another --state-dir";
+  const size_t tmp_len = std::strlen(kTmpSuffix), refused_len = std::strlen(kRefusedSuffix);
   for (const std::string& name : names) {
     if (name == "." || name == ".." || name == kLockName) continue;
     const std::string path = dir_ + "/" + name;
     // A write cut short before its rename: its job's add never answered ok. (Left alone by a check.)
-    if (name.size() > std::strlen(kTmpSuffix) + 1 && name[0] == '.' &&
-        id_of_name(name.substr(1, name.size() - 1 - std::strlen(kTmpSuffix))) >= 0 &&
-        name.compare(name.size() - std::strlen(kTmpSuffix), std::strlen(kTmpSuffix), kTmpSuffix) == 0) {
+    if (name.size() > tmp_len + 1 && name[0] == '.' && ends_with(name, kTmpSuffix) &&
+        id_of_name(name.substr(1, name.size() - 1 - tmp_len)) >= 0) {
       if (lock_fd_ >= 0) ::unlink(path.c_str());
       continue;
     }
+    // Set aside by an earlier start (set_aside): the operator's to look at, never registered.
+    if (ends_with(name, kRefusedSuffix) && id_of_name(name.substr(0, name.size() - refused_len)) >= 0) continue;
     const int64_t id = id_of_name(name);
     if (id < 0) {
       *error = "state directory '" + dir_ + "' holds '" + name +
@@ -183,28 +208,38 @@ bool JobStore::load(std::vector<JobSpec>* jobs, std::string* error) const {
                "away or give another --state-dir";
       return false;
     }
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      *error = "state file '" + path + "' is refused: it is not a regular file (inagg writes none but those)" + refuse;
+      return false;
+    }
     std::string text, why;
     if (!util::read_small_file(path, "state file", kMaxJobFileBytes + 128, "about 1 MiB", &text, &why)) {
       *error = why + refuse;
       return false;
     }
-    std::optional<JobSpec> spec = read_state(text, static_cast<uint32_t>(id), &why);
-    if (!spec) {
+    std::optional<SavedJob> saved = read_state(text, static_cast<uint32_t>(id), &why);
+    if (!saved) {
       *error = "state file '" + path + "' is refused: " + why + refuse;
       return false;
     }
-    found.push_back(std::move(*spec));
+    found.push_back(std::move(*saved));
   }
-  std::sort(found.begin(), found.end(), [](const JobSpec& a, const JobSpec& b) { return a.id < b.id; });
+  std::sort(found.begin(), found.end(), [](const SavedJob& a, const SavedJob& b) { return a.spec.id < b.spec.id; });
   *jobs = std::move(found);
   return true;
 }
 
-bool JobStore::save(const JobSpec& spec, std::string* error) const {
+bool JobStore::save(const JobSpec& spec, unsigned lcore, std::string* error) const {
   const std::string path = path_of(spec.id);
   const std::string tmp = dir_ + "/.job-" + std::to_string(spec.id) + ".state" + kTmpSuffix;
-  const std::string text = header_of(spec.id, job_digest(spec)) + format_job(spec);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const std::string text = header_of(spec.id, job_digest(spec), lcore) + format_job(spec);
+  // Created afresh, never through what is already at its name: a link planted there is not
+  // followed. Whatever is there (a write of ours cut short, a planted link) is removed first;
+  // unlink() removes a link itself, never its target.
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(tmp.c_str(), kFlags, 0600);
+  if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = ::open(tmp.c_str(), kFlags, 0600);
   if (fd < 0) {
     *error = sys_error("cannot write the state file", tmp);
     return false;
@@ -221,6 +256,15 @@ bool JobStore::save(const JobSpec& spec, std::string* error) const {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     *error = sys_error("cannot put the state file in place", path);
     ::unlink(tmp.c_str());
+    return false;
+  }
+  return sync_dir(error);
+}
+
+bool JobStore::set_aside(uint32_t id, std::string* error) const {
+  const std::string path = path_of(id), aside = path + kRefusedSuffix;
+  if (::rename(path.c_str(), aside.c_str()) != 0) {
+    *error = sys_error("cannot set the state file aside as '" + aside + "'", path);
     return false;
   }
   return sync_dir(error);

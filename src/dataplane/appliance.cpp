@@ -84,6 +84,7 @@ struct Appliance::Impl {
   struct Waiting {
     control::JobSpec spec;
     agg::JobStart start;
+    int placed;  // the lcore index the state directory had it on, or -1
     std::string why;
   };
   std::mutex binding_mutex;
@@ -93,7 +94,7 @@ struct Appliance::Impl {
   std::chrono::steady_clock::time_point next_bind{};
 
   BindOutcome bind(const control::JobSpec& spec);
-  bool add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
+  bool add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start, int placed,
                  std::string* error);
   void update_pins();
   control::JobStatus waiting_status(uint32_t id, const Waiting& w) const;
@@ -263,8 +264,22 @@ bool Appliance::run(void (*control_tick)(void*), void* arg, unsigned tick_ms, st
 }
 
 // Binds the job's ranks (rank_binding.hpp), then adds it, or keeps it waiting until they are seen.
-bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start) {
+bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start,
+                        std::optional<unsigned> lcore) {
   Impl& I = *impl_;
+  int owner_index = -1;
+  if (lcore) {
+    std::string have;
+    for (size_t i = 0; i < I.lcores.size(); ++i) {
+      if (I.lcores[i]->lcore_id == *lcore) owner_index = static_cast<int>(i);
+      have += (have.empty() ? "" : ", ") + std::to_string(I.lcores[i]->lcore_id);
+    }
+    if (owner_index < 0) {
+      *error = "job " + std::to_string(spec.id) + " was on lcore " + std::to_string(*lcore) +
+               ", which is not a datapath lcore of this appliance (" + have + "; EAL's -l)";
+      return false;
+    }
+  }
   const std::vector<uint16_t>& ids = I.dp.port_ids;
   for (const control::ConnectionSpec& c : spec.conns)
     if (c.port != control::kAnyPort && std::find(ids.begin(), ids.end(), c.port) == ids.end()) {
@@ -293,7 +308,7 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
       }
       // Nothing of it is forwarded raw meanwhile: every lcore drops its packets until it is bound.
       I.jobs.hold(spec);
-      I.waiting[spec.id] = {spec, start, b.why};
+      I.waiting[spec.id] = {spec, start, owner_index, b.why};
       I.unbound.forget(spec.id);
       util::log(util::LogModule::control, util::LogLevel::info, "job %u waits for its ranks to be seen: %s", spec.id,
                 b.why.c_str());
@@ -301,7 +316,7 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
     case BindOutcome::Kind::bound:
       break;
   }
-  if (!I.add_bound(spec, b.spec, start, error)) return false;
+  if (!I.add_bound(spec, b.spec, start, owner_index, error)) return false;
   I.unbound.forget(spec.id);
   return true;
 }
@@ -326,8 +341,8 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec) {
 // once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
 // place, and where a PMD refuses them, the lcores hand the job's packets on.
 bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
-                                std::string* error) {
-  if (!jobs.add(spec, error, start, &bound_spec)) return false;
+                                int placed, std::string* error) {
+  if (!jobs.add(spec, error, start, placed, &bound_spec)) return false;
   bound[spec.id] = bound_spec;
   update_pins();
   if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1) {
@@ -338,6 +353,10 @@ bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::Job
   }
   return true;
 }
+
+int Appliance::job_lcore(uint32_t id) {
+  const int owner = impl_->jobs.owner_of(id);
+  return owner < 0 ? -1 : static_cast<int>(impl_->lcores[static_cast<size_t>(owner)]->lcore_id);
 
 // Every bound rank's MAC stays on its port in every lcore's MAC table while a job binds it: its
 // sums and everything else for it leave by that port, whatever frames claim its address.
@@ -379,7 +398,7 @@ void Appliance::bind_waiting() {
       ++it;
       continue;
     }
-    if (b.kind == BindOutcome::Kind::bound && I.add_bound(w.spec, b.spec, w.start, &err)) {
+    if (b.kind == BindOutcome::Kind::bound && I.add_bound(w.spec, b.spec, w.start, w.placed, &err)) {
       util::log(util::LogModule::control, util::LogLevel::info, "job %u: its ranks are bound, it is active", it->first);
     } else {
       if (b.kind == BindOutcome::Kind::refused) err = b.why;

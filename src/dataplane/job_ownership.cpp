@@ -138,7 +138,7 @@ bool JobOwnership::set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins, s
   return ok;
 }
 
-bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::JobStart start,
+bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::JobStart start, int placed,
                        const control::JobSpec* bound) {
   const control::JobSpec& engine_spec = bound ? *bound : spec;
   // Bounded before any lcore hears of it: the holds below cost every lcore time per connection.
@@ -152,6 +152,8 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
   uint16_t owner = 0;
   if (auto it = owner_.find(spec.id); it != owner_.end()) {
     owner = it->second;
+  } else if (placed >= 0 && static_cast<size_t>(placed) < lcores_.size()) {
+    owner = static_cast<uint16_t>(placed);
   } else {
     std::vector<size_t> load(lcores_.size(), 0);
     for (const auto& [id, o] : owner_) ++load[o];

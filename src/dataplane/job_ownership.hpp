@@ -25,13 +25,14 @@ class JobOwnership {
     return static_cast<uint16_t>((owner + i) % nlcores);
   }
 
-  // A new job goes to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore,
-  // whose engine decides. Refused when one of its connections belongs to another job.
+  // A new job goes to lcore index `placed` when it is given (>= 0: where the state directory had
+  // it), else to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore, whose
+  // engine decides. Refused when one of its connections belongs to another job.
   // `start`: JobStart::resume for a job registered before the appliance restarted (engine.hpp).
   // `bound`: the spec the engines take (its ranks bound to ports, rank_binding.hpp); `spec`, the
   // one it was registered with, is what list and stats describe (its digest).
   bool add(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh,
-           const control::JobSpec* bound = nullptr);
+           int placed = -1, const control::JobSpec* bound = nullptr);
   // Every lcore drops the job's packets (its connections held closed) until add() or release().
   void hold(const control::JobSpec& spec);
   void release(const control::JobSpec& spec);

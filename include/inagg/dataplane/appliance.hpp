@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,13 @@ class Appliance {
   // bursts (or here while no loop runs). add_job binds the job's ranks to ports first
   // (rank_binding.hpp): refused when that is ambiguous; a job whose ranks have not all been seen
   // yet waits (state `binding`, its packets dropped) until bind_waiting() binds it.
-  bool add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh);
+  // `lcore`: the datapath lcore (EAL lcore id) a new job goes to, as the state directory recorded
+  // it; refused when that is not one of this appliance's datapath lcores. None: the lcore with the
+  // fewest jobs. A re-added id (a failed job) stays where it is.
+  bool add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh,
+               std::optional<unsigned> lcore = std::nullopt);
+  // The EAL lcore id of the lcore that owns job `id` (a sharded job's shard 0), or -1 for no job.
+  int job_lcore(uint32_t id);
   bool remove_job(uint32_t id, std::string* error);
   // The control tick's: binds the waiting jobs whose ranks have been seen since (added then), and
   // refuses those whose binding became ambiguous (listed as refused for a while, with the reason).
