@@ -71,7 +71,8 @@ struct ControlLoop {
                   "could not tell the service manager that inagg is ready ($NOTIFY_SOCKET=%s)",
                   std::getenv("NOTIFY_SOCKET"));
     }
-    const auto handle_request = [this](const control::Request& r) { return requests->handle(r); };
+    const control::ControlServer::TenantHandler handle_request =
+        [this](const control::Request& r, const control::Tenant* tenant) { return requests->handle(r, tenant); };
     if (server && server->is_open()) server->poll(handle_request);
     if (tcp_server && tcp_server->is_open()) tcp_server->poll(handle_request);
     events->poll();
@@ -230,7 +231,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
   if (status == 0) {
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
-    apps::RequestDispatcher requests(app, state);
+    apps::RequestDispatcher requests(app, state, opt.app.job_lcores);
     ControlLoop loop{&app,
                      &requests,
                      &events,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "inagg/agg/engine.hpp"
 #include "inagg/agg/job_status.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/dataplane/appliance.hpp"
@@ -10,11 +11,27 @@
 
 namespace inagg::apps {
 
-std::string RequestDispatcher::handle(const control::Request& r) {
+std::string RequestDispatcher::over_budget(const control::Tenant& tenant, const control::JobSpec& job) {
+  if (tenant.every_job() || (!tenant.max_jobs && !tenant.max_memory_bytes && !tenant.max_mbufs)) return "";
+  // The engine's own accounting of the tenant's jobs (their ids are its range, which no other
+  // tenant shares), and what the engine would reserve for this one.
+  control::TenantUse used;
+  for (const control::JobStatus& j : app_.describe_jobs()) {
+    if (!tenant.owns(j.id) || j.id == job.id) continue;
+    ++used.jobs;
+    used.memory_bytes += j.memory_bytes;
+    used.mbufs += j.mbuf_quota;
+  }
+  const bool one_lcore = job.collective != control::Collective::allreduce || job.tier == control::Tier::leaf;
+  const agg::Engine::Footprint f = agg::Engine::footprint(job, one_lcore ? 1 : job_lcores_);
+  return control::budget_refusal(tenant, job.id, used, f.memory_bytes, f.mbufs);
+}
+
+std::string RequestDispatcher::handle(const control::Request& r, const control::Tenant* tenant) {
   switch (r.verb) {
     case control::Request::Verb::add: {
-      std::string err;
-      if (!app_.add_job(r.job, &err)) {
+      std::string err = tenant ? over_budget(*tenant, r.job) : "";
+      if (!err.empty() || !app_.add_job(r.job, &err)) {
         refused_.record(r.job, err);
         util::log(util::LogModule::control, util::LogLevel::warning, "job %u refused: %s", r.job.id, err.c_str());
         return control::format_error(err);

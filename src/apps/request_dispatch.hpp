@@ -10,6 +10,7 @@
 #include "inagg/control/job_store.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/refused_jobs.hpp"
+#include "inagg/control/socket.hpp"
 
 namespace inagg::dataplane {
 class Appliance;
@@ -19,17 +20,23 @@ namespace inagg::apps {
 
 // Answers the control socket's requests on the control thread. `store` is the state directory
 // (null without one): an added job is kept there, with its lcore, before the client hears ok, a
-// removed one goes.
+// removed one goes. `job_lcores`: the lcores a job is spread over (--job-lcores), for its footprint.
 class RequestDispatcher {
  public:
-  RequestDispatcher(dataplane::Appliance& app, control::JobStore* store) : app_(app), store_(store) {}
+  RequestDispatcher(dataplane::Appliance& app, control::JobStore* store, unsigned job_lcores = 1)
+      : app_(app), store_(store), job_lcores_(job_lcores) {}
 
-  // The reply to one request: what the control socket sends back.
-  std::string handle(const control::Request& r);
+  // The reply to one request: what the control socket sends back. `tenant`: who asks over TCP (an
+  // add is then kept within its budgets: control::budget_refusal); null on the local socket.
+  std::string handle(const control::Request& r, const control::Tenant* tenant = nullptr);
 
  private:
+  // Why `tenant` may not add `job` now: over one of its budgets ("" when it may).
+  std::string over_budget(const control::Tenant& tenant, const control::JobSpec& job);
+
   dataplane::Appliance& app_;
   control::JobStore* store_;
+  unsigned job_lcores_;
   // Refused adds, shown by `list` for a while so that every rank of the job learns of the refusal.
   control::RefusedJobs refused_;
 };

@@ -39,7 +39,11 @@ std::string peer_name(int fd) {
 
 }  // namespace
 
-size_t ControlServer::poll(const Handler& handler) { return serve({}, &handler); }
+size_t ControlServer::poll(const Handler& handler) {
+  const TenantHandler told = [&handler](const Request& r, const Tenant*) { return handler(r); };
+  return serve({}, &told);
+}
+size_t ControlServer::poll(const TenantHandler& handler) { return serve({}, &handler); }
 size_t ControlServer::poll_text(const TextHandler& handler) { return serve(handler, nullptr); }
 
 void ControlServer::refuse(Connection& c, const std::string& why) {
@@ -93,7 +97,7 @@ void ControlServer::accept_waiting() {
   }
 }
 
-bool ControlServer::answer(Connection& c, const TextHandler& handler, const Handler* requests) {
+bool ControlServer::answer(Connection& c, const TextHandler& handler, const TenantHandler* requests) {
   const size_t nl = c.in.find('\n');
   std::istringstream header(c.in.substr(0, nl));
   std::string word, tenant, mac, extra;
@@ -122,7 +126,7 @@ bool ControlServer::answer(Connection& c, const TextHandler& handler, const Hand
     if (requests) {
       std::string why;
       const std::optional<Request> req = parse_request(body, &why);
-      if (req && t) why = tenant_refusal(*t, *req);
+      if (req && t) why = tenant_refusal(*t, *req, tenants_);
       if (!req || !why.empty()) {
         if (req) {
           refuse(c, why);
@@ -130,7 +134,7 @@ bool ControlServer::answer(Connection& c, const TextHandler& handler, const Hand
         }
         reply = format_error(why);
       } else {
-        reply = (*requests)(*req);
+        reply = (*requests)(*req, t);
         if (t && req->verb == Request::Verb::list) reply = filter_job_list(*t, reply);
         handled = true;
       }
@@ -148,7 +152,7 @@ bool ControlServer::answer(Connection& c, const TextHandler& handler, const Hand
   return handled;
 }
 
-size_t ControlServer::serve(const TextHandler& handler, const Handler* requests) {
+size_t ControlServer::serve(const TextHandler& handler, const TenantHandler* requests) {
   accept_waiting();
   if (conns_.empty()) return 0;
   std::vector<pollfd> fds;

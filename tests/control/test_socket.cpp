@@ -88,8 +88,10 @@ class ControlSocket : public ::testing::Test {
   void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
 
   // Sends `request` from another thread while this one serves, as the appliance's loop does.
-  std::string exchange(ControlServer& server, const ControlServer::Handler& handler, const std::string& request,
-                       bool* ok = nullptr, const std::string& to = "", const std::string& secret = "") {
+  // `handler`: a ControlServer::Handler or TenantHandler.
+  template <class Handler>
+  std::string exchange(ControlServer& server, const Handler& handler, const std::string& request, bool* ok = nullptr,
+                       const std::string& to = "", const std::string& secret = "") {
     std::string reply, error;
     std::atomic<bool> done{false};
     bool sent = false;
@@ -393,7 +395,7 @@ TEST(ControlTenants, FileAndScope) {
   EXPECT_NE(err.find("appears twice"), std::string::npos) << err;
   EXPECT_FALSE(parse_tenants("0123456789abcdef-one\n0123456789abcdef-two\n", &t, &err));
 
-  ASSERT_TRUE(parse_tenants("alice 100-199 0123456789abcdef-alice\n", &t, &err));
+  ASSERT_TRUE(parse_tenants("alice 100-199 prefixes=10.0.0.0/24 0123456789abcdef-alice\n", &t, &err)) << err;
   Request r;
   r.verb = Request::Verb::remove;
   r.id = 150;
@@ -406,6 +408,182 @@ TEST(ControlTenants, FileAndScope) {
   EXPECT_EQ(filter_job_list(t[0], "id=9 state=active\nid=150 state=failed error=\"x\"\n"),
             "id=150 state=failed error=\"x\"\n");
   EXPECT_EQ(filter_job_list(t[0], "id=9 state=active\n"), "no jobs\n");
+}
+
+// A tenant's addresses, ports and budgets in the tenants' file; tenants that would share anything
+// refused with the line.
+TEST(ControlTenants, AddressesPortsAndBudgets) {
+  std::vector<Tenant> t;
+  std::string err;
+  ASSERT_TRUE(
+      parse_tenants("alice 100-199 prefixes=10.0.1.0/24,fd00:1::/64,10.9.9.9 ports=0,1 max_jobs=4 "
+                    "max_memory=64M max_mbufs=20000 0123456789abcdef-alice=\n"
+                    "bob 200-299 prefixes=10.0.2.0/24 0123456789abcdef-bob\n"
+                    "ops * 0123456789abcdef-ops\n",
+                    &t, &err))
+      << err;
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].secret, "0123456789abcdef-alice=");  // the secret is the last word, '=' and all
+  ASSERT_EQ(t[0].prefixes.size(), 3u);
+  EXPECT_EQ(prefix_text(t[0].prefixes[1]), "fd00:1::/64");
+  EXPECT_EQ(prefix_text(t[0].prefixes[2]), "10.9.9.9/32");
+  EXPECT_EQ(t[0].ports, (std::vector<uint16_t>{0, 1}));
+  EXPECT_EQ(t[0].max_jobs, 4u);
+  EXPECT_EQ(t[0].max_memory_bytes, size_t{64} << 20);
+  EXPECT_EQ(t[0].max_mbufs, 20000u);
+  EXPECT_FALSE(t[1].max_jobs.has_value());
+  // Prefixes against addresses, as the engine reads them (an IPv4-mapped GID is its IPv4 address).
+  const AddressPrefix p = t[0].prefixes[0];
+  EXPECT_TRUE(p.contains(*util::parse_ip("10.0.1.0")) && p.contains(*util::parse_ip("10.0.1.255")));
+  EXPECT_FALSE(p.contains(*util::parse_ip("10.0.2.1")) || p.contains(*util::parse_ip("10.0.0.255")));
+  EXPECT_TRUE(p.contains(*util::parse_ip("::ffff:10.0.1.7")));
+  EXPECT_FALSE(p.contains(*util::parse_ip("fd00:1::1")));
+  EXPECT_TRUE(t[0].prefixes[1].contains(*util::parse_ip("fd00:1::ffff:1")));
+  EXPECT_FALSE(t[0].prefixes[1].contains(*util::parse_ip("fd00:2::1")));
+  ASSERT_TRUE(parse_prefix("::ffff:10.0.1.0/120"));
+  EXPECT_EQ(prefix_text(*parse_prefix("::ffff:10.0.1.0/120")), "10.0.1.0/24");
+  EXPECT_TRUE(parse_prefix("0.0.0.0/0")->contains(*util::parse_ip("192.0.2.1")));
+  for (const char* bad : {"10.0.1.5/24", "10.0.1.0/33", "10.0.1.0/", "10.0.1/24", "fd00::/129", "x/8", "10.0.1.0/-1"})
+    EXPECT_FALSE(parse_prefix(bad)) << bad;
+
+  struct Case {
+    const char* file;
+    const char* says;
+  };
+  const Case refused[] = {
+      {"a 1-9 prefixes=10.0.0.0/8 0123456789abcdef-a\nb 5-20 prefixes=11.0.0.0/8 0123456789abcdef-b\n",
+       "line 2: tenant b: its jobs 5-20 overlap tenant a's 1-9 (line 1)"},
+      {"a 1-9 prefixes=10.0.0.0/8 0123456789abcdef-a\n\nb 10-20 prefixes=10.1.0.0/16 0123456789abcdef-b\n",
+       "line 3: tenant b: its prefix 10.1.0.0/16 overlaps tenant a's 10.0.0.0/8 (line 1)"},
+      {"a 1-9 ports=3 0123456789abcdef-a\nb 10-20 ports=1,3 0123456789abcdef-b\n",
+       "line 2: tenant b: its port 3 is tenant a's too (line 1)"},
+      {"a 1-9 prefixes=10.0.0.5/8 0123456789abcdef-a\n", "'10.0.0.5/8' is not an address prefix"},
+      {"a 1-9 prefixes=10.0.0.0/8 prefixes=11.0.0.0/8 0123456789abcdef-a\n", "prefixes= is given twice"},
+      {"a 1-9 ports=65535 0123456789abcdef-a\n", "'65535' is not an appliance port"},
+      {"a 1-9 ports=1,1 0123456789abcdef-a\n", "port 1 is listed twice"},
+      {"a 1-9 max_memory=12T 0123456789abcdef-a\n", "max_memory=12T is not a number of bytes"},
+      {"a 1-9 max_jobs=-1 0123456789abcdef-a\n", "max_jobs=-1 is not a number"},
+      {"a 1-9 colour=blue 0123456789abcdef-a\n", "unknown option 'colour'"},
+      {"a 1-9 0123456789abcdef-a prefixes=10.0.0.0/8\n", "'0123456789abcdef-a' is not an option"},
+      {"ops * prefixes=10.0.0.0/8 0123456789abcdef-ops\n", "the operator's credential"},
+  };
+  for (const Case& c : refused) {
+    EXPECT_FALSE(parse_tenants(c.file, &t, &err)) << c.file;
+    EXPECT_NE(err.find(c.says), std::string::npos) << c.file << ": " << err;
+  }
+  // The operator's credential (*) may sit beside tenants with ranges.
+  EXPECT_TRUE(parse_tenants("ops * 0123456789abcdef-ops\na 1-9 prefixes=10.0.0.0/8 0123456789abcdef-a\n", &t, &err))
+      << err;
+}
+
+// What a tenant may add: its ids, on its addresses and ports; within its budgets.
+TEST(ControlTenants, AddsOnItsOwnAddressesPortsAndBudgets) {
+  std::vector<Tenant> t;
+  std::string err;
+  ASSERT_TRUE(
+      parse_tenants("alice 100-199 prefixes=10.0.1.0/24 ports=0,1 max_jobs=2 max_memory=1M max_mbufs=100 "
+                    "0123456789abcdef-alice\n"
+                    "bob 200-299 prefixes=10.0.2.0/24,fd00:2::/64 ports=2 0123456789abcdef-bob\n"
+                    "carol 300-399 prefixes=10.0.3.0/24 0123456789abcdef-carol\n"
+                    "dave 400-499 0123456789abcdef-dave\n"
+                    "ops * 0123456789abcdef-ops\n",
+                    &t, &err))
+      << err;
+  const Tenant &alice = t[0], &bob = t[1], &carol = t[2], &dave = t[3], &ops = t[4];
+  const auto add = [](uint32_t id, const char* a, const char* b, uint16_t pa, uint16_t pb) {
+    Request r;
+    r.verb = Request::Verb::add;
+    r.id = id;
+    r.has_id = true;
+    r.job.id = id;
+    r.job.workers = 2;
+    r.job.conns = {{0, *util::parse_ip(a), *util::parse_ip(b), 0x11, 0x12, 0, pa},
+                   {1, *util::parse_ip(b), *util::parse_ip(a), 0x13, 0x14, 0, pb}};
+    return r;
+  };
+  EXPECT_EQ(tenant_refusal(alice, add(150, "10.0.1.1", "10.0.1.2", 0, 1), t), "");
+  EXPECT_EQ(tenant_refusal(alice, add(150, "10.0.1.1", "10.0.2.2", 0, 1), t),
+            "job 150: rank 0's destination address 10.0.2.2 is not one of tenant alice's (10.0.1.0/24)");
+  // An IPv4-mapped GID of bob's address is bob's address.
+  EXPECT_EQ(tenant_refusal(alice, add(150, "::ffff:10.0.2.1", "10.0.1.2", 0, 1), t),
+            "job 150: rank 0's source address 10.0.2.1 is not one of tenant alice's (10.0.1.0/24)");
+  EXPECT_EQ(tenant_refusal(alice, add(150, "10.0.1.1", "10.0.1.2", 0, kAnyPort), t),
+            "job 150: rank 1 names no appliance port; tenant alice's connections must name one of its ports (0, 1)");
+  EXPECT_EQ(tenant_refusal(alice, add(150, "10.0.1.1", "10.0.1.2", 0, 2), t),
+            "job 150: rank 1 names port 2, which is not one of tenant alice's ports (0, 1)");
+  EXPECT_NE(tenant_refusal(alice, add(250, "10.0.1.1", "10.0.1.2", 0, 1), t).find("not yours"), std::string::npos);
+  EXPECT_EQ(tenant_refusal(bob, add(250, "fd00:2::1", "fd00:2::2", 2, 2), t), "");
+  // A tenant without ports may name a port nobody owns, or none, but not another's.
+  EXPECT_EQ(tenant_refusal(carol, add(350, "10.0.3.1", "10.0.3.2", kAnyPort, 5), t), "");
+  const std::string others = tenant_refusal(carol, add(350, "10.0.3.1", "10.0.3.2", 1, kAnyPort), t);
+  EXPECT_EQ(others,
+            "job 350: rank 0 names port 1, which is not open to tenant carol (leave the port out, or ask the "
+            "operator for ports of its own)");
+  // No prefixes: no job at all, until the operator gives it some.
+  EXPECT_NE(tenant_refusal(dave, add(450, "10.0.4.1", "10.0.4.2", kAnyPort, kAnyPort), t).find("owns no addresses"),
+            std::string::npos);
+  EXPECT_EQ(tenant_refusal(ops, add(7, "10.0.2.1", "10.0.1.2", 2, 0), t), "");
+  // None of these refusals names another tenant or its addresses.
+  for (const Request& r : {add(150, "10.0.2.1", "10.0.2.2", 0, 1), add(150, "10.0.1.1", "10.0.1.2", 2, 1),
+                           add(350, "10.0.3.1", "10.0.3.2", 2, 2)})
+    for (const Tenant* who : {&alice, &carol}) {
+      const std::string why = tenant_refusal(*who, r, t);
+      EXPECT_EQ(why.find("bob"), std::string::npos) << why;
+      EXPECT_EQ(why.find("10.0.2.0"), std::string::npos) << why;
+    }
+
+  // Budgets: jobs, memory, mbufs, each named.
+  EXPECT_EQ(budget_refusal(alice, 150, {1, 512 << 10, 50}, 256 << 10, 50), "");
+  EXPECT_EQ(budget_refusal(alice, 150, {2, 0, 0}, 0, 0),
+            "job 150: tenant alice's budget of 2 jobs is used up (2 registered): remove one first");
+  EXPECT_EQ(budget_refusal(alice, 150, {1, 768 << 10, 0}, 512 << 10, 0),
+            "job 150: tenant alice's memory budget: it needs 512 KiB of slot memory, 256 of 1024 KiB are free; lower "
+            "window or message_bytes");
+  EXPECT_EQ(budget_refusal(alice, 150, {1, 0, 60}, 0, 41),
+            "job 150: tenant alice's mbuf budget: it needs up to 41 held packet buffers, 40 of 100 are free; lower "
+            "window or message_bytes");
+  EXPECT_EQ(budget_refusal(bob, 250, {1000, size_t{1} << 40, 1u << 30}, 1u << 30, 1u << 30), "");  // no budgets
+  EXPECT_EQ(budget_refusal(ops, 7, {1000, size_t{1} << 40, 1u << 30}, 1u << 30, 1u << 30), "");
+}
+
+// What a tenant's budget is checked against before an add is what the engine then reserves and
+// reports: an allreduce, a reduce-scatter, and an allreduce spread over two lcores' engines.
+TEST(ControlTenants, TheFootprintIsWhatTheEngineReserves) {
+  std::string err;
+  const std::string ring =
+      "id = 5\ndtype = fp32\nworkers = 3\nmessage_bytes = 4096\npayload_bytes = 1024\nwindow = 3\n"
+      "conn = 0, 10.0.0.1, 0x11, 10.0.0.2, 0x12, 0\nconn = 1, 10.0.0.2, 0x13, 10.0.0.3, 0x14, 0\n"
+      "conn = 2, 10.0.0.3, 0x15, 10.0.0.1, 0x16, 0\n";
+  for (const std::string& text : {ring, ring + "collective = reduce_scatter\nchunk = 2\n"}) {
+    const std::optional<JobSpec> spec = parse_job(text, &err);
+    ASSERT_TRUE(spec) << err;
+    agg::Engine engine{agg::EngineConfig{}, agg::BufferOps{}};
+    ASSERT_TRUE(engine.add_job(*spec, &err)) << err;
+    agg::JobInfo info{};
+    ASSERT_TRUE(engine.job_info(5, &info));
+    const agg::Engine::Footprint f = agg::Engine::footprint(*spec);
+    EXPECT_GT(f.memory_bytes, 0u);
+    EXPECT_EQ(f.memory_bytes, info.memory_bytes) << text;
+    EXPECT_EQ(f.mbufs, info.mbuf_quota) << text;
+  }
+  const std::optional<JobSpec> spec = parse_job(ring, &err);
+  ASSERT_TRUE(spec) << err;
+  auto shards = std::make_shared<agg::JobShards>(2, agg::OrderedTx{});
+  size_t memory = 0, mbufs = 0;
+  std::vector<std::unique_ptr<agg::Engine>> engines;
+  for (unsigned i = 0; i < 2; ++i) {
+    engines.push_back(std::make_unique<agg::Engine>(agg::EngineConfig{}, agg::BufferOps{}));
+    ASSERT_TRUE(engines.back()->add_job(*spec, &err, agg::ShardOf{shards, i})) << err;
+    agg::JobInfo info{};
+    ASSERT_TRUE(engines.back()->job_info(5, &info));
+    memory += info.memory_bytes;
+    mbufs += info.mbuf_quota;
+  }
+  EXPECT_EQ(agg::Engine::footprint(*spec, 2).memory_bytes, memory);
+  EXPECT_EQ(agg::Engine::footprint(*spec, 2).mbufs, mbufs);
+  JobSpec bad = *spec;
+  bad.payload_bytes = 0;
+  EXPECT_EQ(agg::Engine::footprint(bad).memory_bytes, 0u);
 }
 
 TEST_F(ControlSocket, SecretFile) {
@@ -499,14 +677,15 @@ TEST_F(ControlSocket, AReplayedRequestIsRefused) {
   EXPECT_EQ(server.refused(), 1u);
 }
 
-// A tenant manages its own jobs only, and sees only them.
+// A tenant manages its own jobs only, and sees only them; it adds them on its own addresses only.
 TEST_F(ControlSocket, ATenantManagesOnlyItsOwnJobs) {
   FakeAppliance app;
   ControlServer server;
   std::string err;
   std::vector<Tenant> tenants;
   ASSERT_TRUE(
-      parse_tenants("alice 100-199 0123456789abcdef-alice\nbob 200-299 0123456789abcdef-bob\n"
+      parse_tenants("alice 100-199 prefixes=10.0.0.0/24 0123456789abcdef-alice\n"
+                    "bob 200-299 prefixes=10.0.1.0/24 0123456789abcdef-bob\n"
                     "ops * 0123456789abcdef-ops\n",
                     &tenants, &err))
       << err;
@@ -527,8 +706,36 @@ TEST_F(ControlSocket, ATenantManagesOnlyItsOwnJobs) {
   // bob's secret under alice's name is no credential
   EXPECT_NE(exchange(server, h, "list\n", nullptr, to, "alice 0123456789abcdef-bob").find("wrong credential"),
             std::string::npos);
+  // alice's job on bob's addresses never reaches the appliance, and the reason names nothing of bob
+  std::string on_bobs = kJob;
+  on_bobs.replace(on_bobs.find("id = 9"), 6, "id = 151");
+  on_bobs.replace(on_bobs.find("10.0.0.1, 0x11, 10.0.0.1"), 24, "10.0.1.1, 0x11, 10.0.1.1");
+  const std::string refused = exchange(server, h, "add\n" + on_bobs, nullptr, to, alice);
+  EXPECT_EQ(refused, "error: job 151: rank 0's source address 10.0.1.1 is not one of tenant alice's (10.0.0.0/24)\n");
+  EXPECT_EQ(refused.find("bob"), std::string::npos);
+  EXPECT_EQ(refused.find("10.0.1.0"), std::string::npos);
+  std::string bobs = on_bobs;
+  bobs.replace(bobs.find("id = 151"), 8, "id = 250");
+  EXPECT_EQ(exchange(server, h, "add\n" + bobs, nullptr, to, bob), "ok job 250 added\n");
   EXPECT_EQ(exchange(server, h, "remove 150\n", nullptr, to, alice), "ok job 150 removed\n");
-  EXPECT_EQ(app.calls, 5);  // add, list, list, list, remove
+  EXPECT_EQ(app.calls, 6);  // add, list, list, list, add, remove
+}
+
+// The handler hears who asks: the tenant over TCP, nobody (the operator) on the local socket.
+TEST_F(ControlSocket, TheHandlerIsToldTheTenant) {
+  std::string err;
+  std::vector<Tenant> tenants;
+  ASSERT_TRUE(parse_tenants("alice 100-199 prefixes=10.0.0.0/24 0123456789abcdef-alice\n", &tenants, &err)) << err;
+  ControlServer tcp, local;
+  ASSERT_TRUE(tcp.open_tcp("127.0.0.1:0", tenants, &err)) << err;
+  ASSERT_TRUE(local.open(path_, &err)) << err;
+  const ControlServer::TenantHandler h = [](const Request&, const Tenant* t) {
+    return std::string(t ? "tenant " + t->name : "operator") + "\n";
+  };
+  EXPECT_EQ(exchange(tcp, h, "stats 150\n", nullptr, "tcp://127.0.0.1:" + std::to_string(tcp.port()),
+                     "alice 0123456789abcdef-alice"),
+            "tenant alice\n");
+  EXPECT_EQ(exchange(local, h, "stats 150\n"), "operator\n");
 }
 
 // 64 connections that say nothing do not keep a real client waiting: every connection is served

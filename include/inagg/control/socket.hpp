@@ -10,7 +10,7 @@
 // "inagg-control request\n" nonce "\n" tenant "\n" request); the reply carries
 // HMAC(secret, "inagg-control reply\n" nonce "\n" reply), which the client checks. The nonce is
 // fresh per connection, so nothing seen on the wire can be replayed. A tenant's credential
-// (TenantFile) limits it to its own range of job ids. A refused request never reaches the
+// (Tenant) limits it to its own range of job ids, addresses, ports and budgets. A refused request never reaches the
 // handler; refusals are counted (refused()) and logged at most once a second.
 // The server runs on the appliance's control thread, never on an lcore: poll() never blocks; it
 // serves every connection at once (up to kMaxConnections, the oldest unfinished one dropped for a
@@ -24,11 +24,13 @@
 #include <chrono>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "inagg/control/protocol.hpp"
+#include "inagg/util/ip_addr.hpp"
 
 namespace inagg::control {
 
@@ -40,12 +42,38 @@ inline constexpr size_t kMaxConnections = 256;     // open at once per listener
 inline constexpr const char* kTcpScheme = "tcp://";
 inline constexpr const char* kControlSecretEnv = "INAGG_CONTROL_SECRET";  // a client's credential
 
+// An IPv4 or IPv6 prefix: 10.0.1.0/24, fd00:1::/64 (an IPv4-mapped one, ::ffff:a.b.c.d/N, is the
+// IPv4 prefix it names, as a job's addresses are).
+struct AddressPrefix {
+  util::IpAddr net;
+  unsigned length = 0;
+  // Whether `ip` (a GID given as ::ffff:a.b.c.d being its IPv4 address) lies in it.
+  bool contains(const util::IpAddr& ip) const;
+  bool overlaps(const AddressPrefix& o) const { return contains(o.net) || o.contains(net); }
+};
+std::optional<AddressPrefix> parse_prefix(std::string_view text);
+std::string prefix_text(const AddressPrefix& p);
+
 // Who may use the TCP listener: each line of the appliance's --control-secret-file is
-//   TENANT JOBS SECRET      JOBS: * (every job), N, or N-M (the ids it may add, remove, see)
+//   TENANT JOBS [OPTION...] SECRET
+// JOBS: * (every job: the operator's credential, as unrestricted as the local socket), N, or N-M
+// (the ids it may add, remove, see). A tenant with a range owns, by its OPTIONs:
+//   prefixes=P[,P...]   the addresses its jobs may name (every connection's source and destination);
+//                       a tenant without any may add no job
+//   ports=N[,N...]      the appliance ports its hosts are behind: each of its connections must name
+//                       one; a port no tenant names is open to the tenants without ports=
+//   max_jobs=N  max_memory=BYTES (or with K, M, G: KiB, MiB, GiB)  max_mbufs=N   its budgets over
+//                       the whole appliance (the engine accounts each job's slot memory and packet
+//                       buffers; list shows them)
 // or, for a file of one line, just SECRET (the tenant "admin", every job). '#' starts a comment.
+// The secret comes last, so that a client may take its line as its credential. No two tenants
+// with ranges may share a job id, an address or a port: such a file is refused with the line.
 struct Tenant {
   std::string name, secret;
   uint32_t first_job = 0, last_job = UINT32_MAX;
+  std::vector<AddressPrefix> prefixes;
+  std::vector<uint16_t> ports;  // empty: the ports no tenant names
+  std::optional<size_t> max_jobs, max_memory_bytes, max_mbufs;
   bool owns(uint32_t id) const { return id >= first_job && id <= last_job; }
   bool every_job() const { return first_job == 0 && last_job == UINT32_MAX; }
 };
@@ -64,15 +92,27 @@ std::string request_mac(std::string_view secret, std::string_view nonce, std::st
 std::string reply_mac(std::string_view secret, std::string_view nonce, std::string_view reply);
 
 // Whether `tenant` may send `r`: its own jobs only, and neither `list` nor `stats` of jobs that
-// are not its own (`list`'s reply is filtered instead, filter_job_list). "" when it may, else the
-// refusal's reason.
-std::string tenant_refusal(const Tenant& tenant, const Request& r);
+// are not its own (`list`'s reply is filtered instead, filter_job_list); an add only on its own
+// addresses and ports (`tenants`: every tenant of the listener, for the ports others own). "" when
+// it may, else the refusal's reason, which names nothing of another tenant.
+std::string tenant_refusal(const Tenant& tenant, const Request& r, const std::vector<Tenant>& tenants = {});
 // `list`'s reply with only the lines of jobs `tenant` owns ("no jobs" when none is left).
 std::string filter_job_list(const Tenant& tenant, std::string_view reply);
+
+// What a tenant's jobs hold now (the appliance's figures for the jobs in its range), and whether
+// adding job `id` with the given footprint keeps it within its budgets: "" or the refusal, naming
+// the budget. `used` must leave out job `id` itself (a failed job being replaced).
+struct TenantUse {
+  size_t jobs = 0, memory_bytes = 0, mbufs = 0;
+};
+std::string budget_refusal(const Tenant& tenant, uint32_t id, const TenantUse& used, size_t memory_bytes, size_t mbufs);
 
 class ControlServer {
  public:
   using Handler = std::function<std::string(const Request&)>;
+  // The same, told who asks: the TCP listener's tenant (its credential checked), or null on the
+  // local socket (the operator).
+  using TenantHandler = std::function<std::string(const Request&, const Tenant*)>;
   using TextHandler = std::function<std::string(std::string_view request)>;
 
   ControlServer() = default;
@@ -102,6 +142,7 @@ class ControlServer {
   // of requests answered. A request that is too large, truncated, malformed or refused gets an
   // error reply without calling `handler`.
   size_t poll(const Handler& handler);
+  size_t poll(const TenantHandler& handler);
   // The same for another protocol over this transport (inagg-xdp's): `handler` gets the raw
   // request text and returns the reply; the size and time limits are the same.
   size_t poll_text(const TextHandler& handler);
@@ -119,10 +160,10 @@ class ControlServer {
     bool answered = false;  // `out` holds the whole reply: close once it is sent
     bool shut = false;      // the reply is sent and our side shut down
   };
-  size_t serve(const TextHandler& handler, const Handler* requests);
+  size_t serve(const TextHandler& handler, const TenantHandler* requests);
   void accept_waiting();
   // A whole frame is in: checks it and sets the reply. Returns whether it was answered by the handler.
-  bool answer(Connection& c, const TextHandler& handler, const Handler* requests);
+  bool answer(Connection& c, const TextHandler& handler, const TenantHandler* requests);
   void refuse(Connection& c, const std::string& why);
 
   int fd_ = -1;
