@@ -78,7 +78,7 @@ for f in /usr/bin/inagg /usr/bin/inagg-ctl /usr/bin/inagg-worker /usr/bin/inagg-
   /usr/share/inagg/examples/xdp/head-4workers.job /usr/share/inagg/examples/grafana/inagg-dashboard.json \
   /usr/share/man/man8/inagg.8.gz /usr/share/man/man1/inagg-ctl.1.gz /usr/share/man/man1/inagg-worker.1.gz \
   /usr/share/man/man1/inagg-xdp.1.gz /usr/share/man/man1/inagg-decode.1.gz \
-  /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages /usr/lib/sysusers.d/inagg.conf \
+  /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages /usr/lib/sysusers.d/inagg.conf /usr/lib/udev/rules.d/60-inagg-vfio.rules \
   /usr/share/doc/inagg/README.md /usr/share/doc/inagg/docs/protocol.md /usr/share/doc/inagg/docs/architecture.md \
   /usr/share/doc/inagg/docs/deploy.md /usr/share/doc/inagg/copyright; do
   grep -qx "$f" <<<"$contents" || fail "the package lacks $f"
