@@ -45,9 +45,12 @@ po::options_description make_options(Options& o) {
       "every request must carry a tenant's HMAC over the connection's nonce, anything else is refused and counted; "
       "0.0.0.0 (every address) is warned about")(
       "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
-      "the tenants of --control-tcp, one line each: TENANT JOBS SECRET (JOBS: *, N or N-M, the job ids it may "
-      "manage), or one line with only a SECRET (tenant admin, every job); secrets of at least 16 characters, the "
-      "file ours or root's, mode 0600")(
+      "the tenants of --control-tcp, one line each: TENANT JOBS [OPTION...] SECRET (JOBS: * for the operator, or N "
+      "or N-M, the job ids it may manage; OPTIONs: prefixes=P,... the addresses its jobs may name, without which "
+      "it adds none; ports=N,... the appliance ports its connections must name; max_jobs=N, max_memory=BYTES[K|M|G], "
+      "max_mbufs=N its budgets; no two tenants may share an id, an address or a port; docs/deploy.md, \"Tenants\"), "
+      "or one line with only a SECRET (tenant admin, every job); secrets of at least 16 characters, the file ours or "
+      "root's, mode 0600")(
       "metrics", po::value<std::string>(&o.metrics_listen),
       "serve Prometheus metrics over HTTP at ADDRESS:PORT/metrics, or PORT alone for 127.0.0.1:PORT (off by default; "
       "every address, 0.0.0.0 or [::], is warned about; port 0 picks a "
