@@ -30,11 +30,10 @@ std::optional<control::JobListLine> ControlClient::job_state(uint32_t id, std::s
 
 namespace {
 
-std::string other_spec(uint32_t id, uint32_t theirs, uint32_t ours) {
-  char digests[64];
-  std::snprintf(digests, sizeof digests, "(spec digest %08x, this job's %08x)", theirs, ours);
-  return "job " + std::to_string(id) + " is already active on the appliance with another spec " + digests +
-         ": remove it first (inagg-ctl remove " + std::to_string(id) + ") or give this job another id";
+std::string other_spec(uint32_t id, const std::string& theirs, const std::string& ours) {
+  return "job " + std::to_string(id) + " is already active on the appliance with another spec (spec digest " + theirs +
+         ", this job's " + ours + ")" + ": remove it first (inagg-ctl remove " + std::to_string(id) +
+         ") or give this job another id";
 }
 
 }  // namespace
@@ -46,7 +45,7 @@ Registration ControlClient::register_job(bool add_job, const std::string& job_te
   // A refusal of another job with this id (an earlier run's, with other parameters) is not ours.
   std::string unparsed;
   const std::optional<control::JobSpec> own = control::parse_job(job_text, &unparsed);
-  const std::optional<uint32_t> own_digest = own ? std::optional<uint32_t>(control::job_digest(*own)) : std::nullopt;
+  const std::optional<std::string> own_digest = own ? std::optional(control::job_digest(*own)) : std::nullopt;
   if (add_job) {
     if (!request("add\n" + job_text, &reply, &e)) return {Registration::Outcome::unreachable, e};
     if (control::is_error_reply(reply) && reply.find("already exists") == std::string::npos)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "inagg/util/hmac.hpp"
 #include "inagg/util/key_value.hpp"
 #include "inagg/util/text.hpp"
 
@@ -326,10 +327,6 @@ std::optional<Collective> collective_of(std::string_view name) {
   return std::nullopt;
 }
 
-uint32_t job_digest(const JobSpec& spec) {
-  uint32_t h = 2166136261u;
-  for (const char c : format_job(spec)) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
-  return h;
-}
+std::string job_digest(const JobSpec& spec) { return util::sha256_hex(format_job(spec)); }
 
 }  // namespace inagg::control

@@ -22,16 +22,24 @@ namespace {
 constexpr const char* kLockName = "lock";
 constexpr const char* kTmpSuffix = ".tmp";
 constexpr const char* kRefusedSuffix = ".refused";
-constexpr int kVersion = 2;  // 1: no lcore (still read)
+constexpr unsigned kVersion = 2;  // 1: a 32-bit FNV-1a digest and no lcore (an earlier inagg's; read only)
 
 std::string sys_error(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
 }
 
-std::string header_of(uint32_t id, uint32_t digest, unsigned lcore) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "inagg-state %d job %" PRIu32 " spec %08" PRIx32 " lcore %u\n", kVersion, id, digest,
-                lcore);
+std::string header_of(uint32_t id, const std::string& digest, unsigned lcore) {
+  return "inagg-state " + std::to_string(kVersion) + " job " + std::to_string(id) + " spec " + digest + " lcore " +
+         std::to_string(lcore) + "\n";
+}
+
+// The digest format 1 wrote (32-bit FNV-1a of the body): files an earlier inagg saved still load,
+// and are written in format 2 when their job is saved again.
+std::string fnv1a_hex(const std::string& body) {
+  uint32_t h = 2166136261u;
+  for (const char c : body) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08" PRIx32, h);
   return buf;
 }
 
@@ -69,23 +77,31 @@ std::optional<SavedJob> read_state(const std::string& text, uint32_t id, std::st
   const size_t eol = text.find('\n');
   const std::string header = text.substr(0, eol == std::string::npos ? text.size() : eol + 1);
   unsigned version = 0, lcore = 0;
-  uint32_t hid = 0, digest = 0;
+  uint32_t hid = 0;
+  char digest[65] = "";
   int used = 0;
-  const bool v2 = std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %8" SCNx32 " lcore %u\n%n", &version,
-                              &hid, &digest, &lcore, &used) == 4 &&
-                  static_cast<size_t>(used) == header.size();
-  used = 0;
-  const bool v1 = !v2 &&
-                  std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %8" SCNx32 "\n%n", &version, &hid,
-                              &digest, &used) == 3 &&
-                  static_cast<size_t>(used) == header.size();
-  if (!v1 && !v2) {
+  if (std::sscanf(header.c_str(), "inagg-state %u ", &version) != 1) {
     *why =
         "it does not begin with inagg's state header (\"inagg-state 2 job ID spec DIGEST lcore LCORE\"): not a file "
         "inagg wrote";
     return std::nullopt;
   }
-  if (version != (v2 ? 2u : 1u)) {
+  const bool v2 = version == kVersion &&
+                  std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %64[0-9a-f] lcore %u\n%n", &version,
+                              &hid, digest, &lcore, &used) == 4 &&
+                  static_cast<size_t>(used) == header.size();
+  const bool v1 = version == 1 &&
+                  std::sscanf(header.c_str(), "inagg-state %u job %" SCNu32 " spec %8[0-9a-f]\n%n", &version, &hid,
+                              digest, &used) == 3 &&
+                  static_cast<size_t>(used) == header.size();
+  if ((version == 1 || version == kVersion) && !v1 && !v2) {
+    *why = "its header is not format " + std::to_string(version) + "'s (" +
+           (version == 1 ? "\"inagg-state 1 job ID spec DIGEST\", 8 hex digits"
+                         : "\"inagg-state 2 job ID spec DIGEST lcore LCORE\", 64 hex digits") +
+           "): not a file inagg wrote";
+    return std::nullopt;
+  }
+  if (!v1 && !v2) {
     *why = "state format " + std::to_string(version) + ", this inagg reads 1 and " + std::to_string(kVersion);
     return std::nullopt;
   }
@@ -100,7 +116,7 @@ std::optional<SavedJob> read_state(const std::string& text, uint32_t id, std::st
     *why = "its job does not read: " + perr;
     return std::nullopt;
   }
-  if (spec->id != id || format_job(*spec) != body || job_digest(*spec) != digest) {
+  if (spec->id != id || format_job(*spec) != body || (v1 ? fnv1a_hex(body) : job_digest(*spec)) != digest) {
     *why = "its job is not the one its header names (the file was changed or cut short)";
     return std::nullopt;
   }

@@ -211,12 +211,7 @@ std::string format_counters(const std::vector<Counter>& counters) {
   return out;
 }
 
-std::string digest_text(const JobStatus& j) {
-  if (!j.spec_digest) return {};
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "%08x", *j.spec_digest);
-  return hex;
-}
+std::string digest_text(const JobStatus& j) { return j.spec_digest.value_or(""); }
 
 std::string format_job_stats(const JobStatus& job) {
   std::string out;
@@ -267,10 +262,10 @@ std::optional<JobListLine> parse_job_list_line(std::string_view line) {
     return rest.substr(0, rest.find(' '));
   };
   j.state = std::string(field("state"));
-  if (const std::string_view d = field("spec"); !d.empty()) {
-    if (const auto v = util::parse_unsigned("0x" + std::string(d), UINT32_MAX))
-      j.spec_digest = static_cast<uint32_t>(*v);
-  }
+  // Only the SHA-256 form is compared: an older appliance's shorter digest is as good as none.
+  if (const std::string_view d = field("spec");
+      d.size() == kJobDigestHexDigits && d.find_first_not_of("0123456789abcdef") == std::string_view::npos)
+    j.spec_digest = std::string(d);
   if (er == std::string_view::npos) return j;
   // escape_quoted() wrote \" \\ \n and \xNN in it.
   for (size_t i = er + 8; i < line.size() && line[i] != '"'; ++i) {

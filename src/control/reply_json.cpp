@@ -120,7 +120,7 @@ std::optional<std::string> reply_to_json(Request::Verb verb, bool has_id, std::s
             *error = "a list field that is not name=value: '" + std::string(tok) + "'";
             return std::nullopt;
           }
-          // spec is 8 hex digits: a string, even when they happen to be decimal digits.
+          // spec is hex digits: a string, even when they happen to be decimal digits.
           const std::string_view name = tok.substr(0, eq), value = tok.substr(eq + 1);
           o += json_quote(name) + ": " + (name == "spec" ? json_quote(value) : json_value(value)) + ", ";
           if (sp == std::string_view::npos) break;

@@ -197,19 +197,19 @@ std::string ProcessGroupInagg::register_one(control::Collective c, uint32_t* id)
   std::string why;
   const auto digest_of = [&](uint32_t i) {
     const std::optional<control::JobSpec> spec = control::parse_job(rank_->job_text(i, c), &why);
-    return spec ? std::optional<uint32_t>(control::job_digest(*spec)) : std::nullopt;
+    return spec ? std::optional(control::job_digest(*spec)) : std::nullopt;
   };
   // The allreduce's: o_.job_id, the others the next two ids; or, with none given, from the
   // description (the same ranks at the same addresses get the same ids).
   const uint32_t offset = c == control::Collective::allreduce ? 0 : c == control::Collective::reduce_scatter ? 1 : 2;
   *id = o_.job_id ? o_.job_id + offset : 0;
   if (*id == 0) {
-    const std::optional<uint32_t> d = digest_of(1);
+    const std::optional<std::string> d = digest_of(1);
     if (!d) return "the job's description does not parse: " + why;
-    *id = 1 + *d % 0x7ffffffeu;
+    *id = 1 + static_cast<uint32_t>(std::stoul(d->substr(0, 8), nullptr, 16) % 0x7ffffffeu);  // its first 32 bits
   }
   const std::string text = rank_->job_text(*id, c);
-  const std::optional<uint32_t> own = digest_of(*id);
+  const std::optional<std::string> own = digest_of(*id);
   if (!own) return "the job's description does not parse: " + why;
   // A job with this very description can only be one that an earlier run on these addresses left
   // (its ranks were killed): this run's ranks hold UDP 4791 at every one of them. It goes.

@@ -49,6 +49,13 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
   return hex(mac, len);
 }
 
+std::string sha256_hex(std::string_view message) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!EVP_Digest(message.data(), message.size(), md, &len, EVP_sha256(), nullptr)) return {};
+  return hex(md, len);
+}
+
 std::string random_hex(size_t bytes) {
   unsigned char buf[64];
   if (bytes > sizeof buf || RAND_bytes(buf, static_cast<int>(bytes)) != 1) return {};

@@ -182,11 +182,10 @@ TEST_F(ControlClientTest, AnActiveJobWithTheSameIdAndAnotherSpecIsRefusedOnEvery
   ASSERT_EQ(ControlClient(path_).register_job(true, other.job_text(), 1, now_ns() + 1'000'000'000ull).outcome,
             Outcome::active);
   std::string unparsed;
-  const uint32_t theirs = control::job_digest(*control::parse_job(other.job_text(), &unparsed));
-  const uint32_t ours = control::job_digest(*control::parse_job(plan_.job_text(), &unparsed));
+  const std::string theirs = control::job_digest(*control::parse_job(other.job_text(), &unparsed));
+  const std::string ours = control::job_digest(*control::parse_job(plan_.job_text(), &unparsed));
   ASSERT_NE(theirs, ours);
-  char digests[64];
-  std::snprintf(digests, sizeof digests, "(spec digest %08x, this job's %08x)", theirs, ours);
+  const std::string digests = "(spec digest " + theirs + ", this job's " + ours + ")";
   const std::string want = "error: job 1 is already active on the appliance with another spec " + std::string(digests) +
                            ": remove it first (inagg-ctl remove 1) or give this job another id\n";
   std::vector<double> took;

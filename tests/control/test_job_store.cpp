@@ -50,11 +50,6 @@ class JobStoreTest : public ::testing::Test {
     return s.str();
   }
   static void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-  static std::string digest_hex(const JobSpec& j) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "%08x", job_digest(j));
-    return buf;
-  }
   // What load() says of the directory as it is now (it must refuse it).
   std::string refusal() {
     JobStore s;
@@ -87,7 +82,7 @@ TEST_F(JobStoreTest, JobsComeBackAsTheyWereSavedAndGoWithTheirRemoval) {
   EXPECT_EQ(format_job(jobs[1].spec), format_job(job));
   EXPECT_EQ(jobs[1].lcore, 2u);
   EXPECT_EQ(read(s.path_of(7)).substr(0, read(s.path_of(7)).find('\n')),
-            "inagg-state 2 job 7 spec " + digest_hex(job) + " lcore 2");
+            "inagg-state 2 job 7 spec " + job_digest(job) + " lcore 2");
   EXPECT_EQ(s.path_of(7), dir + "/job-7.state");
   ASSERT_TRUE(s.erase(3, &err)) << err;
   ASSERT_TRUE(s.erase(3, &err)) << "removing a job that has no file is no error: " << err;
@@ -167,8 +162,8 @@ TEST_F(JobStoreTest, AFileThatIsNotExactlyWhatInaggWroteRefusesTheDirectory) {
       {"edited", edited, "not the one its header names"},
       {"another id", other_id, "it holds job 8, its name says job 7"},
       {"another format", v3, "state format 3, this inagg reads 1 and 2"},
-      {"format 1 with an lcore", v1_lcore, "state format 1, this inagg reads 1 and 2"},
-      {"format 2 without its lcore", no_lcore, "state format 2, this inagg reads 1 and 2"},
+      {"format 1 with an lcore", v1_lcore, "its header is not format 1's"},
+      {"format 2 without its lcore", no_lcore, "its header is not format 2's"},
       {"a job file", kJob, "does not begin with inagg's state header"},
       {"binary",
        std::string("\x7f"
@@ -199,17 +194,39 @@ TEST_F(JobStoreTest, AFileThatIsNotExactlyWhatInaggWroteRefusesTheDirectory) {
   EXPECT_TRUE(s.load(&jobs, &err)) << "the file as written no longer loads: " << err;
 }
 
-// A file of an older inagg (format 1: no lcore) still loads: its job goes where there is room.
-TEST_F(JobStoreTest, AFileOfFormatOneLoadsWithoutAnLcore) {
-  JobStore s;
-  std::string err;
-  ASSERT_TRUE(s.open(dir, &err)) << err;
-  write(s.path_of(7), "inagg-state 1 job 7 spec " + digest_hex(job) + "\n" + format_job(job));
-  std::vector<SavedJob> jobs;
-  ASSERT_TRUE(s.load(&jobs, &err)) << err;
-  ASSERT_EQ(jobs.size(), 1u);
-  EXPECT_EQ(format_job(jobs[0].spec), format_job(job));
-  EXPECT_FALSE(jobs[0].lcore.has_value());
+// A state file an earlier inagg wrote (format 1: a 32-bit FNV-1a digest, computed here by the
+// textbook loop, and no lcore) still loads after an upgrade; one whose old digest does not match is
+// refused.
+TEST_F(JobStoreTest, AFormatOneFileOfAnEarlierInaggStillLoads) {
+  std::string path;
+  {
+    JobStore s;
+    std::string err;
+    ASSERT_TRUE(s.open(dir, &err)) << err;
+    ASSERT_TRUE(s.save(job, 1, &err)) << err;
+    path = s.path_of(7);
+  }
+  const std::string good = read(path);
+  EXPECT_EQ(good.substr(0, good.find('\n') + 1), "inagg-state 2 job 7 spec " + job_digest(job) + " lcore 1\n");
+  const std::string body = format_job(job);
+  uint32_t h = 2166136261u;
+  for (const unsigned char c : body) h = (h ^ c) * 16777619u;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", h);
+  write(path, "inagg-state 1 job 7 spec " + std::string(hex) + "\n" + body);
+  {
+    JobStore s;
+    std::string err;
+    ASSERT_TRUE(s.open(dir, &err)) << err;
+    std::vector<SavedJob> jobs;
+    ASSERT_TRUE(s.load(&jobs, &err)) << err;
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_EQ(format_job(jobs[0].spec), body);
+    EXPECT_FALSE(jobs[0].lcore.has_value()) << "format 1 has no lcore: its job goes where there is room";
+  }
+  hex[0] = hex[0] == '0' ? '1' : '0';
+  write(path, "inagg-state 1 job 7 spec " + std::string(hex) + "\n" + body);
+  EXPECT_NE(refusal().find("not the one its header names"), std::string::npos);
 }
 
 // A job set aside keeps its file, under another name that no load reads; saving the job again

@@ -1,8 +1,11 @@
 // The control protocol: each verb parses, malformed requests say what is wrong, replies format as
 // documented in protocol.hpp.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -196,7 +199,8 @@ TEST(Protocol, JobFormsShowEveryFieldInOrder) {
   j.id = 7;
   j.state = JobStatus::State::failed;
   j.error = "why";
-  j.spec_digest = 0x1234abcd;  // every text field set: a form leaves out an empty one
+  j.spec_digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";  // every text field set: a form
+                                                                                       // leaves out an empty one
   std::vector<std::string> names;
   for_each_job_field(j, [&](std::string_view name, std::string_view text, const JobFieldValue&) {
     names.emplace_back(name);
@@ -230,12 +234,23 @@ TEST(Protocol, JobListLinesReadBack) {
   EXPECT_EQ(l->state, "refused");
   EXPECT_EQ(l->error, j.error) << text;
   EXPECT_FALSE(l->spec_digest);
-  j.spec_digest = 0x0badf00d;
+  j.spec_digest = "0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d";
   const std::string with_spec = format_job_list({j});
-  EXPECT_NE(with_spec.find(" mbuf_quota=0 spec=0badf00d error=\""), std::string::npos) << with_spec;
+  EXPECT_NE(
+      with_spec.find(" mbuf_quota=0 spec=0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d error=\""),
+      std::string::npos)
+      << with_spec;
   const std::optional<JobListLine> ls = parse_job_list_line(with_spec.substr(0, with_spec.size() - 1));
   ASSERT_TRUE(ls);
-  EXPECT_EQ(ls->spec_digest, 0x0badf00du);
+  EXPECT_EQ(ls->spec_digest, j.spec_digest);
+  // An older appliance's 8 hex digits, or anything but 64 hex digits: no digest to compare.
+  for (const char* other : {"0badf00d", "0BADF00D0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d",
+                            "0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00dff",
+                            "0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00d0badf00"}) {
+    const std::optional<JobListLine> lo = parse_job_list_line("id=7 state=active spec=" + std::string(other));
+    ASSERT_TRUE(lo) << other;
+    EXPECT_FALSE(lo->spec_digest) << other;
+  }
   EXPECT_EQ(ls->error, j.error);
   EXPECT_FALSE(parse_job_list_line("no jobs"));
   EXPECT_FALSE(parse_job_list_line("id=x state=active"));
@@ -251,18 +266,27 @@ TEST(Protocol, JobListLinesReadBack) {
   EXPECT_EQ(odd->error, "axZZ b\\");
 }
 
-// job_digest: FNV-1a (32-bit) of the canonical text, computed here by the textbook loop; equal
-// specs agree, a changed field changes it.
-TEST(Protocol, JobDigest) {
+// job_digest: SHA-256 of the canonical text as 64 hex digits, checked against coreutils'
+// sha256sum of the same text; equal specs agree, a changed field changes it.
+TEST(Protocol, JobDigestIsTheSha256OfTheCanonicalText) {
   std::string err;
   const std::optional<JobSpec> a = parse_job(kJob, &err);
   ASSERT_TRUE(a) << err;
-  uint32_t h = 0x811c9dc5u;
-  for (unsigned char c : format_job(*a)) {
-    h ^= c;
-    h *= 0x01000193u;
+  char path[] = "/tmp/inagg-digest-test-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = format_job(*a);
+  ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  std::string out;
+  if (FILE* p = ::popen(("sha256sum " + std::string(path)).c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
   }
-  EXPECT_EQ(job_digest(*a), h);
+  ::unlink(path);
+  ASSERT_GE(out.size(), 64u) << "sha256sum gave: " << out;
+  EXPECT_EQ(job_digest(*a), out.substr(0, 64));
   JobSpec b = *a;
   EXPECT_EQ(job_digest(b), job_digest(*a));
   b.window = 3;

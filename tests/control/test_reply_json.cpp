@@ -23,7 +23,7 @@ JobStatus job(uint32_t id, std::string error) {
   j.dtype = util::Dtype::fp32;
   j.workers = 4;
   j.released_slots = 12;
-  j.spec_digest = 0x01234567;
+  j.spec_digest = "0123456789012345678901234567890123456789012345678901234567890123";  // digits only
   j.error = std::move(error);
   return j;
 }
@@ -44,7 +44,9 @@ TEST(ReplyJson, ListQuotesTheErrorAndKeepsTheDigestAString) {
   EXPECT_NE(j.find(R"({"id": 1, "state": "active", "dtype": "fp32", "workers": 4, "released_slots": 12, )"),
             std::string::npos)
       << j;
-  EXPECT_NE(j.find(R"("spec": "01234567", "error": ""})"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("spec": "0123456789012345678901234567890123456789012345678901234567890123", "error": ""})"),
+            std::string::npos)
+      << j;
   EXPECT_NE(j.find(R"("state": "failed")"), std::string::npos) << j;
   EXPECT_NE(j.find(R"("error": "rank 1 said \"no\"\\"}]})"), std::string::npos) << j;
   EXPECT_EQ(to_json(Request::Verb::list, false, format_job_list({})), R"({"ok": true, "jobs": []})");

@@ -122,16 +122,15 @@ TEST_F(ControlSocket, AddListStatsRemove) {
   EXPECT_EQ(exchange(server, h, std::string("add\n") + kJob), "ok job 9 added\n");
   EXPECT_EQ(exchange(server, h, std::string("add\n") + kJob),
             "error: job 9: already exists and is active; remove it first\n");
-  char spec[16];
   std::string perr;
-  std::snprintf(spec, sizeof spec, "%08x", job_digest(*parse_job(kJob, &perr)));
+  const std::string spec = job_digest(*parse_job(kJob, &perr));
   const std::string list = exchange(server, h, "list\n");
   EXPECT_EQ(
       list.rfind(
           "id=9 state=active dtype=fp32 workers=1 released_slots=0 held_packets=0 retained_packets=0 memory_bytes=", 0),
       0u)
       << list;
-  EXPECT_TRUE(list.ends_with(" spec=" + std::string(spec) + " error=\"\"\n")) << list;
+  EXPECT_TRUE(list.ends_with(" spec=" + spec + " error=\"\"\n")) << list;
   const std::string totals = exchange(server, h, "stats\n");
   EXPECT_EQ(totals.rfind("rx_packets 0\npassthrough 0\n", 0), 0u) << totals;
   size_t counters = 0;

@@ -64,8 +64,10 @@ std::optional<Collective> collective_of(std::string_view name);
 // payload_bytes packets) divides 2^24.
 bool resumable(const JobSpec& spec, std::string* why);
 
-// A 32-bit digest of format_job(spec) (FNV-1a): `list` shows it, so a rank can tell its own job's
-// refusal from that of an earlier job with the same id.
-uint32_t job_digest(const JobSpec& spec);
+// SHA-256 of format_job(spec), 64 lower-case hex digits: `list` shows it, so a rank can tell its
+// own job from another job with the same id (an earlier run's, or one a host made to pass for
+// it: a digest that can be collided would let a forged spec pass for the rank's own).
+inline constexpr size_t kJobDigestHexDigits = 64;
+std::string job_digest(const JobSpec& spec);
 
 }  // namespace inagg::control

@@ -3,9 +3,10 @@
 //
 //   DIR/lock             held (flock) while an appliance uses DIR: two never share one
 //   DIR/job-<id>.state   one registered job:
-//                          inagg-state 2 job <id> spec <job_digest, 8 hex> lcore <EAL lcore id>
+//                          inagg-state 2 job <id> spec <job_digest, 64 hex> lcore <EAL lcore id>
 //                          <format_job(spec), the canonical job file text>
-//                        (format 1, of older inagg, has no lcore; it is still read)
+//                        (format 1, an earlier inagg's, with a 32-bit FNV-1a digest and no lcore,
+//                        is read too)
 //   DIR/job-<id>.state.refused   a job that could not be registered again at a start, set aside
 //                        (set_aside) so that the others start; kept for the operator, never loaded
 //

@@ -5,7 +5,7 @@
 //   add\n<job file text>          ok job <id> added
 //   remove <id>                   ok job <id> removed
 //   list                          id=<id> state=<active|failed|refused> dtype=<..> workers=<n> ...
-//                                   spec=<job_digest, 8 hex> error="<why it failed or was refused>"
+//                                   spec=<job_digest, 64 hex> error="<why it failed or was refused>"
 //                                   (one line per job, every field of INAGG_JOB_FIELDS, spec= only
 //                                   when known; "no jobs" when there are none)
 //   stats                         <counter> <value>     (engine totals, one line per counter)
@@ -78,8 +78,8 @@ struct JobStatus {
   uint64_t retained_packets = 0;  // released packets kept for resend
   uint64_t memory_bytes = 0;
   uint64_t mbuf_quota = 0;
-  std::optional<uint32_t> spec_digest;  // job_digest() of the spec it was added (or refused) with
-  std::vector<Counter> counters;        // stats <id>: the job's counters, in the engine's order
+  std::optional<std::string> spec_digest;  // job_digest() of the spec it was added (or refused) with
+  std::vector<Counter> counters;           // stats <id>: the job's counters, in the engine's order
 };
 std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused", "binding"
 
@@ -99,11 +99,11 @@ std::string_view state_name(JobStatus::State state);  // "active", "failed", "re
   X(retained_packets, "released packets kept for resends", j.retained_packets)                                      \
   X(memory_bytes, "slot memory the job holds", j.memory_bytes)                                                      \
   X(mbuf_quota, "packet buffers the job may hold", j.mbuf_quota)                                                    \
-  X(spec, "job_digest() of the spec it was added or refused with, 8 hex digits (empty: not known)", digest_text(j)) \
+  X(spec, "job_digest() of the spec it was added or refused with, 64 hex digits (empty: not known)", digest_text(j)) \
   X(error, "why the job failed or was refused (empty while it is active)", j.error)
 
 using JobFieldValue = std::variant<uint64_t, std::string>;
-std::string digest_text(const JobStatus& j);  // "%08x" of spec_digest, "" when there is none
+std::string digest_text(const JobStatus& j);  // spec_digest, "" when there is none
 
 // Calls f(name, text, value) for every field of `j`, in INAGG_JOB_FIELDS order.
 template <class F>
@@ -130,7 +130,7 @@ std::string format_job_summary(const JobStatus& job);
 struct JobListLine {
   uint32_t id = 0;
   std::string state;
-  std::optional<uint32_t> spec_digest;
+  std::optional<std::string> spec_digest;  // 64 hex digits; none from an appliance that shows another form
   std::string error;
 };
 std::optional<JobListLine> parse_job_list_line(std::string_view line);

@@ -1,4 +1,4 @@
-// HMAC-SHA256 (OpenSSL's libcrypto) and what the authenticated exchanges built on it need: fresh
+// HMAC-SHA256 and SHA-256 (OpenSSL's libcrypto) and what the authenticated exchanges built on it need: fresh
 // random nonces, hex text, and a comparison whose time does not depend on where two MACs differ.
 // Used by the ranks' rendezvous (client/rendezvous.hpp) and the control socket's challenge-response
 // (control/socket.hpp): a peer proves it holds a secret by MACing a nonce the other side has just
@@ -16,6 +16,8 @@ inline constexpr size_t kNonceBytes = 16;  // 128 random bits per connection
 
 // HMAC-SHA256(key, message) as 64 lower-case hex digits.
 std::string hmac_sha256_hex(std::string_view key, std::string_view message);
+// SHA-256(message) as 64 lower-case hex digits (a digest others compare: collisions cannot be made).
+std::string sha256_hex(std::string_view message);
 // `bytes` random bytes from the OS's CSPRNG as hex; empty when none could be had (the caller
 // refuses the connection then, never falls back to a predictable nonce).
 std::string random_hex(size_t bytes = kNonceBytes);
