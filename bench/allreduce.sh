@@ -12,6 +12,9 @@
 # binary (A/B runs of the transport).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../scripts/lib/exchange_secret.sh
+. scripts/lib/exchange_secret.sh
+export_exchange_secret  # the job's secret for the ranks' meeting, inherited by every rank started here
 rate=${BENCH_RATE:-100mbit}
 worker=${BENCH_WORKER:-build/src/apps/inagg-worker}
 # BENCH_PAYLOAD: 4096 (default, RoCE MTU 4096 packets, the rack's default MTU 4200: the appliance's

@@ -24,6 +24,9 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=../scripts/lib/wait.sh
 . scripts/lib/wait.sh
+# shellcheck source=../scripts/lib/exchange_secret.sh
+. scripts/lib/exchange_secret.sh
+export_exchange_secret  # the job's secret for the ranks' meeting, inherited by every rank started here
 
 start_rack() {  # RATE
   scripts/rack up --workers 4 --rate "$1" --mtu "$rack_mtu" >/dev/null || { echo "bench: rack up failed" >&2; exit 1; }

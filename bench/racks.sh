@@ -34,6 +34,9 @@ scripts/racks up --name "$name" --racks 2 --per-rack "$per_rack" --inter-rate "$
   fail "racks up: $(cat "$tmp/racks.log")"
 # shellcheck source=../scripts/lib/wait.sh
 . scripts/lib/wait.sh
+# shellcheck source=../scripts/lib/exchange_secret.sh
+. scripts/lib/exchange_secret.sh
+export_exchange_secret  # the job's secret for the ranks' meeting, inherited by every rank started here
 # shellcheck source=../scripts/lib/af_packet.sh
 . scripts/lib/af_packet.sh
 for part in "leaf 0" "leaf 1" spine; do

@@ -246,7 +246,9 @@ def train(a):
         comm = inagg.Communicator(rank, world, control=a.control, job_id=a.job_id,
                                   dtype="bf16" if a.comm == "inagg-bf16" else "fp32", message=a.message,
                                   payload=a.payload, window=a.window, ack_timeout_ms=a.ack_timeout_ms, retry=a.retry,
-                                  ip_base=a.ip_base)
+                                  ip_base=a.ip_base,
+                                  # the meeting's secret ($INAGG_EXCHANGE_SECRET first), through Gloo's store
+                                  store=dist.distributed_c10d._get_default_store())
         a.payload = comm.payload  # what auto chose, for the report
         state = hook_state = inagg.torch.InaggState(comm)
         hook = inagg.torch.bf16_compress_hook if a.comm == "inagg-bf16" else inagg.torch.allreduce_hook

@@ -10,6 +10,9 @@ is active)::
     comm = inagg.Communicator(rank, 4, control="/tmp/ctl.sock", job_id=1, dtype="fp32")
     comm.allreduce_(tensor)          # in place: every rank holds the sum over the 4 ranks
 
+(with ``INAGG_EXCHANGE_SECRET`` set on every rank: the ranks meet with the job's secret, see
+``exchange_secret_file`` and ``store`` below).
+
 ``allreduce_`` takes a contiguous CPU ``torch.Tensor`` (float32, float16, bfloat16, int32) or any
 writable C-contiguous buffer-protocol object (numpy arrays, ``array.array``, ``bytearray`` seen
 through ``memoryview(...).cast(...)``) of the job's dtype: format ``f`` for fp32, ``e`` for fp16,
@@ -21,6 +24,8 @@ allreduces a thread keeps the transport running (acknowledging, retransmitting),
 DDP communication hooks for PyTorch are in :mod:`inagg.torch`.
 """
 
+import os
+import secrets
 import sys
 
 from inagg._inagg import DTYPES, InaggError, _Communicator, dtype_size
@@ -29,6 +34,21 @@ __all__ = ["Communicator", "InaggError", "DTYPES", "dtype_size"]
 
 # torch dtypes by their name here; filled lazily, so that importing inagg never imports torch.
 _TORCH_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int32": "int32"}
+
+
+_EXCHANGE_SECRET_ENV = "INAGG_EXCHANGE_SECRET"
+
+
+def _secret_from_store(store, rank):
+    """The meeting's secret through a store every rank shares: rank 0 makes it at random. Every
+    rank makes its communicators in the same order, so its own count of them names the same key on
+    every rank (a store keeps an earlier communicator's keys)."""
+    generation = store.add(f"inagg/communicator/{rank}", 1)
+    key = f"inagg/exchange-secret/{generation}"
+    if rank == 0:
+        store.set(key, secrets.token_hex(16))
+    value = store.get(key)
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _torch_dtype_name(tensor):
@@ -67,16 +87,31 @@ class Communicator:
     exchange_port      with control: rank 0 listens on this TCP port at its address, and every rank
                        meets it there before the first allreduce (and in barrier()), so that no rank
                        sends while another is still starting
+    exchange_secret_file, store, insecure_exchange
+                       with control, that meeting is authenticated with the job's secret, the same
+                       on every rank: the environment variable INAGG_EXCHANGE_SECRET when set (a
+                       launcher sets it once for all ranks), else the first line of
+                       exchange_secret_file (mode 0600), else one rank 0 makes at random and puts
+                       in `store`, a store every rank shares (set/get/add, e.g. torch.distributed's
+                       TCPStore or the default group's). With none of them the communicator is
+                       refused; insecure_exchange=True meets without a secret (any host that
+                       reaches rank 0's port could join the job), on a lab network of your own only
     """
 
     def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=None,
                  window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0,
-                 exchange_port=18516, control_secret_file=None):
+                 exchange_port=18516, control_secret_file=None, exchange_secret_file=None, store=None,
+                 insecure_exchange=False):
+        secret = ""
+        if control and store is not None and not os.environ.get(_EXCHANGE_SECRET_ENV) and not exchange_secret_file:
+            secret = _secret_from_store(store, rank)
         self._c = _Communicator(rank=rank, world_size=world_size, control=control or "", job_id=job_id,
                                 dtype=dtype, message=message, payload=payload or 0, window=window,
                                 ack_timeout_ms=ack_timeout_ms, retry=retry, ip_base=ip_base,
                                 chunk_bytes=chunk_bytes, timeout_s=timeout_s, exchange_port=exchange_port,
-                                control_secret_file=control_secret_file or "")
+                                control_secret_file=control_secret_file or "",
+                                exchange_secret_file=exchange_secret_file or "", exchange_secret=secret,
+                                insecure_exchange=bool(insecure_exchange))
 
     rank = property(lambda self: self._c.rank)
     world_size = property(lambda self: self._c.world_size)

@@ -53,6 +53,10 @@ struct CommunicatorOptions {
   double timeout_s = 60;
   unsigned exchange_port = 18516;   // with a control socket: rank 0 listens here for the others (meet)
   std::string control_secret_file;  // tcp://: the tenant's credential ($INAGG_CONTROL_SECRET first)
+  // The meeting's secret: $INAGG_EXCHANGE_SECRET, else this file, else what the Python side took
+  // from a store every rank shares (exchange_secret); none only when insecure_exchange says so.
+  std::string exchange_secret_file, exchange_secret;
+  bool insecure_exchange = false;
 };
 
 // inagg-worker's option checks speak of its flags; say the keyword arguments' names instead.
@@ -99,6 +103,25 @@ class Communicator {
     if (!transport_.open(c, &error))
       throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
     const uint64_t timeout_ns = static_cast<uint64_t>(o.timeout_s * 1e9);
+    // The ranks' meeting's secret (with a control socket), before anything is registered.
+    std::string meeting_secret;
+    if (!o.control.empty()) {
+      std::string why;
+      if (std::getenv(client::kExchangeSecretEnv) || !o.exchange_secret_file.empty()) {
+        if (!util::load_secret(client::kExchangeSecretEnv, o.exchange_secret_file, &meeting_secret, &why))
+          throw std::invalid_argument("inagg.Communicator: the ranks' meeting secret: " + why);
+      } else if (!o.exchange_secret.empty()) {
+        meeting_secret = o.exchange_secret;
+      } else if (!o.insecure_exchange) {
+        throw std::invalid_argument(
+            std::string("inagg.Communicator: the ranks' meeting (control=) needs the job's secret, the same on every "
+                        "rank: set $") +
+            client::kExchangeSecretEnv +
+            " where the job is launched, or give exchange_secret_file= (mode 0600) or store= (a store every rank "
+            "shares, e.g. torch.distributed's: rank 0 puts a random secret in it); insecure_exchange=True meets "
+            "without one, on a lab network of your own only");
+      }
+    }
     if (o.control.rfind(control::kTcpScheme, 0) == 0 &&
         !control::load_secret_file(o.control_secret_file, &credential_, &error))
       throw std::invalid_argument(
@@ -133,13 +156,8 @@ class Communicator {
       rc.host = plan_.ip_of(0);
       rc.port = static_cast<uint16_t>(o.exchange_port);
       rc.deadline_ns = client::now_ns() + timeout_ns;
-      // The meeting on the rack plan: a secret from $INAGG_EXCHANGE_SECRET when there is one.
-      rc.secret_required = false;
-      if (std::getenv(client::kExchangeSecretEnv)) {
-        std::string why;
-        if (!util::load_secret(client::kExchangeSecretEnv, "", &rc.secret, &why))
-          throw std::invalid_argument("inagg.Communicator: $" + std::string(client::kExchangeSecretEnv) + ": " + why);
-      }
+      rc.insecure = o.insecure_exchange;
+      rc.secret = meeting_secret;
       if (!transport_.meet(rc, &error) || !transport_.barrier("the first allreduce", &error))
         throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
       met_ = true;
@@ -341,7 +359,8 @@ PYBIND11_MODULE(_inagg, m) {
       .def(py::init([](unsigned rank, unsigned world_size, std::string control, uint32_t job_id, std::string dtype,
                        uint32_t message, uint32_t payload, unsigned window, double ack_timeout_ms, unsigned retry,
                        std::string ip_base, uint64_t chunk_bytes, double timeout_s, unsigned exchange_port,
-                       std::string control_secret_file) {
+                       std::string control_secret_file, std::string exchange_secret_file, std::string exchange_secret,
+                       bool insecure_exchange) {
              CommunicatorOptions o{rank,
                                    world_size,
                                    std::move(control),
@@ -356,14 +375,18 @@ PYBIND11_MODULE(_inagg, m) {
                                    chunk_bytes,
                                    timeout_s,
                                    exchange_port,
-                                   std::move(control_secret_file)};
+                                   std::move(control_secret_file),
+                                   std::move(exchange_secret_file),
+                                   std::move(exchange_secret),
+                                   insecure_exchange};
              py::gil_scoped_release nogil;
              return std::make_unique<Communicator>(o);
            }),
            py::kw_only(), py::arg("rank"), py::arg("world_size"), py::arg("control"), py::arg("job_id"),
            py::arg("dtype"), py::arg("message"), py::arg("payload"), py::arg("window"), py::arg("ack_timeout_ms"),
            py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"),
-           py::arg("exchange_port") = 18516, py::arg("control_secret_file") = "")
+           py::arg("exchange_port") = 18516, py::arg("control_secret_file") = "", py::arg("exchange_secret_file") = "",
+           py::arg("exchange_secret") = "", py::arg("insecure_exchange") = false)
       .def_property_readonly("rank", [](const Communicator& c) { return c.options().rank; })
       .def_property_readonly("world_size", [](const Communicator& c) { return c.options().world_size; })
       .def_property_readonly("job_id", [](const Communicator& c) { return c.options().job_id; })

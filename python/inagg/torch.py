@@ -33,7 +33,8 @@ buckets through an ``inagg.Communicator``::
 
     import inagg, inagg.torch
     dist.init_process_group("gloo", ...)            # Gloo stays for everything else
-    comm = inagg.Communicator(rank, world, control=SOCKET, job_id=1, dtype="fp32")
+    comm = inagg.Communicator(rank, world, control=SOCKET, job_id=1, dtype="fp32",
+                              store=dist.distributed_c10d._get_default_store())  # the meeting's secret
     state = inagg.torch.InaggState(comm)
     model = DistributedDataParallel(model)
     model.register_comm_hook(state, inagg.torch.allreduce_hook)

@@ -155,8 +155,12 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "some ranks are RDMA NICs (--transport verbs). Needs CAP_NET_RAW: a NIC's ICRC covers its IP ID, which only a "
       "raw socket shows")(
       "exchange-secret-file", po::value<std::string>(&o.exchange_secret_file)->value_name("FILE"),
-      "verbs, --exchange: the job's shared secret for the ranks' exchange, the same on every rank (the file's first "
-      "line, at least 16 characters, mode 0600); $INAGG_EXCHANGE_SECRET takes precedence")(
+      "ina/ring/auto: the job's shared secret for the ranks' meeting at rank 0 (the exchange, or the meeting on the "
+      "rack plan), the same on every rank (the file's first line, at least 16 characters, mode 0600); "
+      "$INAGG_EXCHANGE_SECRET takes precedence. One of the two is needed")(
+      "insecure-exchange", po::bool_switch(&o.insecure_exchange),
+      "a lab network of your own only: the ranks meet without a secret (not authenticated: any host that reaches rank "
+      "0's --exchange-port can join the job as a rank or answer as rank 0); every rank warns on stderr")(
       "register", po::value<std::string>(&o.register_socket),
       "ina mode: rank 0 adds the job through this inagg control socket (a path, or tcp://HOST:PORT: the appliance's "
       "--control-tcp), and every rank waits until the job is active before sending")(

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -137,10 +138,13 @@ bool is_hex(const std::string& s, size_t n) {
 // A connection rank 0 has accepted: its nonce, what it sent so far, until when it may prove itself.
 struct Peer {
   int fd = -1;
-  std::string nonce, peer_nonce, in;
+  std::string from;  // its address and port, for the log
+  std::string nonce, peer_nonce, in, line;
   uint64_t deadline_ns = 0;
   unsigned rank = 0;
 };
+
+constexpr unsigned kNoRank = ~0u;
 
 void drop(std::vector<Peer>* peers, size_t i) {
   ::close((*peers)[i].fd);
@@ -150,14 +154,32 @@ void drop(std::vector<Peer>* peers, size_t i) {
 
 }  // namespace
 
-bool Rendezvous::listen(std::string* error) {
-  if (cfg_.secret_required && cfg_.secret.size() < 16) {
+bool Rendezvous::check_secret(std::string* error) const {
+  if (cfg_.secret.size() >= kMinExchangeSecret) return true;
+  if (!cfg_.insecure) {
     *error = std::string(
-                 "the ranks' exchange needs the job's shared secret, the same on every rank (at least 16 "
+                 "the ranks' meeting needs the job's shared secret, the same on every rank (at least 16 "
                  "characters): set $") +
-             kExchangeSecretEnv + " or --exchange-secret-file";
+             kExchangeSecretEnv + " on every rank (e.g. export " + kExchangeSecretEnv +
+             "=$(head -c 24 /dev/urandom | base64) where the job is launched) or give --exchange-secret-file";
     return false;
   }
+  std::fprintf(stderr,
+               "inagg rank %u: WARNING: the ranks' meeting at %s is NOT authenticated (insecure exchange, no "
+               "secret): any host that reaches it can join this job as a rank or answer as rank 0\n",
+               cfg_.rank, where(cfg_).c_str());
+  return true;
+}
+
+void Rendezvous::note_refusal(const std::string& from, const std::string& why) {
+  if (!refusal_log_.allow(now_ns())) return;
+  const uint64_t more = refusal_log_.take_suppressed();
+  const std::string also = more ? " (and " + std::to_string(more) + " before it not shown)" : "";
+  std::fprintf(stderr, "inagg rank 0: the ranks' meeting dropped a connection from %s: %s%s\n", from.c_str(),
+               why.c_str(), also.c_str());
+}
+
+bool Rendezvous::listen(std::string* error) {
   if (listen_fd_ >= 0) return true;
   // Rank 0's own address only (the one the others connect to); every address only where that is
   // not a local one (a NAT in front of rank 0). The secret guards both.
@@ -182,10 +204,11 @@ bool Rendezvous::listen(std::string* error) {
   return false;
 }
 
-bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer,
-                        std::string* error) {
-  // Every connection is read at once; one that proves itself within kAuthMs joins `ranks`, any
-  // other is closed unanswered. Once every other rank is there, all get the answer.
+bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines, const Check& check,
+                        const Answer& answer, std::string* error) {
+  // Every connection is read at once; one that proves itself within kAuthMs with a good line joins
+  // `ranks`, any other is closed (told why only when it proved itself: it holds the secret). Once
+  // every other rank is there, all get the answer.
   std::vector<Peer> pending, ranks;
   struct Closer {
     std::vector<Peer>& a;
@@ -198,6 +221,16 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
   std::vector<bool> seen(cfg_.workers, false);
   lines->clear();
   std::string last_refusal;
+  const auto refuse = [&](const Peer& p, const std::string& why, bool authenticated) {
+    ++refused_;
+    last_refusal = why;
+    note_refusal(p.from, why);
+    if (!authenticated) return;
+    const std::string text = "error " + why + "\n";
+    const std::string msg = text + "end " + answer_mac(cfg_.secret, p.nonce, p.peer_nonce, text) + "\n";
+    (void)!::send(p.fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  };
+  const std::string hint = " (--workers " + std::to_string(cfg_.workers) + "; does every rank have its own --rank?)";
   while (ranks.size() + 1 < cfg_.workers) {
     const uint64_t now = now_ns();
     if (now >= cfg_.deadline_ns) {
@@ -210,21 +243,38 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
     }
     for (size_t i = 0; i < pending.size();)  // silent too long: dropped
       if (pending[i].deadline_ns <= now) {
-        ++refused_;
-        last_refusal = "no authenticated message within " + std::to_string(kAuthMs) + " ms";
+        refuse(pending[i], "no authenticated message within " + std::to_string(kAuthMs) + " ms", false);
         drop(&pending, i);
       } else {
         ++i;
       }
+    // fds: the listener, then `pending`, then `ranks` (a rank that joined sends nothing more
+    // until the answer: its connection readable means it closed, or broke the protocol).
     std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
     for (const Peer& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    for (const Peer& p : ranks) fds.push_back({p.fd, POLLIN, 0});
+    const size_t first_rank = 1 + pending.size();
     int wait = ms_until(cfg_.deadline_ns);
     for (const Peer& p : pending) wait = std::min(wait, ms_until(p.deadline_ns));
     if (::poll(fds.data(), fds.size(), idle_ ? 0 : wait) <= 0) {
       if (idle_) idle_(std::min(std::max(wait, 0), kIdleMs));
       continue;
     }
-    // Readable pending connections first (fds[1..] match `pending` before any drop below).
+    // Joined ranks first, from the back (a drop moves the last one into the hole).
+    for (size_t i = ranks.size(); i-- > 0;) {
+      if (!fds[first_rank + i].revents) continue;
+      char byte;
+      const ssize_t n = ::recv(ranks[i].fd, &byte, 1, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      const std::string r = std::to_string(ranks[i].rank);
+      refuse(ranks[i],
+             n > 0 ? "rank " + r + " sent more than its one line"
+                   : "rank " + r + " closed its connection before the answer",
+             false);
+      seen[ranks[i].rank] = false;  // its place is open again
+      drop(&ranks, i);
+    }
+    // Readable pending connections (fds[1..] match `pending` before any drop below).
     std::vector<size_t> done;
     for (size_t i = 0; i < pending.size(); ++i) {
       if (!fds[i + 1].revents) continue;
@@ -236,6 +286,7 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
       const size_t first = p.in.find('\n'), second = first == std::string::npos ? first : p.in.find('\n', first + 1);
       if (n > 0 && second == std::string::npos && p.in.size() <= 2 * kMaxLine) continue;
       done.push_back(i);
+      p.rank = kNoRank;
       // "auth <nonce> <mac>\n<line>\n"
       std::istringstream auth(p.in.substr(0, first));
       std::string word, mac;
@@ -243,29 +294,34 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
       const std::string line = second == std::string::npos ? "" : p.in.substr(first + 1, second - first - 1);
       if (n <= 0 || second == std::string::npos || word != "auth" || !is_hex(p.peer_nonce, 2 * util::kNonceBytes) ||
           !util::equal_constant_time(mac, request_mac(cfg_.secret, p.nonce, p.peer_nonce, line))) {
-        ++refused_;
-        last_refusal = n <= 0 ? "closed before its message" : "a message without a valid MAC (another secret?)";
-        p.rank = ~0u;
+        refuse(p,
+               n <= 0                        ? "closed before its message"
+               : second == std::string::npos ? "no message within " + std::to_string(2 * kMaxLine) + " bytes"
+                                             : "a message without a valid MAC (another secret?)",
+               false);
         continue;
       }
       const std::optional<unsigned> rank = rank_field(line);
-      // An authenticated rank holds the job's secret: a wrong rank there is a mistake in the
-      // job's configuration, and the whole exchange stops with it.
-      if (!rank || *rank == 0 || *rank >= cfg_.workers || seen[*rank]) {
-        *error = "rank 0: a rank sent '" + line.substr(0, 100) + "': " +
-                 (!rank                                   ? std::string("no rank")
-                  : *rank == 0 || !(*rank < cfg_.workers) ? "rank out of range 1.." + std::to_string(cfg_.workers - 1)
-                                                          : "rank " + std::to_string(*rank) + " twice") +
-                 " (--workers " + std::to_string(cfg_.workers) + "; does every rank have its own --rank?)";
-        return false;
+      std::string why;
+      if (!rank)
+        why = "no rank";
+      else if (*rank == 0 || *rank >= cfg_.workers)
+        why = "rank " + std::to_string(*rank) + " out of range 1.." + std::to_string(cfg_.workers - 1) + hint;
+      else if (seen[*rank])
+        why = "rank " + std::to_string(*rank) + " twice" + hint;
+      else
+        why = check(line);
+      if (!why.empty()) {
+        refuse(p, "a rank sent '" + line.substr(0, 100) + "': " + why, true);
+        continue;
       }
       seen[*rank] = true;
-      p.rank = static_cast<unsigned>(*rank);
-      lines->push_back(line);
+      p.rank = *rank;
+      p.line = line;
     }
     for (size_t k = done.size(); k-- > 0;) {
       const size_t i = done[k];
-      if (pending[i].rank != ~0u) {
+      if (pending[i].rank != kNoRank) {
         ranks.push_back(std::move(pending[i]));
         pending[i] = std::move(pending.back());
         pending.pop_back();
@@ -274,18 +330,20 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
       }
     }
     if (!fds[0].revents) continue;
-    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_in peer{};
+    socklen_t peer_len = sizeof peer;
+    const int c = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) continue;
+    Peer p;
+    p.fd = c;
+    p.from = util::ip_text(util::IpAddr::v4(ntohl(peer.sin_addr.s_addr))) + ":" + std::to_string(ntohs(peer.sin_port));
     if (pending.size() >= kMaxPending) {  // the oldest unproven one makes room
       size_t oldest = 0;
       for (size_t i = 1; i < pending.size(); ++i)
         if (pending[i].deadline_ns < pending[oldest].deadline_ns) oldest = i;
-      ++refused_;
-      last_refusal = "more than " + std::to_string(kMaxPending) + " connections waiting";
+      refuse(pending[oldest], "more than " + std::to_string(kMaxPending) + " connections waiting", false);
       drop(&pending, oldest);
     }
-    Peer p;
-    p.fd = c;
     p.nonce = util::random_hex();
     p.deadline_ns = std::min(cfg_.deadline_ns, now_ns() + uint64_t{kAuthMs} * 1'000'000);
     const std::string challenge = "challenge " + p.nonce + "\n";
@@ -296,6 +354,7 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
     }
     pending.push_back(std::move(p));
   }
+  for (const Peer& p : ranks) lines->push_back(p.line);
   const std::string reply = answer(*lines);
   for (Peer& p : ranks) {
     const int flags = ::fcntl(p.fd, F_GETFL);
@@ -317,7 +376,6 @@ bool Rendezvous::gather(const std::string& what, std::vector<std::string>* lines
 }
 
 bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* error) {
-  if (cfg_.secret_required && cfg_.secret.size() < 16) return listen(error);  // the same refusal as rank 0's
   const sockaddr_in a = address_of(cfg_.host, cfg_.port);
   std::string last = "nothing answered";
   const std::string who = "rank " + std::to_string(cfg_.rank) + ": rank 0 at " + where(cfg_);
@@ -388,18 +446,33 @@ bool Rendezvous::ask(const std::string& line, std::string* answer, std::string* 
 bool Rendezvous::exchange(const RendezvousConfig& cfg, const RankEndpoint& endpoint, std::vector<RankEndpoint>* all,
                           std::string* error) {
   cfg_ = cfg;
+  if (!check_secret(error)) return false;
   RankEndpoint mine = endpoint;
   mine.workers = cfg.workers;
   std::vector<std::string> lines;
   if (cfg.rank == 0) {
     if (!listen(error)) return false;
+    // A line the table below would refuse is dropped at the door instead, so that one bad line
+    // (another --workers or --payload, one that does not parse) does not stop the meeting.
+    const auto check = [&](const std::string& line) -> std::string {
+      std::string why;
+      const std::optional<RankEndpoint> e = parse_endpoint(line, &why);
+      if (!e) return why;
+      if (e->workers != cfg.workers)
+        return "started with --workers " + std::to_string(e->workers) + ", rank 0 with " + std::to_string(cfg.workers) +
+               ": every rank needs the same";
+      if (e->payload != mine.payload)
+        return "uses --payload " + std::to_string(e->payload) + ", rank 0 " + std::to_string(mine.payload) +
+               ": every rank needs the same";
+      return "";
+    };
     const auto table = [&mine](std::vector<std::string>& got) {
       got.push_back(format_endpoint(mine));
       std::string t;
       for (const std::string& l : got) t += l + "\n";
       return t;
     };
-    if (!gather("sent their endpoints", &lines, table, error)) return false;
+    if (!gather("sent their endpoints", &lines, check, table, error)) return false;
   } else {
     std::string answer;
     if (!ask(format_endpoint(mine), &answer, error)) return false;

@@ -142,16 +142,19 @@ std::string check_run_options(WorkerOptions& o) {
   } else if (o.transport_name != "udp") {
     return "--transport must be udp (the software RoCE endpoint) or verbs (rdma-core: an RDMA NIC or Soft-RoCE)";
   }
-  if (o.use_verbs || o.exchange) {
+  // Every rank with a transport meets the others at rank 0 (the exchange, or the meeting on the
+  // rack plan): with the job's secret, or, by name only, without one on a lab network.
+  if (o.mode != Mode::xdp) {
     std::string why;
-    if (!util::load_secret(kExchangeSecretEnv, o.exchange_secret_file, &o.exchange_secret, &why))
-      return std::string("the ranks' exchange needs the job's secret, the same on every rank: set $") +
-             kExchangeSecretEnv + " or --exchange-secret-file (" + why + ")";
-  } else if (!o.exchange_secret_file.empty() || std::getenv(kExchangeSecretEnv)) {
-    // The software ranks' meeting on the rack plan takes the secret when one is given.
-    std::string why;
-    if (!util::load_secret(kExchangeSecretEnv, o.exchange_secret_file, &o.exchange_secret, &why))
-      return std::string("the ranks' exchange secret: ") + why;
+    const bool given = !o.exchange_secret_file.empty() || std::getenv(kExchangeSecretEnv);
+    if (given && !util::load_secret(kExchangeSecretEnv, o.exchange_secret_file, &o.exchange_secret, &why))
+      return std::string("the ranks' meeting secret: ") + why;
+    if (!given && !o.insecure_exchange)
+      return std::string("the ranks' meeting needs the job's secret, the same on every rank: set $") +
+             kExchangeSecretEnv + " where the job is launched (e.g. export " + kExchangeSecretEnv +
+             "=$(head -c 24 /dev/urandom | base64); mpirun -x " + kExchangeSecretEnv +
+             " and srun pass it on) or give --exchange-secret-file FILE (mode 0600); on a lab network of your own, "
+             "--insecure-exchange runs the meeting without one";
   }
   o.rack.rank = o.rank;
   return "";
@@ -167,6 +170,7 @@ RendezvousConfig rendezvous_config(const TransportRequest& r) {
   rc.port = r.exchange_port;
   rc.deadline_ns = r.deadline_ns;
   rc.secret = r.exchange_secret;
+  rc.insecure = r.insecure_exchange;
   return rc;
 }
 
@@ -177,9 +181,7 @@ std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::st
   if (!t->open(r.rack.rc_config(r.ring, r.ack_timeout_ms, r.retry, r.send_bytes, r.receive_bytes), error))
     return nullptr;
   if (!r.exchange) {
-    RendezvousConfig c = rendezvous_config(r);
-    c.secret_required = false;  // nothing secret crosses the meeting, nothing taken from it is used
-    if (!t->meet(c, error)) return nullptr;
+    if (!t->meet(rendezvous_config(r), error)) return nullptr;
     return t;
   }
   std::vector<RankEndpoint> all;
@@ -243,7 +245,8 @@ bool Worker::open(std::string* error) {
                              static_cast<uint16_t>(o_.exchange_port),
                              deadline_ns_,
                              o_.exchange && !o_.use_verbs,
-                             o_.exchange_secret};
+                             o_.exchange_secret,
+                             o_.insecure_exchange};
     transport_ = open_transport_(r, error);
     if (!transport_) return false;
     // A transport whose QPs are the device's registers them instead of the plan's.

@@ -154,13 +154,6 @@ TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
         << "rank " << r << ": " << errors[r];
 }
 
-TEST(Rendezvous, DifferentPayloadsAreRefused) {
-  std::vector<std::vector<RankEndpoint>> tables;
-  const std::vector<std::string> errors = run_ranks(3, test_port(2), {1024, 4096, 1024}, &tables, false);
-  for (unsigned r = 0; r < 3; ++r)
-    EXPECT_NE(errors[r].find("every rank needs the same"), std::string::npos) << errors[r];
-}
-
 TEST(Rendezvous, NoRankZeroIsADeadlineWithAMessage) {
   Rendezvous rv;
   RendezvousConfig c;
@@ -257,22 +250,41 @@ struct RankRun {
   uint64_t refused = 0;
 };
 
-// Rank r of n (its endpoint says rank `claims`), on its own thread.
+// Rank r of n (its endpoint says rank `claims`, with `payload`), `seconds` to its deadline, on its
+// own thread; `insecure`: the lab's opt-out.
 std::thread run_rank(unsigned r, unsigned n, uint16_t port, RankRun* out, const std::string& secret = kSecret,
-                     unsigned claims = ~0u) {
+                     unsigned claims = ~0u, uint64_t seconds = 5, uint32_t payload = 1024, bool insecure = false) {
   return std::thread([=] {
     Rendezvous rv;
-    const RendezvousConfig c = config_of(r, n, port, 5, secret);
-    if (rv.exchange(c, endpoint_of(claims == ~0u ? r : claims), &out->table, &out->error))
+    RendezvousConfig c = config_of(r, n, port, seconds, secret);
+    c.insecure = insecure;
+    if (rv.exchange(c, endpoint_of(claims == ~0u ? r : claims, payload), &out->table, &out->error))
       rv.barrier("connected", &out->error);
     out->refused = rv.refused();
   });
 }
 
+// No secret: every rank refuses to meet, saying where one comes from; only insecure by name meets
+// without one.
 TEST(Rendezvous, NoSecretIsRefusedWithAMessage) {
-  RankRun r0;
-  run_rank(0, 2, test_port(5), &r0, "").join();
-  EXPECT_NE(r0.error.find("needs the job's shared secret"), std::string::npos) << r0.error;
+  RankRun runs[2];
+  run_rank(0, 2, test_port(5), &runs[0], "").join();
+  run_rank(1, 2, test_port(5), &runs[1], "").join();
+  for (const RankRun& run : runs) {
+    EXPECT_NE(run.error.find("needs the job's shared secret"), std::string::npos) << run.error;
+    EXPECT_NE(run.error.find("INAGG_EXCHANGE_SECRET"), std::string::npos) << run.error;
+  }
+  const uint16_t port = test_port(12);
+  RankRun open[2];
+  std::thread r0 = run_rank(0, 2, port, &open[0], "", ~0u, 5, 1024, true);
+  std::thread r1 = run_rank(1, 2, port, &open[1], "", ~0u, 5, 1024, true);
+  r0.join();
+  r1.join();
+  for (unsigned r = 0; r < 2; ++r) {
+    EXPECT_EQ(open[r].error, "") << "rank " << r;
+    ASSERT_EQ(open[r].table.size(), 2u);
+    EXPECT_EQ(open[r].table[1 - r].recv_rkey, endpoint_of(1 - r).recv_rkey);
+  }
 }
 
 // A host that connects first and claims rank 2 without the secret: the job's ranks complete their
@@ -328,19 +340,6 @@ TEST(Rendezvous, AnIdlePeerDoesNotStallTheExchange) {
   for (unsigned r = 0; r < 3; ++r) EXPECT_EQ(runs[r].error, "") << "rank " << r;
 }
 
-// A rank with the secret but a rank out of range (5 of 3) stops the exchange with a sentence.
-TEST(Rendezvous, ARankOutOfRangeIsRefused) {
-  const uint16_t port = test_port(9);
-  RankRun runs[3];
-  std::thread r0 = run_rank(0, 3, port, &runs[0]);
-  std::thread r1 = run_rank(1, 3, port, &runs[1]), r5 = run_rank(2, 3, port, &runs[2], kSecret, 5);
-  r0.join();
-  r1.join();
-  r5.join();
-  EXPECT_NE(runs[0].error.find("rank out of range 1..2"), std::string::npos) << runs[0].error;
-  EXPECT_NE(runs[1].error, "");
-}
-
 // A rank's message recorded on one connection (here by a fake rank 0) and played to the real rank
 // 0 on another: rank 0's nonce differs, the MAC does not match, the message is dropped.
 TEST(Rendezvous, AReplayedMessageIsDropped) {
@@ -392,6 +391,131 @@ TEST(Rendezvous, AReplayedMessageIsDropped) {
   r0.join();
   EXPECT_EQ(r0run.refused, 1u);
   EXPECT_NE(r0run.error.find("only 0 of the 1 other ranks"), std::string::npos) << r0run.error;
+}
+
+// A rank with another payload is told why at once and dropped; the meeting waits on for a rank 1
+// that agrees, and fails at its deadline naming the refusal.
+TEST(Rendezvous, DifferentPayloadsAreRefused) {
+  const uint16_t port = test_port(2);
+  RankRun runs[3];
+  std::thread r0 = run_rank(0, 3, port, &runs[0], kSecret, ~0u, 2);
+  std::thread r1 = run_rank(1, 3, port, &runs[1], kSecret, ~0u, 2, 4096);
+  std::thread r2 = run_rank(2, 3, port, &runs[2], kSecret, ~0u, 2);
+  r0.join();
+  r1.join();
+  r2.join();
+  EXPECT_NE(runs[1].error.find("rank 0 refused the exchange"), std::string::npos) << runs[1].error;
+  EXPECT_NE(runs[1].error.find("uses --payload 4096, rank 0 1024: every rank needs the same"), std::string::npos)
+      << runs[1].error;
+  EXPECT_NE(runs[0].error.find("only 1 of the 2 other ranks"), std::string::npos) << runs[0].error;
+  EXPECT_NE(runs[0].error.find("every rank needs the same"), std::string::npos) << runs[0].error;
+  EXPECT_NE(runs[2].error, "");
+  EXPECT_EQ(runs[0].refused, 1u);
+}
+
+// A peer that speaks the protocol as docs/protocol.md "The ranks' exchange" writes it, spelled
+// out here: rank 0's challenge, then "auth <nonce> <mac>\n<line>\n" with an HMAC-SHA256 under a
+// secret; rank 0's answer is read until it closes and its MAC checked the same way.
+struct ScriptedRank : RawPeer {
+  std::string rank0_nonce, nonce = util::random_hex();
+  explicit ScriptedRank(uint16_t port) : RawPeer(port) {}
+  void send_line(const std::string& line, const std::string& secret = kSecret) {
+    const std::string challenge = read_line();
+    ASSERT_EQ(challenge.rfind("challenge ", 0), 0u) << challenge;
+    rank0_nonce = challenge.substr(10);
+    const std::string mac =
+        util::hmac_sha256_hex(secret, "inagg-rendezvous request\n" + rank0_nonce + "\n" + nonce + "\n" + line);
+    send_text("auth " + nonce + " " + mac + "\n" + line + "\n");
+  }
+  // What rank 0 answered before it closed: "" for nothing; its text before "end <mac>".
+  std::string answer() const {
+    const std::string all = read_all();
+    if (all.empty()) return "";
+    const size_t end = all.rfind("end ");
+    if (end == std::string::npos || all.back() != '\n') return "(no end line) " + all;
+    const std::string text = all.substr(0, end);
+    EXPECT_EQ(all.substr(end + 4, all.size() - end - 5),
+              util::hmac_sha256_hex(kSecret, "inagg-rendezvous answer\n" + rank0_nonce + "\n" + nonce + "\n" + text))
+        << "rank 0's answer carries no valid MAC: " << all;
+    return text;
+  }
+};
+
+// A meeting of 4 ranks while extra connections send each kind of bad line: each is dropped, counted
+// and (when it holds the secret) told why, and the meeting goes on. A rank claimed twice keeps its
+// first claimant; one that closes before the answer frees its place, which the real rank takes.
+// Every rank ends with every real rank's endpoint, and the barrier after it passes.
+TEST(Rendezvous, BadLinesAreDroppedAndTheMeetingGoesOn) {
+  const uint16_t port = test_port(9);
+  const unsigned n = 4;
+  RankRun runs[n];
+  std::thread r0 = run_rank(0, n, port, &runs[0], kSecret, ~0u, 30);
+  const auto line_of = [](unsigned rank, unsigned workers) {
+    RankEndpoint e = endpoint_of(rank);
+    e.workers = workers;
+    e.recv_rkey = 0xbad;  // forged: no rank may end with it
+    return format_endpoint(e);
+  };
+  struct Bad {
+    const char* what;
+    std::string line, secret;
+    const char* told;  // "": dropped unanswered
+  };
+  const Bad bad[] = {
+      {"a wrong MAC", line_of(1, n), "a guessed secret, 0123456789", ""},
+      {"rank 0", line_of(0, n), kSecret, "rank 0 out of range 1..3"},
+      {"rank 7 of 4", line_of(7, n), kSecret, "rank 7 out of range 1..3"},
+      {"no rank", "hello rank 0", kSecret, "no rank"},
+      {"garbage with a rank", "endpoint rank=2 gid=nonsense", kSecret, "not an endpoint line"},
+      {"another --workers", line_of(2, 5), kSecret, "started with --workers 5, rank 0 with 4"},
+  };
+  for (const Bad& b : bad) {
+    ScriptedRank p(port);
+    ASSERT_GE(p.fd, 0) << b.what;
+    p.send_line(b.line, b.secret);
+    const std::string told = p.answer();
+    if (*b.told == '\0') {
+      EXPECT_EQ(told, "") << b.what;
+    } else {
+      EXPECT_EQ(told.rfind("error a rank sent '" + b.line.substr(0, 20), 0), 0u) << b.what << ": " << told;
+      EXPECT_NE(told.find(b.told), std::string::npos) << b.what << ": " << told;
+    }
+  }
+  {
+    RawPeer web(port);  // not the protocol at all
+    ASSERT_EQ(web.read_line().rfind("challenge ", 0), 0u);
+    web.send_text("GET / HTTP/1.1\r\nHost: rank0\r\n\r\n");
+    EXPECT_EQ(web.read_all(), "");
+  }
+  // Rank 3 claimed by a holder of the secret (a rank started twice), then claimed again.
+  auto first = std::make_unique<ScriptedRank>(port);
+  first->send_line(line_of(3, n));
+  {
+    ScriptedRank again(port);
+    again.send_line(line_of(3, n));
+    const std::string told = again.answer();
+    EXPECT_NE(told.find("rank 3 twice"), std::string::npos) << told;
+  }
+  std::thread r1 = run_rank(1, n, port, &runs[1], kSecret, ~0u, 20);
+  std::thread r2 = run_rank(2, n, port, &runs[2], kSecret, ~0u, 20);
+  first.reset();  // the first claimant goes: its place opens again for the real rank 3
+  std::thread r3 = run_rank(3, n, port, &runs[3], kSecret, ~0u, 20);
+  r0.join();
+  r1.join();
+  r2.join();
+  r3.join();
+  for (unsigned r = 0; r < n; ++r) {
+    ASSERT_EQ(runs[r].error, "") << "rank " << r;
+    ASSERT_EQ(runs[r].table.size(), n) << "rank " << r;
+    for (unsigned p = 0; p < n; ++p) {
+      EXPECT_EQ(runs[r].table[p].rank, p);
+      EXPECT_EQ(runs[r].table[p].gid, endpoint_of(p).gid) << "rank " << r << "'s table, rank " << p;
+      EXPECT_EQ(runs[r].table[p].send_qpn, endpoint_of(p).send_qpn) << "rank " << r << "'s table, rank " << p;
+      EXPECT_EQ(runs[r].table[p].recv_rkey, endpoint_of(p).recv_rkey) << "rank " << r << "'s table, rank " << p;
+    }
+  }
+  // The six bad lines, the stranger, the second claim of rank 3 and the first claimant's close.
+  EXPECT_EQ(runs[0].refused, 9u);
 }
 
 // The job rank 0 registers from the exchanged connections: the appliance's own parser reads it,

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <latch>
 #include <map>
@@ -27,6 +28,9 @@ using namespace inagg::client;
 using inagg::util::Dtype;
 
 namespace {
+
+// Every rank here meets with the job's secret, handed over as a launcher does (the environment).
+const bool kSecretGiven = ::setenv(kExchangeSecretEnv, "the job's secret, 0123456789", 1) == 0;
 
 class MemoryRack;
 
@@ -291,7 +295,6 @@ TEST(Worker, SoftwareRanksThatExchangeTheirEndpoints) {
     o.ip_base = "127.0.1.0";
     o.exchange = true;
     o.exchange_port = 30000 + (::getpid() * 13) % 20000;
-    ::setenv("INAGG_EXCHANGE_SECRET", "the job's secret, 0123456789", 1);
     EXPECT_EQ(check_job_options(o), "");
     EXPECT_EQ(check_run_options(o), "");
   }
@@ -385,6 +388,36 @@ TEST(Worker, SoftwareRanksStartedApartMeetBeforeTheySend) {
   for (std::thread& t : two) t.join();
   EXPECT_NE(errors[1].find("rank"), std::string::npos) << errors[1];
   EXPECT_FALSE(errors[0].empty());
+}
+
+// A rank that meets the others needs the job's secret ($INAGG_EXCHANGE_SECRET, else
+// --exchange-secret-file), or --insecure-exchange by name; the XDP tier alone meets nobody.
+TEST(Worker, TheMeetingNeedsTheJobsSecret) {
+  ASSERT_TRUE(kSecretGiven);
+  const std::string secret = std::getenv(kExchangeSecretEnv);
+  ::unsetenv(kExchangeSecretEnv);
+  WorkerOptions o = sweep_options("ina", 3, 1, 4096);
+  ASSERT_EQ(check_job_options(o), "");
+  const std::string refusal = check_run_options(o);
+  EXPECT_NE(refusal.find("the ranks' meeting needs the job's secret"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("INAGG_EXCHANGE_SECRET"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("--exchange-secret-file"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("--insecure-exchange"), std::string::npos) << refusal;
+  o.exchange_secret_file = "/nonexistent/secret";
+  EXPECT_NE(check_run_options(o).find("cannot read the secret file"), std::string::npos) << check_run_options(o);
+  o.insecure_exchange = true;  // a secret named but unreadable is still an error
+  EXPECT_NE(check_run_options(o).find("cannot read the secret file"), std::string::npos) << check_run_options(o);
+  o.exchange_secret_file.clear();
+  EXPECT_EQ(check_run_options(o), "");
+  EXPECT_EQ(o.exchange_secret, "");
+  WorkerOptions x = sweep_options("xdp", 3, 1, 4096);
+  x.xdp_heads = "10.77.0.201";
+  ASSERT_EQ(check_job_options(x), "");
+  EXPECT_EQ(check_run_options(x), "");
+  ::setenv(kExchangeSecretEnv, secret.c_str(), 1);
+  o.insecure_exchange = false;
+  EXPECT_EQ(check_run_options(o), "");
+  EXPECT_EQ(o.exchange_secret, secret);
 }
 
 // --transport and --register tcp:// are checked before anything opens.

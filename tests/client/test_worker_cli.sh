@@ -33,9 +33,20 @@ refused "--iters (-n) must be at least 1" -n 0 -b 8 -e 8
 refused "--dtype and --datatype (-d) disagree" --dtype fp32 -d half
 refused "--print-job with --transport verbs or --exchange" --exchange --print-job
 refused "--exchange runs --mode ina or ring" --exchange --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8
-# The ranks' exchange is authenticated: without the job's secret it does not start.
-(unset INAGG_EXCHANGE_SECRET; refused "the ranks' exchange needs the job's secret" --exchange --mode ring -b 8 -e 8)
-refused "the ranks' exchange needs the job's secret" --exchange --mode ring -b 8 -e 8 --exchange-secret-file /nonexistent/secret
+# The ranks' meeting is authenticated: without the job's secret no rank starts (the XDP tier alone
+# meets nobody); --insecure-exchange, by name, goes on to the next check.
+(
+  unset INAGG_EXCHANGE_SECRET
+  refused "the ranks' meeting needs the job's secret" --exchange --mode ring -b 8 -e 8
+  refused "the ranks' meeting needs the job's secret, the same on every rank: set \$INAGG_EXCHANGE_SECRET" -b 8 -e 8
+  refused "the ranks' meeting secret: cannot read the secret file" --exchange --mode ring -b 8 -e 8 \
+    --exchange-secret-file /nonexistent/secret
+  refused "MiB of buffers" --insecure-exchange -b 8 -e 60G -f 2
+  refused "MiB of buffers" --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 60G -f 2
+) || exit 1
+# The other checks, with the secret a launcher hands every rank.
+INAGG_EXCHANGE_SECRET=$(head -c 24 /dev/urandom | base64)
+export INAGG_EXCHANGE_SECRET
 refused "MiB of buffers (with -c, every rank's input for the reference) but this host has" -b 8 -e 60G -f 2
 refused "--collective must be allreduce, reduce_scatter or all_gather; got 'broadcast'" --collective broadcast -b 8 -e 8
 refused "--collective reduce_scatter runs through the appliance only (--mode ina)" --collective reduce_scatter --mode ring -b 8 -e 8

@@ -15,6 +15,10 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# The job's secret for the ranks' meeting, as a launcher hands it to every rank.
+# shellcheck source=../../scripts/lib/exchange_secret.sh
+. "$(dirname "$0")/../../scripts/lib/exchange_secret.sh"
+export_exchange_secret
 
 out=$("$worker" --workers 2 --rank 0 --output-file "$tmp/r.txt" 2>&1 >/dev/null)
 [ $? = 2 ] && grep -qF "the name must end in .json or .csv" <<<"$out" || fail "--output-file r.txt: $out"

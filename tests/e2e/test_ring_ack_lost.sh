@@ -15,6 +15,9 @@ for c in unshare nft ip; do command -v "$c" >/dev/null || { echo "SKIP: no $c"; 
 if [ -z "${INAGG_RING_NETNS:-}" ]; then
   INAGG_RING_NETNS=1 exec unshare --net "$0" "$@"
 fi
+# shellcheck source=../../scripts/lib/exchange_secret.sh
+. "$(dirname "$0")/../../scripts/lib/exchange_secret.sh"
+export_exchange_secret  # the job's secret for the ranks' meeting, as a launcher hands it over
 tmp=$(mktemp -d)
 wpids=()
 cleanup() {

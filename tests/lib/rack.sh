@@ -5,6 +5,9 @@
 # not create (a user's, or another test's): its namespaces are $(ns_w R) and $(ns_h H).
 # shellcheck source=../../scripts/lib/wait.sh
 . "$src/scripts/lib/wait.sh"
+# shellcheck source=../../scripts/lib/exchange_secret.sh
+. "$src/scripts/lib/exchange_secret.sh"
+export_exchange_secret  # every rank the test starts meets the others with this job's secret
 [ "$(id -u)" = 0 ] || { echo "SKIP: the virtual rack needs root (network namespaces, veths)"; exit 77; }
 tmp=$(mktemp -d)
 rack="ir$$"

@@ -224,6 +224,23 @@ def served(base):
     print(f"ok: a rank 0.4 s late is served meanwhile (rank 0's ACK timeouts: {results[0]['timeouts']})", flush=True)
 
 
+class DictStore:
+    """The three calls of a torch.distributed store the meeting's secret uses, over a dict."""
+
+    def __init__(self):
+        self.values = {}
+
+    def add(self, key, n):
+        self.values[key] = int(self.values.get(key, 0)) + n
+        return self.values[key]
+
+    def set(self, key, value):
+        self.values[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key):
+        return self.values[key]
+
+
 def errors(base, torch):
     expect_raises(ValueError, "world_size must be between 2 and 64", lambda: inagg.Communicator(0, 1), "world_size 1")
     expect_raises(ValueError, "rank must be below world_size", lambda: inagg.Communicator(4, 4), "rank 4 of 4")
@@ -235,9 +252,33 @@ def errors(base, torch):
     expect_raises(ValueError, "ip_base must be an IPv4 address", lambda: inagg.Communicator(0, 4, ip_base="::1"), "IPv6 base")
     expect_raises(inagg.InaggError, "cannot bind", lambda: inagg.Communicator(0, 4, ip_base="192.0.2.0"),
                   "an address this host does not have")
-    expect_raises(inagg.InaggError, "cannot be reached",
-                  lambda: inagg.Communicator(0, 4, ip_base=base, control="/nonexistent/inagg.sock", timeout_s=2),
-                  "a control socket that does not exist")
+    # With control=, the ranks' meeting needs the job's secret: none is a ValueError naming where
+    # one comes from; each source of one gets past it (to the missing control socket).
+    saved = os.environ.pop("INAGG_EXCHANGE_SECRET", None)
+    try:
+        expect_raises(ValueError, "the ranks' meeting (control=) needs the job's secret",
+                      lambda: inagg.Communicator(0, 4, ip_base=base, control="/nonexistent/inagg.sock", timeout_s=2),
+                      "control= without a secret")
+        expect_raises(ValueError, "cannot read the secret file",
+                      lambda: inagg.Communicator(0, 4, ip_base=base, control="/nonexistent/inagg.sock", timeout_s=2,
+                                                 exchange_secret_file="/nonexistent/secret"),
+                      "an exchange_secret_file that does not exist")
+        store = DictStore()
+        expect_raises(inagg.InaggError, "cannot be reached",
+                      lambda: inagg.Communicator(0, 4, ip_base=base, control="/nonexistent/inagg.sock", timeout_s=2,
+                                                 store=store), "a secret from a store")
+        check(len(store.values.get("inagg/exchange-secret/1", b"")) == 32, f"rank 0's secret in the store: {store.values}")
+        expect_raises(inagg.InaggError, "cannot be reached",
+                      lambda: inagg.Communicator(0, 4, ip_base=base, control="/nonexistent/inagg.sock", timeout_s=2,
+                                                 insecure_exchange=True), "insecure_exchange=True")
+        os.environ["INAGG_EXCHANGE_SECRET"] = "the job's secret, 0123456789"
+        expect_raises(inagg.InaggError, "cannot be reached",
+                      lambda: inagg.Communicator(0, 4, ip_base=base, control="/nonexistent/inagg.sock", timeout_s=2),
+                      "a control socket that does not exist")
+    finally:
+        os.environ.pop("INAGG_EXCHANGE_SECRET", None)
+        if saved is not None:
+            os.environ["INAGG_EXCHANGE_SECRET"] = saved
     # A successor that never answers: the RC requester gives up after its retries.
     comm = inagg.Communicator(0, 2, ip_base=base, ack_timeout_ms=5, retry=2, timeout_s=10)
     # payload auto: the largest of 4096..256 whose RoCEv2 frame (+96 bytes of headers, as Linux's

@@ -11,12 +11,19 @@
 // traffic) or any other route to rank 0. Every rank holds the job's secret, handed to it out of
 // band (as NCCL's unique id): rank 0 opens each connection with a fresh nonce, a rank's message
 // carries an HMAC-SHA256 over that nonce, its own nonce and the message, and rank 0's answer one
-// over both nonces and the answer. Rank 0 reads all connections at once, gives each 3 s
-// (kAuthMs) to prove itself, drops one that does not (a wrong MAC, an idle or malformed peer,
-// a replayed message: the nonce is another) without sending it anything, and takes only ranks
-// 1..workers-1, each once. docs/protocol.md "The ranks' exchange" has the messages.
+// over both nonces and the answer. There is no meeting without a secret but where a lab asks for
+// one by name (RendezvousConfig::insecure, logged by every rank). Rank 0 reads all connections at
+// once and gives each 3 s (kAuthMs) to prove itself. A connection that does not (a wrong MAC, an
+// idle or malformed peer, a replayed message: the nonce is another) is dropped unanswered; one
+// that proves itself but whose line is bad (no rank, a rank out of 1..workers-1 or already taken,
+// a line that does not parse, another --workers or --payload) is told why and dropped. Either is
+// counted (refused()) and logged on stderr, and the meeting goes on: it completes when every real
+// rank has arrived, or fails at its deadline naming the last refusal. A rank whose connection
+// closes before the answer frees its place for a rank that comes again. docs/protocol.md "The
+// ranks' exchange" has the messages.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -25,6 +32,7 @@
 
 #include "inagg/client/transport/transport.hpp"
 #include "inagg/util/ip_addr.hpp"
+#include "inagg/util/log.hpp"
 
 namespace inagg::client {
 
@@ -57,14 +65,16 @@ struct RendezvousConfig {
   uint16_t port = 18516;
   uint64_t deadline_ns = 0;  // steady clock (clock.hpp)
   std::string secret;        // the job's shared secret (at least 16 characters), the same on every rank
-  // False only where nothing secret crosses the exchange and nothing taken from it is used but to
-  // check (the software ranks' meeting on the rack plan, UdpRcTransport::meet): an empty secret is
-  // then allowed, and the exchange runs with the same messages, MACs keyed with "" (no protection).
-  bool secret_required = true;
+  // A lab's opt-out, by name only (inagg-worker --insecure-exchange): with no secret the meeting
+  // runs with the same messages, MACs keyed with "" (no protection: any host that reaches rank 0's
+  // port can join as a rank or answer as rank 0). Every rank says so on stderr.
+  bool insecure = false;
 };
 
-// Where inagg-worker takes the job's secret from: this environment variable, else a file.
+// Where inagg-worker and the Python module take the job's secret from: this environment variable
+// (a launcher sets it once for all ranks: mpirun -x, srun's environment), else a file.
 inline constexpr const char* kExchangeSecretEnv = "INAGG_EXCHANGE_SECRET";
+inline constexpr size_t kMinExchangeSecret = 16;
 
 class Rendezvous {
  public:
@@ -94,14 +104,22 @@ class Rendezvous {
 
   static constexpr int kAuthMs = 3000;       // rank 0: for a connection to send its authenticated message
   static constexpr size_t kMaxPending = 64;  // rank 0: unauthenticated connections held at once (oldest dropped)
-  // Rank 0: connections dropped so far for a wrong or missing MAC, a malformed message or silence.
+  // Rank 0: connections dropped so far (a wrong or missing MAC, silence, a bad line, a rank that
+  // closed before the answer).
   uint64_t refused() const { return refused_; }
 
  private:
-  // Rank 0: one authenticated line from each of the others (its rank= field names it), then
-  // answer(lines) to every one of them.
+  // Rank 0: one authenticated line from each of the others (its rank= field names it, each rank
+  // once, 1..workers-1) that check() finds good ("" or why not), then answer(lines) to every one
+  // of them. Any other connection is dropped, counted and logged, and the gathering goes on.
+  using Check = std::function<std::string(const std::string& line)>;
   using Answer = std::function<std::string(std::vector<std::string>&)>;
-  bool gather(const std::string& what, std::vector<std::string>* lines, const Answer& answer, std::string* error);
+  bool gather(const std::string& what, std::vector<std::string>* lines, const Check& check, const Answer& answer,
+              std::string* error);
+  // Refuses a meeting without a secret unless it is insecure by name (then says so, loudly).
+  bool check_secret(std::string* error) const;
+  // Rank 0: one stderr line per dropped connection, at most 5 a second (the rest counted).
+  void note_refusal(const std::string& from, const std::string& why);
   // The others: connect, take rank 0's nonce, send `line` with its MAC, read and check the answer.
   bool ask(const std::string& line, std::string* answer, std::string* error);
   bool listen(std::string* error);
@@ -132,6 +150,7 @@ class Rendezvous {
   std::string broken_;  // why the connections were dropped; every later barrier fails with it
   Idle idle_;
   uint64_t refused_ = 0;
+  util::LogRateLimit refusal_log_;
 };
 
 }  // namespace inagg::client

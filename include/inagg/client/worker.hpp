@@ -79,8 +79,9 @@ struct WorkerOptions {
   VerbsDeviceOptions verbs;
   unsigned exchange_port = 18516;    // verbs: rank 0's TCP port for the ranks' out-of-band exchange
   bool exchange = false;             // udp: join that exchange (a ring with verbs ranks)
-  std::string exchange_secret_file;  // the job's secret for that exchange ($INAGG_EXCHANGE_SECRET first)
+  std::string exchange_secret_file;  // the job's secret for the ranks' meeting ($INAGG_EXCHANGE_SECRET first)
   std::string exchange_secret;       // read by check_run_options
+  bool insecure_exchange = false;    // a lab's opt-out: the meeting without a secret (RendezvousConfig::insecure)
 
   // Filled by the checks.
   Mode mode = Mode::ina;
@@ -108,8 +109,9 @@ struct TransportRequest {
   VerbsDeviceOptions verbs;
   uint16_t exchange_port = 18516;
   uint64_t deadline_ns = 0;
-  bool exchange = false;        // udp: the endpoints from the ranks' exchange, not the plan
-  std::string exchange_secret;  // the job's secret for the exchange (rendezvous.hpp)
+  bool exchange = false;           // udp: the endpoints from the ranks' exchange, not the plan
+  std::string exchange_secret;     // the job's secret for the exchange (rendezvous.hpp)
+  bool insecure_exchange = false;  // none, by name (RendezvousConfig::insecure)
 };
 // Opens a transport for a request; nullptr with *error when it cannot.
 using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportRequest&, std::string* error)>;
