@@ -148,8 +148,8 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "qp-timeout", po::value<unsigned>(&o.verbs.qp_timeout)->default_value(o.verbs.qp_timeout),
       "verbs: the QPs' local ACK timeout, 4.096 us x 2^t (docs/protocol.md: >= 18)")(
       "exchange-port", po::value<unsigned>(&o.exchange_port)->default_value(o.exchange_port),
-      "verbs, --exchange: rank 0 listens on this TCP port (at its --ip-base address) for the other ranks' QP "
-      "numbers")(
+      "ina/ring/auto: rank 0 listens on this TCP port (at its --ip-base address) for the ranks' meeting (verbs, "
+      "--exchange: their QP numbers)")(
       "exchange", po::bool_switch(&o.exchange),
       "udp: join the ranks' TCP exchange, as verbs ranks do, instead of the rack plan's fixed QPNs: a ring in which "
       "some ranks are RDMA NICs (--transport verbs). Needs CAP_NET_RAW: a NIC's ICRC covers its IP ID, which only a "
