@@ -265,8 +265,8 @@ int run(int argc, char** argv) {
                 c->bad_icrc);
   if (const XaggCounters* x = w.tier_counters()) {
     std::printf("# rank %u: XDP tier: %" PRIu64 " chunks, %" PRIu64 " DATA sent (%" PRIu64 " repeats), %" PRIu64
-                " results (%" PRIu64 " ignored), %" PRIu64 " values saturated%s\n",
-                o.rank, x->chunks, x->sent, x->repeats, x->results, x->results_ignored, w.saturated(),
+                " results (%" PRIu64 " ignored, %" PRIu64 " with a bad MAC), %" PRIu64 " values saturated%s\n",
+                o.rank, x->chunks, x->sent, x->repeats, x->results, x->results_ignored, x->bad_mac, w.saturated(),
                 w.tier() == Tier::xdp ? "" : " (not used: the appliance aggregated throughout)");
     if (w.saturated())
       std::fprintf(stderr,

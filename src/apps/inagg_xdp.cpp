@@ -14,6 +14,7 @@
 #include "command_words.hpp"
 #include "inagg/control/protocol.hpp"
 #include "inagg/control/socket.hpp"
+#include "inagg/wire/xagg_mac.hpp"
 #include "inagg/xdp/agent.hpp"
 #include "version.hpp"
 
@@ -36,7 +37,10 @@ constexpr const char* kCommands =
     "  stats [ID]     a job's counters, or those of packets for no job, as 'name value' lines\n"
     "  status         what XDP program --iface has (to spot one left by another tool)\n"
     "  peer           attach an XDP_PASS program to --iface, the other end of a veth whose head\n"
-    "                 runs in native mode (XDP_TX on veth needs it); --off removes it\n";
+    "                 runs in native mode (XDP_TX on veth needs it); --off removes it\n"
+    "  key FILE       make a job's MAC key: 128 random bits into a new file of mode 0600; name it\n"
+    "                 in the job's head job files (key_file) and give it to its workers\n"
+    "                 (inagg-worker --xdp-key-file or $INAGG_XDP_KEY)\n";
 
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
@@ -165,7 +169,7 @@ int main(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::cout << "Usage: inagg-xdp run --iface IF [--job FILE]... | add FILE | remove ID | list | stats [ID]\n"
-                 "       inagg-xdp status --iface IF | peer --iface IF [--off]\n\n"
+                 "       inagg-xdp status --iface IF | peer --iface IF [--off] | key FILE\n\n"
               << kCommands << "\n"
               << opts << "\n"
               << counter_help_text()
@@ -173,13 +177,21 @@ int main(int argc, char** argv) {
                  "2 a usage, job file or connection error.\n";
     return 0;
   }
-  if (words.empty()) return usage_error("no command; expected run, add, remove, list, stats, status or peer");
+  if (words.empty()) return usage_error("no command; expected run, add, remove, list, stats, status, peer or key");
   const std::string& cmd = words[0];
   const size_t nargs = words.size() - 1;
   std::string err;
   if (cmd == "run") {
     if (nargs) return usage_error("run takes options only");
     return run(o);
+  }
+  if (cmd == "key") {
+    if (nargs != 1) return usage_error("key takes one file to create");
+    if (!wire::make_xagg_key_file(words[1], &err)) {
+      std::cerr << "inagg-xdp: " << err << "\n";
+      return 1;
+    }
+    return 0;
   }
   if (cmd == "status" || cmd == "peer") {
     if (nargs) return usage_error(cmd + " takes options only");
@@ -214,7 +226,7 @@ int main(int argc, char** argv) {
     if (nargs) return usage_error("list takes no arguments");
     request = "list";
   } else {
-    return usage_error("unknown command '" + cmd + "'; valid: run, add, remove, list, stats, status, peer");
+    return usage_error("unknown command '" + cmd + "'; valid: run, add, remove, list, stats, status, peer, key");
   }
   std::string reply;
   if (!control::send_request(o.socket, request, &reply, &err, 5000, "inagg-xdp")) {

@@ -183,6 +183,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "xdp/auto: chunks in flight (the heads' window)")(
       "xdp-timeout-ms", po::value<double>(&o.xdp_timeout_ms)->default_value(o.xdp_timeout_ms),
       "xdp/auto: send a chunk again when its result is this late")(
+      "xdp-key-file", po::value<std::string>(&o.xdp_key_file)->value_name("FILE"),
+      "xdp/auto: the job's MAC key, the file the heads' key_file names (made by inagg-xdp key; mode 0600); "
+      "$INAGG_XDP_KEY takes precedence")(
       "xdp-scale", po::value<double>(&o.xdp_scale)->default_value(o.xdp_scale),
       "xdp/auto: fixed point for fp32/fp16/bf16: int32 = round(value * scale), clipped so that n values cannot "
       "overflow")("xdp-port", po::value<unsigned>(&o.xdp_port)->default_value(o.xdp_port),

@@ -121,6 +121,7 @@ XaggConfig XdpPlan::xagg_config(const RackPlan& rack) const {
   xc.window = window;
   xc.total_weight = rack.workers;
   xc.timeout_ns = static_cast<uint64_t>(timeout_ms * 1e6);
+  xc.key = key;
   return xc;
 }
 

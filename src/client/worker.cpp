@@ -12,6 +12,7 @@
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/hmac.hpp"
+#include "inagg/wire/xagg_mac.hpp"
 
 namespace inagg::client {
 
@@ -103,6 +104,12 @@ std::string check_run_options(WorkerOptions& o) {
     if (o.job_id > 255 || o.xdp_scale <= 0 || o.xdp_timeout_ms <= 0 || o.xdp_port == 0 || o.xdp_port > 65535)
       return "the XDP tier needs --job-id 0..255, --xdp-scale > 0, --xdp-timeout-ms > 0 and a UDP port";
     x.mcast = *mcast;
+    if (o.xdp_key_file.empty() && !std::getenv(wire::kXaggKeyEnv))
+      return "--mode " + o.mode_name + " needs the job's key for the XDP tier (every packet carries a MAC under it): " +
+             "--xdp-key-file FILE, the file the heads' key_file names (inagg-xdp key FILE makes one), or $" +
+             wire::kXaggKeyEnv;
+    std::string why;
+    if (!wire::load_xagg_key(wire::kXaggKeyEnv, o.xdp_key_file, &x.key, &why)) return why;
   }
   if (o.op != "sum")
     return "--op (-o) '" + o.op + "' is not supported: the appliance and the XDP tier only sum (-o sum)";

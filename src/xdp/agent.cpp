@@ -33,10 +33,24 @@ bool HeadAgent::remove_job(unsigned id, std::string* error) {
 bool HeadAgent::add_job(HeadJob job, std::string* error) {
   if (job.parent && !job.parent_mac) {
     job.parent_mac = resolve_neighbor(iface_, *job.parent, kArpTimeoutMs, error);
-    if (!job.parent_mac) return false;
+    if (!job.parent_mac) {
+      *error = "parent: " + *error + " (parent_mac = ... in the job file skips ARP)";
+      return false;
+    }
   }
-  for (std::optional<HeadJob::Member>& m : job.member) {
-    if (job.unicast && m && !m->mac && !(m->mac = resolve_neighbor(iface_, m->ip, kArpTimeoutMs, error))) return false;
+  // Every member's MAC, with either fan-out: a retained result goes back to the member's bound
+  // address, never to a frame's own source.
+  for (size_t r = 0; r < job.member.size(); ++r) {
+    std::optional<HeadJob::Member>& m = job.member[r];
+    if (m && !m->mac && !(m->mac = resolve_neighbor(iface_, m->ip, kArpTimeoutMs, error))) {
+      *error = "member " + std::to_string(r) + ": " + *error + " (member = RANK, IP, MAC in the job file skips ARP)";
+      return false;
+    }
+  }
+  if (!job.key) {
+    wire::XaggKey key;
+    if (!wire::load_xagg_key(nullptr, job.key_file, &key, error)) return false;
+    job.key = key;
   }
   int fd = -1;
   if (job.parent_group) {

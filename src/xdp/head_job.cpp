@@ -44,8 +44,8 @@ struct Key {
   std::function<bool(HeadJob&, std::string_view, std::string*)> set;
 };
 
-const std::array<Key, 12>& keys() {
-  static const std::array<Key, 12> k{{
+const std::array<Key, 13>& keys() {
+  static const std::array<Key, 13> k{{
       {{"id", true, false, "id = 1"},
        [](HeadJob& j, std::string_view v, std::string* w) { return number(v, 0, XAGG_MAX_JOBS - 1, &j.id, w); }},
       {{"members", true, false, "members = 4"},
@@ -111,6 +111,15 @@ const std::array<Key, 12>& keys() {
          j.member[rank] = m;
          return true;
        }},
+      {{"key_file", false, false, "key_file = /etc/inagg/xdp/job1.key"},
+       [](HeadJob& j, std::string_view v, std::string* w) {
+         if (v.empty() || v[0] != '/') {
+           *w = quote_for_error(v) + " is not an absolute path (the agent reads it, whatever its working directory)";
+           return false;
+         }
+         j.key_file = std::string(v);
+         return true;
+       }},
   }};
   return k;
 }
@@ -141,9 +150,9 @@ wire::MacAddr multicast_mac(const util::IpAddr& g) {
 
 std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error) {
   HeadJob job;
-  std::array<bool, 12> seen{};
-  static const std::array<util::KeySpec, 12> specs = [] {
-    std::array<util::KeySpec, 12> a;
+  std::array<bool, 13> seen{};
+  static const std::array<util::KeySpec, 13> specs = [] {
+    std::array<util::KeySpec, 13> a;
     for (size_t k = 0; k < a.size(); ++k) a[k] = keys()[k].spec;
     return a;
   }();
@@ -189,6 +198,13 @@ std::optional<HeadJob> parse_head_job(std::string_view text, std::string* error)
       return std::nullopt;
     }
   }
+  if (job.key_file.empty()) {
+    *error =
+        "a head job needs 'key_file = PATH', the job's MAC key (every packet of the tier carries a MAC under it): "
+        "`inagg-xdp key PATH` makes one; give the same file to every head of the job and to its workers "
+        "(--xdp-key-file)";
+    return std::nullopt;
+  }
   return job;
 }
 
@@ -218,6 +234,7 @@ std::string format_head_job(const HeadJob& j) {
     if (j.member[r]->mac) out += ", " + mac_text(*j.member[r]->mac);
     out += "\n";
   }
+  out += "key_file = " + j.key_file + "\n";
   return out;
 }
 

@@ -205,11 +205,16 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
     *error = "job " + std::to_string(job.id) + ": the parent's Ethernet address is not known (give parent_mac)";
     return false;
   }
-  for (size_t r = 0; job.unicast && r < job.members; ++r) {
+  for (size_t r = 0; r < job.members; ++r) {
     if (r >= job.member.size() || !job.member[r] || !job.member[r]->mac) {
-      *error = "job " + std::to_string(job.id) + ": unicast fan-out needs the address of member " + std::to_string(r);
+      *error = "job " + std::to_string(job.id) + ": the Ethernet address of member " + std::to_string(r) +
+               " is not known (the head answers a member only at its bound address: give member = RANK, IP, MAC)";
       return false;
     }
+  }
+  if (!job.key) {
+    *error = "job " + std::to_string(job.id) + ": no MAC key (key_file, read by the agent)";
+    return false;
   }
   // The TC program first: a job that cannot have its fan-out leaves the maps as they were.
   if (job.unicast && !update_fanout(true, error)) return false;
@@ -245,6 +250,8 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
     std::memcpy(&j.parent_ip, job.parent->bytes.data(), 4);
     std::memcpy(j.parent_mac, job.parent_mac->data(), 6);
   }
+  j.key[0] = job.key->k0();
+  j.key[1] = job.key->k1();
   for (uint32_t r = 0; r < XAGG_MAX_MEMBERS; ++r) {
     xagg_member m{};
     if (r < job.member.size() && job.member[r]) {

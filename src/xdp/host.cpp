@@ -92,7 +92,7 @@ std::optional<wire::MacAddr> resolve_neighbor(const Interface& iface, const util
   if (fd >= 0) ::close(fd);
   if (!mac)
     *error = "no ARP answer from " + text + " on " + iface.name + " within " + std::to_string(timeout_ms) +
-             " ms (is the parent head up and on this segment? parent_mac = ... in the job file skips ARP)";
+             " ms (is it up and on this segment?)";
   return mac;
 }
 

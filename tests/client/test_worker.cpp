@@ -23,6 +23,7 @@
 #include "inagg/client/clock.hpp"
 #include "inagg/client/reference.hpp"
 #include "inagg/client/worker.hpp"
+#include "inagg/wire/xagg_mac.hpp"
 
 using namespace inagg::client;
 using inagg::util::Dtype;
@@ -429,9 +430,12 @@ TEST(Worker, TransportAndControlOptions) {
   ASSERT_EQ(check_job_options(o), "");
   o.transport_name = "roce";
   EXPECT_NE(check_run_options(o).find("--transport must be udp"), std::string::npos);
-  o.transport_name = "verbs";
   o.mode_name = "auto";
   o.xdp_heads = "10.77.0.201";
+  ::unsetenv(inagg::wire::kXaggKeyEnv);
+  EXPECT_NE(check_run_options(o).find("needs the job's key for the XDP tier"), std::string::npos);
+  ::setenv(inagg::wire::kXaggKeyEnv, "000102030405060708090a0b0c0d0e0f", 1);
+  o.transport_name = "verbs";
   const std::string want_auto = verbs_supported() ? "auto's fall-over over verbs is not done yet" : "no verbs support";
   EXPECT_NE(check_run_options(o).find(want_auto), std::string::npos) << check_run_options(o);
   o.mode_name = "ring";
@@ -448,4 +452,5 @@ TEST(Worker, TransportAndControlOptions) {
   EXPECT_NE(check_run_options(o).find("needs --control-secret-file"), std::string::npos);
   o.control_secret_file = "/nonexistent/secret";
   EXPECT_NE(check_run_options(o).find("cannot read the secret file"), std::string::npos);
+  ::unsetenv(inagg::wire::kXaggKeyEnv);
 }

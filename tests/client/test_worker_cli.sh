@@ -32,11 +32,18 @@ refused "the sizes never grow" -b 8 -e 1K -f 1 -i 0
 refused "--iters (-n) must be at least 1" -n 0 -b 8 -e 8
 refused "--dtype and --datatype (-d) disagree" --dtype fp32 -d half
 refused "--print-job with --transport verbs or --exchange" --exchange --print-job
-refused "--exchange runs --mode ina or ring" --exchange --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8
+(export INAGG_XDP_KEY=000102030405060708090a0b0c0d0e0f
+  refused "--exchange runs --mode ina or ring" --exchange --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8) || exit 1
+# The XDP tier's packets carry a MAC under the job's key: without it the tier is not used.
+(unset INAGG_XDP_KEY; refused "--mode xdp needs the job's key for the XDP tier" --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8) || exit 1
+(unset INAGG_XDP_KEY; refused "cannot read the secret file '/nonexistent/key'" --mode auto --xdp-heads 10.77.0.201 \
+  --xdp-key-file /nonexistent/key -b 8 -e 8) || exit 1
+(export INAGG_XDP_KEY=0001020304050607; refused "is not 32 hex digits" --mode xdp --xdp-heads 10.77.0.201 -b 8 -e 8) || exit 1
 # The ranks' meeting is authenticated: without the job's secret no rank starts (the XDP tier alone
 # meets nobody); --insecure-exchange, by name, goes on to the next check.
 (
   unset INAGG_EXCHANGE_SECRET
+  export INAGG_XDP_KEY=000102030405060708090a0b0c0d0e0f
   refused "the ranks' meeting needs the job's secret" --exchange --mode ring -b 8 -e 8
   refused "the ranks' meeting needs the job's secret, the same on every rank: set \$INAGG_EXCHANGE_SECRET" -b 8 -e 8
   refused "the ranks' meeting secret: cannot read the secret file" --exchange --mode ring -b 8 -e 8 \

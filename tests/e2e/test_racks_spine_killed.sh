@@ -17,7 +17,8 @@ n=4
 
 size=(--message 16384 --payload 1024 -d float)
 start_racks "${size[@]}" -- --heads 1
-cat >"$tmp/head.job" <<'JOB'
+"$xdp" key "$tmp/job1.key" || fail "inagg-xdp key"
+cat >"$tmp/head.job" <<JOB
 id = 1
 members = 4
 values = 256
@@ -28,6 +29,7 @@ member = 0, 10.77.0.1
 member = 1, 10.77.0.2
 member = 2, 10.77.0.3
 member = 3, 10.77.0.4
+key_file = $tmp/job1.key
 JOB
 start_agent 0 generic "$tmp/head.job"
 racks_cmd bypass spine --watch "${part_pid[spine]}" >"$tmp/bypass.log" 2>&1 &
@@ -36,7 +38,7 @@ others+=($!)
 wpids=()
 for r in 0 1 2 3; do
   ip netns exec "$(ns_w "$r")" "$worker" --workers 4 --rank "$r" "${size[@]}" --racks "$(racks_cmd rack-of)" --mode auto \
-    --xdp-heads 10.77.0.201 -b 65536 -e 65536 -n 1 -w 0 -c 300 --in-place 0 --ack-timeout-ms 50 --timeout 300 \
+    --xdp-heads 10.77.0.201 --xdp-key-file "$tmp/job1.key" -b 65536 -e 65536 -n 1 -w 0 -c 300 --in-place 0 --ack-timeout-ms 50 --timeout 300 \
     >"$tmp/w$r.log" 2>&1 &
   wpids+=($!)
 done

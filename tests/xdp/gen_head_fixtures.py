@@ -6,7 +6,7 @@ steps run in order against one loaded program, so slot state carries from step t
 
 Output, one record per line, fields separated by '|':
   identity|HEAD_IP|HEAD_MAC|PORT
-  job|HEAD JOB TEXT, lines joined by ';'
+  job|HEAD JOB TEXT, lines joined by ';'|THE JOB'S MAC KEY, 32 hex digits
   step|NAME|COUNTER_ROW|COUNTERS+THAT+MOVE|VERDICT|INPUT_HEX|EXPECTED_HEX ('-': unchanged, '': not checked)
 
 Usage: gen_head_fixtures.py OUT.txt
@@ -19,7 +19,7 @@ logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 from scapy.all import Ether, Dot1Q, IP, UDP, Raw  # noqa: E402
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from xagg_scapy import Xagg, DATA, RESULT, PORT, values_bytes, scalar_sum  # noqa: E402
+from xagg_scapy import Xagg, DATA, RESULT, PORT, KEYS, values_bytes, scalar_sum, xagg_mac  # noqa: E402
 
 HEAD_IP, HEAD_MAC = "10.77.0.201", "02:77:00:00:01:01"
 PARENT_IP, PARENT_MAC = "10.77.0.203", "02:77:00:00:01:03"
@@ -30,17 +30,28 @@ NO_JOB_ROW = 256  # XAGG_MAX_JOBS: the counters of packets of no known job
 
 rng = random.Random(4792)
 records = [f"identity|{HEAD_IP}|{HEAD_MAC}|{PORT}"]
-# Job 1: a top head of 3 workers. Job 2: a head of 2 workers under a parent, rank 1 there.
-# Every member's address is given (the head takes a rank's DATA only from it): workers 10.77.0.1...
-records.append("job|id = 1;members = 3;values = 8;window = 2;total_weight = 3;group = " + GROUP1 +
-               ";member = 0, 10.77.0.1;member = 1, 10.77.0.2;member = 2, 10.77.0.3")
-records.append("job|id = 2;members = 2;values = 4;window = 1;total_weight = 4;group = " + GROUP2 +
-               f";parent = {PARENT_IP};parent_group = {GROUP1};parent_rank = 1;parent_mac = {PARENT_MAC}" +
-               ";member = 0, 10.77.0.1;member = 1, 10.77.0.2")
 
 
 def worker(rank):
     return f"10.77.0.{rank + 1}", f"02:77:00:00:00:{rank + 1:02x}"
+
+
+def member_lines(n):
+    return "".join(f";member = {r}, {worker(r)[0]}, {worker(r)[1]}" for r in range(n))
+
+
+# Job 1: a top head of 3 workers. Job 2: a head of 2 workers under a parent, rank 1 there. Every
+# member's bound address is given (the head takes a rank's DATA only from its IP and answers it
+# only at its IP and MAC): workers 10.77.0.1... Each job has a random MAC key; the key_file line is
+# never read (the test hands the key to the program itself).
+KEYS[1] = bytes(rng.randrange(256) for _ in range(16))
+KEYS[2] = bytes(rng.randrange(256) for _ in range(16))
+OTHER_KEY = bytes(rng.randrange(256) for _ in range(16))
+records.append("job|id = 1;members = 3;values = 8;window = 2;total_weight = 3;group = " + GROUP1 + member_lines(3) +
+               ";key_file = /nonexistent/job1.key|" + KEYS[1].hex())
+records.append("job|id = 2;members = 2;values = 4;window = 1;total_weight = 4;group = " + GROUP2 +
+               f";parent = {PARENT_IP};parent_group = {GROUP1};parent_rank = 1;parent_mac = {PARENT_MAC}" +
+               member_lines(2) + ";key_file = /nonexistent/job2.key|" + KEYS[2].hex())
 
 
 def frame(src_mac, dst_mac, src_ip, dst_ip, xagg, values, vlan=None, ip_id=None, tos=0, sport=PORT):
@@ -51,16 +62,33 @@ def frame(src_mac, dst_mac, src_ip, dst_ip, xagg, values, vlan=None, ip_id=None,
     return eth / ip / UDP(sport=sport, dport=PORT) / xagg / Raw(values_bytes(values))
 
 
-def data(job, rank, seq, values, weight=1, src=None, dst_ip=HEAD_IP, vlan=None, sport=PORT):
-    ip, mac = src or worker(rank)
-    return frame(mac, HEAD_MAC, ip, dst_ip, Xagg(type=DATA, job=job, rank=rank, seq=seq, weight=weight), values,
-                 vlan=vlan, sport=sport)
+def data(job, rank, seq, values, weight=1, src=None, dst_ip=HEAD_IP, vlan=None, sport=PORT, mac=None):
+    ip, eth = src or worker(rank)
+    return frame(eth, HEAD_MAC, ip, dst_ip, Xagg(type=DATA, job=job, rank=rank, seq=seq, weight=weight, mac=mac),
+                 values, vlan=vlan, sport=sport)
+
+
+def resigned(pkt, key):
+    """pkt with its MAC made under another key."""
+    b = bytearray(bytes(pkt))
+    x = len(b) - len(bytes(pkt[Xagg]))
+    b[x + 16:x + 24] = xagg_mac(key, bytes(b[x:]))
+    return Ether(bytes(b))
+
+
+def patched(pkt, at, new):
+    """pkt with bytes at offset `at` of its Xagg header (24: the first value) changed after it was
+    signed, its MAC left as it was."""
+    b = bytearray(bytes(pkt))
+    x = len(b) - len(bytes(pkt[Xagg]))
+    b[x + at:x + at + len(new)] = new
+    return Ether(bytes(b))
 
 
 def rewritten(inp, dst_mac, dst_ip, type_, rank, weight, values):
     """What the head leaves in the frame: readdressed from the head, TTL 64, both ports the tier's,
-    UDP checksum 0, the header's type/rank/weight set, the values replaced; IP id, TOS, DF and any
-    VLAN tag kept."""
+    UDP checksum 0, the header's type/rank/weight set, the values replaced, the MAC made under the
+    job's key; IP id, TOS, DF and any VLAN tag kept."""
     x = inp[Xagg]
     eth = Ether(src=HEAD_MAC, dst=dst_mac)
     if Dot1Q in inp:
@@ -118,6 +146,16 @@ step("chunk 0: rank 0 is held", 1, ["rx_data", "added"], "XDP_DROP", data(1, 0, 
 step("chunk 0: rank 0 again (other values) is not added twice", 1, ["rx_data", "duplicates"], "XDP_DROP",
      data(1, 0, 0, vec(8)))
 step("chunk 0: rank 2 is held", 1, ["rx_data", "added"], "XDP_DROP", data(1, 2, 0, v[2]))
+# Forged DATA from a member's own address and port: without the job's key it changes nothing. The
+# slot is unchanged: rank 1's real DATA below is still added, and the sum has none of these values.
+step("forged DATA: rank 1's address and port, a MAC of zeros", 1, ["rx_data", "bad_mac"], "XDP_DROP",
+     data(1, 1, 0, vec(8), mac=b"\0" * 8))
+step("forged DATA: rank 1's address and port, a MAC under another key", 1, ["rx_data", "bad_mac"], "XDP_DROP",
+     resigned(data(1, 1, 0, vec(8)), OTHER_KEY))
+step("forged DATA: rank 1's real DATA with a value changed in flight", 1, ["rx_data", "bad_mac"], "XDP_DROP",
+     patched(data(1, 1, 0, v[1]), 24 + 4 * 5, values_bytes([v[1][5] + 1000])))
+step("forged DATA: rank 1's real DATA with its weight changed in flight", 1, ["rx_data", "bad_mac"], "XDP_DROP",
+     patched(data(1, 1, 0, v[1]), 12, (7).to_bytes(4, "big")))
 sum0 = scalar_sum([v[0], v[1], v[2]])
 last = data(1, 1, 0, v[1])
 step("chunk 0: rank 1 completes it: the sum goes to the group", 1, ["rx_data", "added", "completed", "results_sent"],
@@ -125,6 +163,14 @@ step("chunk 0: rank 1 completes it: the sum goes to the group", 1, ["rx_data", "
 late = data(1, 2, 0, vec(8))
 step("chunk 0: rank 2 asks again: answered alone from the retained sum", 1, ["rx_data", "retained_answers"],
      "XDP_TX", late, rewritten(late, worker(2)[1], worker(2)[0], RESULT, 0, 3, sum0))
+# A repeat from rank 2's IP but another station's Ethernet address (a host that forged the IP and
+# replayed rank 2's DATA): the answer still goes to rank 2's bound MAC, not to the frame's source.
+steered = frame("02:66:66:66:66:66", HEAD_MAC, worker(2)[0], HEAD_IP, Xagg(type=DATA, job=1, rank=2, seq=0), v[2])
+step("chunk 0: a repeat from a spoofed Ethernet source is answered at rank 2's bound address", 1,
+     ["rx_data", "retained_answers"], "XDP_TX", steered, rewritten(steered, worker(2)[1], worker(2)[0], RESULT, 0, 3,
+                                                                   sum0))
+step("chunk 0: a repeat with a bad MAC gets no answer", 1, ["rx_data", "bad_mac"], "XDP_DROP",
+     data(1, 2, 0, vec(8), mac=b"\1" * 8))
 
 # --- chunk 1 wraps around int32 in both directions
 big = {0: [2**31 - 1, -2**31, 2**31 - 5, -7] * 2, 1: [1, -1, 10, -2**31] * 2, 2: [5, -3, 2**31 - 1, 3] * 2}
@@ -158,6 +204,13 @@ again = data(2, 0, 0, vec(4))
 step("job 2, chunk 0: a member asks again before the parent answered: sent up again", 2,
      ["rx_data", "up_resent"], "XDP_TX", again, rewritten(again, PARENT_MAC, PARENT_IP, DATA, 1, 2, part))
 final = scalar_sum([part, vec(4)])
+forged = frame(PARENT_MAC, GROUP1_MAC, PARENT_IP, GROUP1, Xagg(type=RESULT, job=2, seq=0, weight=4, mac=b"\0" * 8),
+               vec(4))
+step("job 2: a RESULT from the parent's address and port with a bad MAC is dropped", 2, ["rx_result", "bad_mac"],
+     "XDP_DROP", forged)
+step("job 2: the parent's RESULT under another job's key is dropped", 2, ["rx_result", "bad_mac"], "XDP_DROP",
+     resigned(frame(PARENT_MAC, GROUP1_MAC, PARENT_IP, GROUP1, Xagg(type=RESULT, job=2, seq=0, weight=4), final),
+              KEYS[1]))
 spoof = frame(worker(3)[1], HEAD_MAC, worker(3)[0], HEAD_IP, Xagg(type=RESULT, job=2, seq=0, weight=4), final)
 step("job 2: a RESULT to us not from the parent", 2, ["wrong_source"], "XDP_DROP", spoof)
 spoof_port = frame(PARENT_MAC, HEAD_MAC, PARENT_IP, HEAD_IP, Xagg(type=RESULT, job=2, seq=0, weight=4), final, sport=5555)

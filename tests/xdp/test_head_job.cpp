@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kTop =
     "# a top head\n"
     "id = 5\nmembers = 2   ; two groups below\nvalues = 256\nwindow = 8\ntotal_weight = 4\ngroup = 239.77.0.9\n"
-    "member = 0, 10.77.0.201\nmember = 1, 10.77.0.202\n";
+    "member = 0, 10.77.0.201\nmember = 1, 10.77.0.202\nkey_file = /etc/inagg/xdp/job5.key\n";
 
 TEST(HeadJob, ParsesAndFormatsBack) {
   std::string err;
@@ -24,6 +24,8 @@ TEST(HeadJob, ParsesAndFormatsBack) {
   EXPECT_EQ(j->total_weight, 4u);
   EXPECT_EQ(util::ip_text(j->group), "239.77.0.9");
   EXPECT_FALSE(j->parent);
+  EXPECT_EQ(j->key_file, "/etc/inagg/xdp/job5.key");
+  EXPECT_FALSE(j->key) << "the agent reads the key when it adds the job";
   const std::optional<HeadJob> again = parse_head_job(format_head_job(*j), &err);
   ASSERT_TRUE(again) << err;
   EXPECT_EQ(format_head_job(*again), format_head_job(*j));
@@ -48,7 +50,8 @@ TEST(HeadJob, ParentWithAndWithoutMac) {
 // The head takes a rank's DATA only from its member's address: every rank needs one, with either fan-out.
 TEST(HeadJob, EveryMemberIsNamed) {
   std::string err;
-  const std::string base = "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\n";
+  const std::string base =
+      "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\nkey_file = /k\n";
   EXPECT_FALSE(parse_head_job(base, &err));
   EXPECT_NE(err.find("every member needs a 'member = RANK, IP' line"), std::string::npos) << err;
   EXPECT_FALSE(parse_head_job(base + "member = 1, 10.0.0.2\n", &err));
@@ -59,7 +62,8 @@ TEST(HeadJob, EveryMemberIsNamed) {
 TEST(HeadJob, UnicastFanoutNeedsEveryMember) {
   std::string err;
   const std::string base =
-      "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\nfanout = unicast\n";
+      "id = 1\nmembers = 2\nvalues = 8\nwindow = 2\ntotal_weight = 2\ngroup = 239.1.1.1\nfanout = unicast\n"
+      "key_file = /k\n";
   std::optional<HeadJob> j =
       parse_head_job(base + "member = 1, 10.0.0.2, 02:00:00:00:00:02\nmember = 0, 10.0.0.1\n", &err);
   ASSERT_TRUE(j) << err;
@@ -109,6 +113,10 @@ TEST(HeadJob, EachMistakeSaysWhatToWrite) {
        "is not an Ethernet address"},
       {"id = 1\nmembers = 4\nvalues = 256\nwindow = 8\ntotal_weight = 3\ngroup = 239.0.0.1\n",
        "total_weight 3 is below members 4"},
+      {base + "group = 239.0.0.1\nmember = 0, 10.0.0.1\nmember = 1, 10.0.0.2\nmember = 2, 10.0.0.3\n"
+              "member = 3, 10.0.0.4\n",
+       "a head job needs 'key_file = PATH', the job's MAC key"},
+      {"id = 1\nkey_file = job1.key\n", "key_file: 'job1.key' is not an absolute path"},
   };
   for (const Bad& b : cases) {
     std::string err;

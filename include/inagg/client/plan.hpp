@@ -74,6 +74,7 @@ struct XdpPlan {
   unsigned values = 256, window = 8;
   uint16_t port = 4792;
   double timeout_ms = 20;
+  wire::XaggKey key;  // the job's MAC key (the heads' key_file)
 
   unsigned size_of_groups(unsigned workers) const { return group_size ? group_size : workers; }
   unsigned group_of(unsigned rank, unsigned workers) const { return rank / size_of_groups(workers); }

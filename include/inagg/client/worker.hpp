@@ -73,6 +73,7 @@ struct WorkerOptions {
   unsigned xdp_values = 256, xdp_window = 8, xdp_port = 4792;
   double xdp_timeout_ms = 20;
   double xdp_scale = 1048576;
+  std::string xdp_key_file;  // the job's MAC key on the tier ($INAGG_XDP_KEY first)
   // ina/auto: every rank's rack when leaves and a spine sum the job (empty: one appliance).
   std::vector<unsigned> rack_of;
   std::string transport_name = "udp";  // udp (the software RC endpoint) or verbs (rdma-core)

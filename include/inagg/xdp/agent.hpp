@@ -29,7 +29,7 @@ class HeadAgent {
   HeadAgent(const HeadAgent&) = delete;
   HeadAgent& operator=(const HeadAgent&) = delete;
 
-  // Resolves the MACs the job needs (its parent's, its members' for unicast fan-out) by ARP, adds
+  // Resolves the MACs the job needs (its parent's, its members') by ARP, reads its key_file, adds
   // the job, and joins its parent_group on the interface (the kernel then answers IGMP for it, so
   // snooping switches and NIC filters let the parent's results through to the XDP program).
   bool add_job(HeadJob job, std::string* error);

@@ -18,7 +18,13 @@
 //   fanout       = multicast     optional: multicast (one frame to `group`, the fabric copies it)
 //                                or unicast (a copy per member, by TC clone-redirect: for fabrics
 //                                without multicast; needs a member line per rank)
-//   member       = 0, 10.77.0.1[, 02:77:..]   a member's address (repeatable); MAC by ARP if left out
+//   member       = 0, 10.77.0.1[, 02:77:..]   a member's address (repeatable); MAC by ARP if left out:
+//                                the head takes the rank's DATA only from this IP, and answers it
+//                                only at this IP and MAC
+//   key_file     = /etc/inagg/xdp/job1.key   the job's MAC key (inagg/wire/xagg.h): an absolute
+//                                path to a private file the agent reads when it adds the job, made
+//                                by `inagg-xdp key FILE`; the same key on every head of the job and
+//                                in its workers (--xdp-key-file)
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "inagg/wire/build.hpp"
+#include "inagg/wire/xagg_mac.hpp"
 
 namespace inagg::xdp {
 
@@ -47,7 +54,9 @@ struct HeadJob {
     util::IpAddr ip;
     std::optional<wire::MacAddr> mac;  // nullopt: resolve
   };
-  std::vector<std::optional<Member>> member;  // by rank; required for every rank with unicast
+  std::vector<std::optional<Member>> member;  // by rank; required for every rank
+  std::string key_file;                       // absolute
+  std::optional<wire::XaggKey> key;           // read from key_file by the agent (HeadAgent::add_job)
 };
 
 // On failure sets *error to "line N: <key>: <what is wrong and what to write instead>", or names

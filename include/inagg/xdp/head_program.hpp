@@ -60,8 +60,8 @@ class HeadProgram {
   void detach();
   bool attached() const { return link_fd_ >= 0; }
 
-  // Adds job.id, or replaces it (its slots start empty again). A job with a parent needs
-  // parent_mac resolved, one with unicast fan-out every member's MAC; while such a job exists the
+  // Adds job.id, or replaces it (its slots start empty again). A job needs its key and every
+  // member's MAC resolved, one with a parent parent_mac; while a job with unicast fan-out exists the
   // TC program xagg_fanout is attached (a TCX link, which needs Linux 6.6). Checks that the job
   // fits. On failure nothing changed.
   bool add_job(const HeadJob& job, std::string* error);

@@ -27,7 +27,10 @@ enum xagg_fanout {
                                 without multicast */
 };
 
-/* xagg_members (array, key = job id * XAGG_MAX_MEMBERS + rank): where unicast fan-out sends. */
+/* xagg_members (array, key = job id * XAGG_MAX_MEMBERS + rank): a member's bound address, from its
+ * job file's member line (the MAC resolved by the agent when the line gives none). A rank's DATA is
+ * taken only from this IP; a retained result answers it at this IP and MAC (never at a frame's own
+ * source), and unicast fan-out sends here. */
 struct xagg_member {
   __be32 ip;
   __u8 mac[6];
@@ -58,6 +61,7 @@ struct xagg_job {
   __be32 parent_ip;
   __u8 group_mac[6]; /* 01:00:5e + low 23 bits of group_ip */
   __u8 parent_mac[6];
+  __u64 key[2]; /* the job's MAC key, SipHash's k0 and k1 (inagg/wire/xagg.h) */
 };
 
 /* xagg_slots (array, key = slot_base + seq % nslots): one chunk in aggregation. */
@@ -91,6 +95,7 @@ struct xagg_slot {
   X(bad_rank, "DATA with a rank outside the job's members, or weight 0, dropped")                                    \
   X(bad_count, "DATA with more values than the job's packets carry, or another count than its slot's")               \
   X(wrong_source, "DATA not from its rank's member address, or a RESULT to us not from the parent")                  \
+  X(bad_mac, "DATA or RESULT whose MAC does not verify under the job's key, dropped (never summed or passed on)")    \
   X(weight_mismatch, "finished sums whose weight is not the job's total_weight (sent anyway)")                       \
   X(unknown_job, "packets for a job id this head has no job for, dropped")                                           \
   X(fanout_copies, "unicast fan-out: copies of results sent to members (TC clone-redirect)")                         \

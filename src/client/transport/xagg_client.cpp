@@ -76,10 +76,12 @@ bool XaggClient::send_chunk(const int32_t* v, size_t n, uint32_t seq) {
              htons(static_cast<uint16_t>(cfg_.rank)),
              htons(static_cast<uint16_t>(count)),
              htonl(seq),
-             htonl(1)};
+             htonl(1),
+             {}};
   std::memcpy(buf_.data(), &h, sizeof h);
   std::memcpy(buf_.data() + sizeof h, v, 4 * n);
   std::memset(buf_.data() + sizeof h + 4 * n, 0, 4 * (count - n));
+  wire::xagg_sign(cfg_.key, buf_.data(), sizeof h + 4 * count);
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_port = htons(cfg_.port);
@@ -151,6 +153,12 @@ bool XaggClient::allreduce(int32_t* v, size_t n, uint64_t deadline_ns, std::stri
       const size_t k = static_cast<uint32_t>(ntohl(h.seq) - base);
       if (ntohs(h.job) != cfg_.job || k < lo || k >= next || done[k]) {
         ++c_.results_ignored;
+        continue;
+      }
+      // Before the result is believed (its values, its weight, which would end the job): a host
+      // that can forge the head's address still cannot make a result without the job's key.
+      if (!wire::xagg_verify(cfg_.key, rx.data(), static_cast<size_t>(got))) {
+        ++c_.bad_mac;
         continue;
       }
       const size_t len = len_of(k);

@@ -1,13 +1,15 @@
 /* xagg_head: the aggregation head of the XDP tier (ALEPH), one program per head interface.
  *
- * DATA from a member is added into its chunk's slot under the slot's lock, once per rank (the
- * arrival bitmap). The member that completes the slot gets its own packet back rewritten: as the
- * group's RESULT, multicast to the group (top head), or as this head's DATA to the parent, carrying
- * the group's weight (a head below the top). Late DATA of a member that already contributed is
- * answered from the slot: with the retained RESULT, unicast to it, or, while the parent's result
- * is still missing, by sending the partial sum up again, so a lost packet anywhere in the tree is
- * recovered by the leaves' own retransmissions. A RESULT from the parent finishes the slot and is
- * multicast down to the group. Everything else passes to the stack untouched.
+ * DATA from a member (from its bound address, with a valid MAC under the job's key) is added into
+ * its chunk's slot under the slot's lock, once per rank (the arrival bitmap). The member that
+ * completes the slot gets its own packet back rewritten: as the group's RESULT, multicast to the
+ * group (top head), or as this head's DATA to the parent, carrying the group's weight (a head below
+ * the top). Late DATA of a member that already contributed is answered from the slot: with the
+ * retained RESULT, unicast to the member's bound address, or, while the parent's result is still
+ * missing, by sending the partial sum up again, so a lost packet anywhere in the tree is recovered
+ * by the leaves' own retransmissions. A RESULT from the parent finishes the slot and is multicast
+ * down to the group. Everything the head sends carries its MAC (inagg/wire/xagg.h); a DATA or
+ * RESULT without a valid one is dropped and counted. Everything else passes to the stack untouched.
  *
  * Maps (xagg_maps.h) are the only interface to the agent; layouts and counters are in
  * include/inagg/xdp/xagg_shared.h (the wire format: include/inagg/wire/xagg.h).
@@ -15,6 +17,7 @@
 #include <linux/pkt_cls.h>
 #include <stddef.h>
 
+#include "xagg_mac.h"
 #include "xagg_maps.h"
 #include "xagg_parse.h"
 
@@ -27,7 +30,7 @@ static __always_inline void bump(struct xagg_counters* c, enum xagg_counter k) {
 static __always_inline struct xagg_counters* counters_of(__u32 row) { return bpf_map_lookup_elem(&xagg_stats, &row); }
 
 /* The slot loops run under the slot's lock, where no calls are allowed, between the slot and the
- * packet's values copied into a per-CPU scratch value (xagg_scratch): map memory needs no packet
+ * packet copied into a per-CPU scratch value (xagg_scratch): map memory needs no packet
  * bounds checks, which would make the verifier walk each exit of these loops separately (600k
  * instructions and 5 s to load, against 100k and 0.1 s). They add two int32 lanes per 64-bit word
  * with the carry between them cut (SWAR): the same wrapping sums as 32-bit adds, in fewer
@@ -74,17 +77,17 @@ static __always_inline void slot_values(struct xagg_slot* s, struct xagg_values*
   }
 }
 
-/* The packet's values <-> scratch. count is 1..XAGG_MAX_VALUES (xagg_parse checked it). */
-static __always_inline int values_in(struct xdp_md* ctx, struct xagg_pkt* p, struct xagg_values* sc) {
-  const __u32 len = p->count * 4;
-  if (len == 0 || len > sizeof(sc->v)) return -1;
-  return bpf_xdp_load_bytes(ctx, p->values_off, sc->v, len);
+/* The packet's header and values <-> scratch. count is 1..XAGG_MAX_VALUES (xagg_parse checked it). */
+static __always_inline int packet_in(struct xdp_md* ctx, struct xagg_pkt* p, struct xagg_values* sc) {
+  const __u32 len = sizeof(sc->hdr) + p->count * 4;
+  if (len <= sizeof(sc->hdr) || len > sizeof(*sc)) return -1;
+  return bpf_xdp_load_bytes(ctx, p->hdr_off, sc, len);
 }
 
-static __always_inline int values_out(struct xdp_md* ctx, struct xagg_pkt* p, struct xagg_values* sc) {
-  const __u32 len = p->count * 4;
-  if (len == 0 || len > sizeof(sc->v)) return -1;
-  return bpf_xdp_store_bytes(ctx, p->values_off, sc->v, len);
+static __always_inline int packet_out(struct xdp_md* ctx, struct xagg_pkt* p, struct xagg_values* sc) {
+  const __u32 len = sizeof(sc->hdr) + p->count * 4;
+  if (len <= sizeof(sc->hdr) || len > sizeof(*sc)) return -1;
+  return bpf_xdp_store_bytes(ctx, p->hdr_off, sc, len);
 }
 
 /* Everything a handler needs about the packet in hand. */
@@ -98,22 +101,36 @@ struct xagg_ctx {
   struct xagg_values* sc;
 };
 
-static __always_inline void set_header(struct xagg_hdr* h, __u8 type, __u16 rank, __u32 weight) {
+/* True when the packet copied into scratch carries its MAC under the job's key. Leaves the
+ * header's mac field zeroed. One 64-bit compare: its time does not depend on the bytes. */
+static __always_inline int mac_ok(struct xagg_ctx* x) {
+  __u64 got;
+  __builtin_memcpy(&got, x->sc->hdr.mac, sizeof(got));
+  __builtin_memset(x->sc->hdr.mac, 0, sizeof(x->sc->hdr.mac));
+  return xagg_mac(x->sc, x->p.count, x->job->key[0], x->job->key[1]) == got;
+}
+
+/* The header in scratch becomes what the head sends, and is signed with the values. */
+static __always_inline void set_header(struct xagg_ctx* x, __u8 type, __u16 rank, __u32 weight) {
+  struct xagg_hdr* h = &x->sc->hdr;
   h->type = type;
   h->rank = bpf_htons(rank);
   h->weight = bpf_htonl(weight);
+  __builtin_memset(h->mac, 0, sizeof(h->mac));
+  const __u64 mac = xagg_mac(x->sc, x->p.count, x->job->key[0], x->job->key[1]);
+  __builtin_memcpy(h->mac, &mac, sizeof(mac));
 }
 
-/* The packet in hand leaves with the values in scratch; the headers are rewritten first because
- * storing the values may invalidate packet pointers. */
+/* The packet in hand leaves with the header and values in scratch; the addresses are rewritten
+ * first because storing the rest may invalidate packet pointers. */
 static __always_inline int transmit(struct xagg_ctx* x) {
-  if (values_out(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
+  if (packet_out(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
   return XDP_TX;
 }
 
 static __always_inline int send_up(struct xagg_ctx* x, __u32 weight) {
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->parent_mac, x->cfg->self_ip, x->job->parent_ip, x->cfg->port);
-  set_header(x->p.hdr, XAGG_DATA, x->job->parent_rank, weight);
+  set_header(x, XAGG_DATA, x->job->parent_rank, weight);
   return transmit(x);
 }
 
@@ -121,17 +138,17 @@ static __always_inline int send_up(struct xagg_ctx* x, __u32 weight) {
  * up with a mark for xagg_fanout, which copies it to each member. */
 static __always_inline int send_to_group(struct xagg_ctx* x, __u32 weight) {
   xagg_readdress(&x->p, x->cfg->self_mac, x->job->group_mac, x->cfg->self_ip, x->job->group_ip, x->cfg->port);
-  set_header(x->p.hdr, XAGG_RESULT, 0, weight);
+  set_header(x, XAGG_RESULT, 0, weight);
   if (weight != x->job->total_weight) bump(x->c, XAGG_C_weight_mismatch);
   if (x->job->fanout != XAGG_FANOUT_UNICAST) {
     bump(x->c, XAGG_C_results_sent);
     return transmit(x);
   }
-  /* The mark for xagg_fanout, in the header (written before the values: storing them may move the
-   * packet). A failure is counted; the members' repeats get the result back from the retained sum,
-   * one by one. */
-  x->p.hdr->type = XAGG_FANOUT_TYPE;
-  if (values_out(x->xdp, &x->p, x->sc)) {
+  /* The mark for xagg_fanout, in the header after the MAC was computed over the RESULT type, which
+   * xagg_fanout writes back. A failure is counted; the members' repeats get the result back from
+   * the retained sum, one by one. */
+  x->sc->hdr.type = XAGG_FANOUT_TYPE;
+  if (packet_out(x->xdp, &x->p, x->sc)) {
     bump(x->c, XAGG_C_fanout_errors);
     return XDP_DROP;
   }
@@ -139,11 +156,11 @@ static __always_inline int send_to_group(struct xagg_ctx* x, __u32 weight) {
   return XDP_PASS;
 }
 
-static __always_inline int send_back(struct xagg_ctx* x, __u32 weight) {
-  __u8 mac[ETH_ALEN];
-  __builtin_memcpy(mac, x->p.eth->h_source, ETH_ALEN);
-  xagg_readdress(&x->p, x->cfg->self_mac, mac, x->cfg->self_ip, x->p.ip->saddr, x->cfg->port);
-  set_header(x->p.hdr, XAGG_RESULT, 0, weight);
+/* The retained result to one member, at the address it is bound to (xagg_members), never at the
+ * frame's own source: a forged repeat cannot steer the answer elsewhere. */
+static __always_inline int send_back(struct xagg_ctx* x, const struct xagg_member* mb, __u32 weight) {
+  xagg_readdress(&x->p, x->cfg->self_mac, mb->mac, x->cfg->self_ip, mb->ip, x->cfg->port);
+  set_header(x, XAGG_RESULT, 0, weight);
   return transmit(x);
 }
 
@@ -177,8 +194,13 @@ static __always_inline int on_data(struct xagg_ctx* x) {
     bump(x->c, XAGG_C_wrong_source);
     return XDP_DROP;
   }
+  if (packet_in(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
+  if (!mac_ok(x)) {
+    bump(x->c, XAGG_C_bad_mac);
+    return XDP_DROP;
+  }
   struct xagg_slot* s = slot_of(job, seq);
-  if (!s || values_in(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
+  if (!s) return XDP_ABORTED;
   const __u64 bit = 1ULL << rank;
 
   bpf_spin_lock(&s->lock);
@@ -225,7 +247,7 @@ static __always_inline int on_data(struct xagg_ctx* x) {
       return send_up(x, w);
     }
     bump(x->c, XAGG_C_retained_answers); /* the member lost the result: answer it alone */
-    return send_back(x, w);
+    return send_back(x, mb, w);
   }
   const int first = s->bitmap == 0;
   const int complete = (s->bitmap | bit) == job->member_mask;
@@ -255,8 +277,13 @@ static __always_inline int on_result(struct xagg_ctx* x) {
   const struct xagg_job* job = x->job;
   const __u32 seq = bpf_ntohl(x->p.hdr->seq), weight = bpf_ntohl(x->p.hdr->weight), count = x->p.count;
   bump(x->c, XAGG_C_rx_result);
+  if (packet_in(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
+  if (!mac_ok(x)) {
+    bump(x->c, XAGG_C_bad_mac);
+    return XDP_DROP;
+  }
   struct xagg_slot* s = slot_of(job, seq);
-  if (!s || values_in(x->xdp, &x->p, x->sc)) return XDP_ABORTED;
+  if (!s) return XDP_ABORTED;
   bpf_spin_lock(&s->lock);
   if (s->gen != job->gen || s->seq != seq || s->state == XAGG_SLOT_EMPTY || s->state == XAGG_SLOT_COLLECTING) {
     /* An older epoch, or a slot the parent cannot have finished without us: nothing to do. */

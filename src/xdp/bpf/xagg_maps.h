@@ -34,7 +34,8 @@ struct {
   __type(value, struct xagg_slot);
 } xagg_slots SEC(".maps");
 
-/* Members' addresses for unicast fan-out, by job id * XAGG_MAX_MEMBERS + rank. */
+/* Members' bound addresses, by job id * XAGG_MAX_MEMBERS + rank: where their DATA must come from
+ * and where replies to them go. */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, XAGG_MAX_JOBS* XAGG_MAX_MEMBERS);
@@ -50,9 +51,11 @@ struct {
   __type(value, struct xagg_counters);
 } xagg_stats SEC(".maps");
 
-/* One packet's values, per CPU: the slot loops work between two map values, where the verifier
- * needs no packet bounds (bpf_xdp_load_bytes / store_bytes move them in and out of the packet). */
+/* One packet's header and values, per CPU: the slot loops and the MAC work on this copy, where
+ * the verifier needs no packet bounds (bpf_xdp_load_bytes / store_bytes move it in and out of the
+ * packet). The header comes first, as on the wire: the MAC covers both at once. */
 struct xagg_values {
+  struct xagg_hdr hdr;
   __s32 v[XAGG_MAX_VALUES];
 };
 struct {

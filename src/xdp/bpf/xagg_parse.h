@@ -27,7 +27,7 @@ struct xagg_pkt {
   struct iphdr* ip;
   struct udphdr* udp;
   struct xagg_hdr* hdr;
-  __u32 values_off; /* offset of the values from the frame's start */
+  __u32 hdr_off; /* offset of the header from the frame's start: the header and values follow */
   __u32 count;
 };
 
@@ -73,7 +73,7 @@ static __always_inline enum xagg_parse_result xagg_parse(void* data, void* data_
   p->ip = ip;
   p->udp = udp;
   p->hdr = h;
-  p->values_off = (void*)(h + 1) - data;
+  p->hdr_off = (void*)h - data;
   p->count = count;
   return XAGG_OK;
 }

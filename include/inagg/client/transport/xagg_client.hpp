@@ -4,8 +4,9 @@
 // again (the head answers a repeat from its retained result, or asks its parent again), so a loss
 // anywhere costs one timeout and nothing else. Results arrive multicast to the group the client
 // joined, or unicast when it asked again; either way only from the head's address and the tier's
-// port (any other source is dropped and counted). Chunk numbers run on across calls: every rank of a job
-// must make the same calls with the same sizes.
+// port, and only with a valid MAC under the job's key (inagg/wire/xagg.h); anything else is
+// dropped and counted. Every DATA carries its MAC. Chunk numbers run on across calls: every rank of
+// a job must make the same calls with the same sizes.
 //
 // eBPF has no floating point, so floating-point tensors travel as fixed point: to_fixed() scales
 // and rounds, clipping at +-limit so that the sum of total_weight values cannot overflow int32,
@@ -19,6 +20,7 @@
 
 #include "inagg/agg/dtype.hpp"
 #include "inagg/wire/build.hpp"
+#include "inagg/wire/xagg_mac.hpp"
 
 namespace inagg::client {
 
@@ -33,6 +35,7 @@ struct XaggConfig {
   unsigned window = 8;        // chunks without a result (the heads' `window`)
   uint32_t total_weight = 0;  // workers in the job: every result must say so
   uint64_t timeout_ns = 20'000'000;
+  wire::XaggKey key;  // the job's MAC key, the heads' key_file
 };
 
 #define INAGG_XAGG_CLIENT_COUNTERS(X)                                                           \
@@ -42,7 +45,8 @@ struct XaggConfig {
   X(results, "RESULT packets taken")                                                            \
   X(results_ignored, "RESULT packets for chunks not outstanding (late duplicates, other jobs)") \
   X(malformed, "packets on the tier's port that were not a valid RESULT")                       \
-  X(wrong_source, "packets from another address or port than the head's (dropped)")
+  X(wrong_source, "packets from another address or port than the head's (dropped)")             \
+  X(bad_mac, "RESULT packets whose MAC does not verify under the job's key (dropped)")
 
 struct XaggCounters {
 #define X(name, text) uint64_t name = 0;
