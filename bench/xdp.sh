@@ -43,7 +43,7 @@ ip link add inagg-bgv netns inagg-bg type veth peer name eth0 netns inagg-bh
 ip -n inagg-bg link set inagg-bgv name eth0
 for ns in inagg-bg inagg-bh; do ip -n $ns link set lo up; done
 # Frames of `values` int32 plus headers; native XDP on a veth takes frames up to about 3.5 KiB.
-mtu=$(( values * 4 + 16 + 28 ))
+mtu=$(( values * 4 + 24 + 28 ))
 [ "$mtu" -ge 1500 ] || mtu=1500
 [ "$mtu" -le 3400 ] || fail "BENCH_VALUES=$values makes $mtu-byte frames; native XDP on veth takes at most ~3400 (values <= 832)"
 ip -n inagg-bg link set eth0 address 02:78:00:00:00:01 mtu "$mtu" up
@@ -75,6 +75,8 @@ napi_thread() {
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime, clock ticks
 hz=$(getconf CLK_TCK)
 
+# Every packet carries a MAC under the jobs' key (one key for all of them here), as in production.
+"$xdp" key "$tmp/job.key" >/dev/null || fail "inagg-xdp key"
 # head_jobs FANOUT: the head's job files (all 4 members are the generator's address; unicast: each
 # result leaves the head 4 times, as it would for 4 hosts)
 head_jobs() {
@@ -83,6 +85,7 @@ head_jobs() {
     {
       printf 'id = %s\nmembers = 4\nvalues = %s\nwindow = %s\ntotal_weight = 4\ngroup = 239.78.0.1\n' "$j" "$values" "$window"
       printf 'member = %s, 10.78.0.1\n' 0 1 2 3   # every rank is the generator (the head checks the source)
+      echo "key_file = $tmp/job.key"
       [ "$1" = unicast ] && echo 'fanout = unicast'
     } >"$tmp/head$j.job"
     job_args+=(--job "$tmp/head$j.job")
@@ -91,7 +94,7 @@ head_jobs() {
 
 napi_thread inagg-bg 0 >/dev/null  # the generator's side, on CPU 0
 run_gen() {  # -> the generator's line
-  ip netns exec inagg-bg taskset -c 0 "$gen" gen --head 10.78.0.2 --group 239.78.0.1 --timeout-ms 20 --rate "$rate" --values "$values" --window "$window" --jobs "$jobs" --seconds "$secs"
+  ip netns exec inagg-bg taskset -c 0 "$gen" gen --key-file "$tmp/job.key" --head 10.78.0.2 --group 239.78.0.1 --timeout-ms 20 --rate "$rate" --values "$values" --window "$window" --jobs "$jobs" --seconds "$secs"
 }
 
 napi_head=$(napi_thread inagg-bh 1) || exit 1
@@ -133,7 +136,7 @@ added_xdp=$added xdp_ticks=$ticks
 
 # --- userspace head (no XDP program; GRO keeps the veth on NAPI, in the same thread)
 [ -d "/proc/$napi_head" ] || fail "the head's NAPI thread went away with the XDP program"
-ip netns exec inagg-bh taskset -c 1 "$gen" userspace --group 239.78.0.1 --values "$values" --window "$window" --jobs "$jobs" --seconds $((secs + 2)) \
+ip netns exec inagg-bh taskset -c 1 "$gen" userspace --key-file "$tmp/job.key" --group 239.78.0.1 --values "$values" --window "$window" --jobs "$jobs" --seconds $((secs + 2)) \
   >"$tmp/userspace.log" 2>&1 &
 pids+=($!)
 sleep 0.5

@@ -4,8 +4,11 @@
 //              n ranks goes out once chunk s - window has its result; a chunk without a result
 //              after --timeout-ms is sent again. Prints what it sent and how many chunks finished.
 //   userspace  the same head logic as xagg_head.bpf.c, in a process on a kernel UDP socket
-//              (recvmmsg / sendmmsg, the project's SIMD int32 adds): what a head costs without
-//              XDP. Prints its packets and the CPU seconds it used.
+//              (recvmmsg / sendmmsg, the project's SIMD int32 adds, the packets' MAC checked and
+//              made as the XDP head does): what a head costs without XDP. Prints its packets and
+//              the CPU seconds it used.
+//
+// Both sign what they send with the job's key (--key-file, as inagg-xdp key makes it).
 //
 // Both run --seconds S and then print one line of key=value.
 #include <arpa/inet.h>
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "inagg/agg/kernels.hpp"
+#include "inagg/wire/xagg_mac.hpp"
 #include "inagg/xdp/xagg_shared.h"
 
 namespace po = boost::program_options;
@@ -42,6 +46,7 @@ struct Options {
   unsigned workers = 4, values = 256, window = 16, job = 1, jobs = 1, port = XAGG_UDP_PORT;
   double seconds = 5, timeout_ms = 5;
   double rate = 0;  // gen: packets per second, open loop; 0 = closed loop
+  wire::XaggKey key;
 };
 
 sockaddr_in addr_of(const std::string& ip, unsigned port) {
@@ -124,9 +129,11 @@ int run_gen(const Options& o) {
                        htons(static_cast<uint16_t>(r)),
                        htons(static_cast<uint16_t>(o.values)),
                        htonl(seq),
-                       htonl(1)};
+                       htonl(1),
+                       {}};
       std::memcpy(p, &h, sizeof h);
       std::memcpy(p + sizeof h, values.data(), values.size());
+      wire::xagg_sign(o.key, p, len);
       if (++queued == max_batch) flush();
     }
   };
@@ -226,7 +233,7 @@ int run_userspace(const Options& o) {
   std::vector<mmsghdr> rmsg(kBatch), tmsg(kBatch);
   std::vector<iovec> riov(kBatch), tiov(kBatch);
   std::vector<sockaddr_in> from(kBatch);
-  uint64_t rx = 0, added = 0, duplicates = 0, completed = 0, answered = 0, stale = 0;
+  uint64_t rx = 0, added = 0, duplicates = 0, completed = 0, answered = 0, stale = 0, bad_mac = 0;
   const double cpu0 = cpu_seconds();
   const Clock::time_point start = Clock::now();
   const Clock::time_point stop =
@@ -257,6 +264,10 @@ int run_userspace(const Options& o) {
       if (h.type != XAGG_DATA || rank >= o.workers || job >= o.jobs || count != o.values ||
           rmsg[i].msg_len != sizeof h + 4 * count)
         continue;
+      if (!wire::xagg_verify(o.key, b, rmsg[i].msg_len)) {
+        ++bad_mac;
+        continue;
+      }
       const uint32_t seq = ntohl(h.seq);
       Slot& s = slots[job * nslots + seq % nslots];
       if (!s.used || (seq - s.seq == nslots && s.final)) {
@@ -275,6 +286,7 @@ int run_userspace(const Options& o) {
         std::memcpy(values, s.acc.data(), 4 * count);  // answer it alone from the retained sum
         h.type = XAGG_RESULT;
         std::memcpy(b, &h, sizeof h);
+        wire::xagg_sign(o.key, b, rmsg[i].msg_len);
         tiov[out] = {b, rmsg[i].msg_len};
         tmsg[out] = {};
         tmsg[out].msg_hdr.msg_iov = &tiov[out];
@@ -300,6 +312,7 @@ int run_userspace(const Options& o) {
       h.rank = 0;
       h.weight = htonl(s.weight);
       std::memcpy(b, &h, sizeof h);
+      wire::xagg_sign(o.key, b, rmsg[i].msg_len);
       tiov[out] = {b, rmsg[i].msg_len};
       tmsg[out] = {};
       tmsg[out].msg_hdr.msg_iov = &tiov[out];
@@ -316,11 +329,12 @@ int run_userspace(const Options& o) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(
-      "userspace rx=%llu added=%llu duplicates=%llu completed=%llu answered=%llu stale=%llu cpu=%.3f seconds=%.3f "
-      "kernels=%s\n",
+      "userspace rx=%llu added=%llu duplicates=%llu completed=%llu answered=%llu stale=%llu bad_mac=%llu cpu=%.3f "
+      "seconds=%.3f kernels=%s\n",
       static_cast<unsigned long long>(rx), static_cast<unsigned long long>(added),
       static_cast<unsigned long long>(duplicates), static_cast<unsigned long long>(completed),
-      static_cast<unsigned long long>(answered), static_cast<unsigned long long>(stale), cpu_seconds() - cpu0, secs,
+      static_cast<unsigned long long>(answered), static_cast<unsigned long long>(stale),
+      static_cast<unsigned long long>(bad_mac), cpu_seconds() - cpu0, secs,
       std::string(agg::kernels_tier_name()).c_str());
   return 0;
 }
@@ -329,7 +343,7 @@ int run_userspace(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  std::string mode;
+  std::string mode, key_file;
   po::options_description d("Usage: bench_xdp_head gen|userspace [options]\n\nOptions");
   d.add_options()("help,h", "this help")("mode", po::value<std::string>(&mode), "gen or userspace")(
       "head", po::value<std::string>(&o.head)->default_value(o.head), "gen: the head's address")(
@@ -345,7 +359,9 @@ int main(int argc, char** argv) {
       "timeout-ms", po::value<double>(&o.timeout_ms)->default_value(o.timeout_ms),
       "gen: send a chunk again after this")(
       "rate", po::value<double>(&o.rate)->default_value(o.rate),
-      "gen: open loop at this many packets per second (0: closed loop with --window)");
+      "gen: open loop at this many packets per second (0: closed loop with --window)")(
+      "key-file", po::value<std::string>(&key_file)->value_name("FILE"),
+      "the job's MAC key (inagg-xdp key FILE; $INAGG_XDP_KEY first)");
   po::positional_options_description pos;
   pos.add("mode", 1);
   po::variables_map vm;
@@ -363,6 +379,11 @@ int main(int argc, char** argv) {
   if (o.values == 0 || o.values % XAGG_VALUE_ALIGN || o.values > XAGG_MAX_VALUES || o.window == 0 || o.window > 32 ||
       o.workers == 0 || o.workers > 64 || o.jobs == 0 || o.job + o.jobs > XAGG_MAX_JOBS) {
     std::cerr << "bench_xdp_head: values must be a multiple of 4 up to 1024, window 1..32, workers 1..64\n";
+    return 2;
+  }
+  std::string err;
+  if (!wire::load_xagg_key(wire::kXaggKeyEnv, key_file, &o.key, &err)) {
+    std::cerr << "bench_xdp_head: " << err << " (--key-file)\n";
     return 2;
   }
   return mode == "gen" ? run_gen(o) : run_userspace(o);
