@@ -160,7 +160,14 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
                                : "datapath on the worker lcores",
             std::string(agg::kernels_tier_name()).c_str(), std::string(wire::crc32_impl_name()).c_str());
   int status = 0;
+  // Where the state directory's jobs had their ranks (rank_binding.hpp), before any job is added.
+  const std::string bindings_file = opt.state_dir.empty() ? "" : opt.state_dir + "/bindings";
+  if (!bindings_file.empty() && !app.remember_bindings(bindings_file, &err)) {
+    util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+    status = 2;
+  }
   for (const control::JobSpec& spec : jobs) {
+    if (status != 0) break;
     if (!app.add_job(spec, &err)) {
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
@@ -174,6 +181,9 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
   if (status == 0 && !opt.state_dir.empty()) {
     std::vector<control::SavedJob> saved;
     if (!store.open(opt.state_dir, &err) || !store.load(&saved, &err)) {
+      util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+      status = 2;
+    } else if (!app.remember_bindings(bindings_file, &err)) {
       util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
       status = 2;
     } else {

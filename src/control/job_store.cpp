@@ -207,7 +207,8 @@ bool JobStore::load(std::vector<SavedJob>* jobs, std::string* error) const {
   const std::string refuse = "; remove it (its job must then be registered again) or give another --state-dir";
   const size_t tmp_len = std::strlen(kTmpSuffix), refused_len = std::strlen(kRefusedSuffix);
   for (const std::string& name : names) {
-    if (name == "." || name == ".." || name == kLockName) continue;
+    // The appliance's bound ranks (rank_binding.hpp), written beside the jobs; not a job.
+    if (name == "." || name == ".." || name == kLockName || name == "bindings" || name == ".bindings.tmp") continue;
     const std::string path = dir_ + "/" + name;
     // A write cut short before its rename: its job's add never answered ok. (Left alone by a check.)
     if (name.size() > tmp_len + 1 && name[0] == '.' && ends_with(name, kTmpSuffix) &&
@@ -219,9 +220,10 @@ bool JobStore::load(std::vector<SavedJob>* jobs, std::string* error) const {
     if (ends_with(name, kRefusedSuffix) && id_of_name(name.substr(0, name.size() - refused_len)) >= 0) continue;
     const int64_t id = id_of_name(name);
     if (id < 0) {
-      *error = "state directory '" + dir_ + "' holds '" + name +
-               "', which is not an inagg state file (only job-ID.state files and 'lock' belong there): move it "
-               "away or give another --state-dir";
+      *error =
+          "state directory '" + dir_ + "' holds '" + name +
+          "', which is not an inagg state file (only job-ID.state files, 'bindings' and 'lock' belong there): move it "
+          "away or give another --state-dir";
       return false;
     }
     struct stat st {};

@@ -8,6 +8,7 @@
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_mbuf_dyn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -92,8 +93,11 @@ struct Appliance::Impl {
   std::map<uint32_t, control::JobSpec> bound;              // added jobs as the engines have them
   control::RefusedJobs unbound{std::chrono::seconds(60)};  // waited, then refused: every rank learns why
   std::chrono::steady_clock::time_point next_bind{};
+  std::string remember_path;             // the state directory's `bindings`, or ""
+  std::vector<BoundStation> remembered;  // what it held at the start: binds the jobs registered again
 
-  BindOutcome bind(const control::JobSpec& spec);
+  BindOutcome bind(const control::JobSpec& spec, agg::JobStart start);
+  void save_bound();
   bool add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start, int placed,
                  std::string* error);
   void update_pins();
@@ -296,7 +300,7 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
              " already exists (waiting for its ranks to be seen: " + I.waiting[spec.id].why + ")";
     return false;
   }
-  const BindOutcome b = I.bind(spec);
+  const BindOutcome b = I.bind(spec, start);
   switch (b.kind) {
     case BindOutcome::Kind::refused:
       *error = b.why;
@@ -307,7 +311,9 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
         return false;
       }
       // Nothing of it is forwarded raw meanwhile: every lcore drops its packets until it is bound.
+      // Its lcore is chosen now, so that the state directory can keep it.
       I.jobs.hold(spec);
+      if (owner_index < 0) owner_index = I.jobs.least_loaded();
       I.waiting[spec.id] = {spec, start, owner_index, b.why};
       I.unbound.forget(spec.id);
       util::log(util::LogModule::control, util::LogLevel::info, "job %u waits for its ranks to be seen: %s", spec.id,
@@ -321,7 +327,7 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
   return true;
 }
 
-BindOutcome Appliance::Impl::bind(const control::JobSpec& spec) {
+BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart start) {
   std::vector<util::IpAddr> addrs;
   for (const control::ConnectionSpec& c : spec.conns) addrs.push_back(c.src_ip);
   const std::vector<std::vector<StationTable::Sighting>> at = jobs.stations(addrs, {});
@@ -331,7 +337,11 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec) {
     return i < at.size() ? at[i] : std::vector<StationTable::Sighting>{};
   };
   seen.of_mac = [&](const Mac& m) { return jobs.stations({}, {m}).at(0); };
-  return bind_ranks(spec, cfg.bindings, seen);
+  // The operator's first (the first match wins), then, for a job registered again after a restart,
+  // where its ranks were bound before it.
+  std::vector<BoundStation> table = cfg.bindings;
+  if (start == agg::JobStart::resume) table.insert(table.end(), remembered.begin(), remembered.end());
+  return bind_ranks(spec, table, seen);
 }
 
 // The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
@@ -355,8 +365,14 @@ bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::Job
 }
 
 int Appliance::job_lcore(uint32_t id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->binding_mutex);
+    if (auto it = impl_->waiting.find(id); it != impl_->waiting.end() && it->second.placed >= 0)
+      return static_cast<int>(impl_->lcores[static_cast<size_t>(it->second.placed)]->lcore_id);
+  }
   const int owner = impl_->jobs.owner_of(id);
   return owner < 0 ? -1 : static_cast<int>(impl_->lcores[static_cast<size_t>(owner)]->lcore_id);
+}
 
 // Every bound rank's MAC stays on its port in every lcore's MAC table while a job binds it: its
 // sums and everything else for it leave by that port, whatever frames claim its address.
@@ -369,6 +385,30 @@ void Appliance::Impl::update_pins() {
         pins.push_back({c.mac, c.port});
   std::string err;
   if (!jobs.set_pins(pins, &err)) util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
+  save_bound();
+}
+
+// The bound ranks of every job, and those a waiting job registered again still expects, for the
+// next start.
+void Appliance::Impl::save_bound() {
+  if (remember_path.empty()) return;
+  std::vector<BoundStation> all;
+  const auto keep = [&](const BoundStation& b) {
+    if (std::none_of(all.begin(), all.end(), [&](const BoundStation& o) { return o.address == b.address; }))
+      all.push_back(b);
+  };
+  for (const auto& [id, s] : bound)
+    for (const control::ConnectionSpec& c : s.conns)
+      if (c.port != control::kAnyPort) keep({c.src_ip, c.port, c.has_mac() ? std::optional<Mac>(c.mac) : std::nullopt});
+  for (const auto& [id, w] : waiting)
+    if (w.start == agg::JobStart::resume)
+      for (const control::ConnectionSpec& c : w.spec.conns)
+        for (const BoundStation& b : remembered)
+          if (b.address == c.src_ip) keep(b);
+  std::string err;
+  if (!save_bindings(remember_path, all, &err))
+    util::log(util::LogModule::control, util::LogLevel::error,
+              "%s: after a restart, its jobs' ranks are bound again as they are seen", err.c_str());
 }
 
 control::JobStatus Appliance::Impl::waiting_status(uint32_t id, const Waiting& w) const {
@@ -382,6 +422,18 @@ control::JobStatus Appliance::Impl::waiting_status(uint32_t id, const Waiting& w
   return s;
 }
 
+bool Appliance::remember_bindings(const std::string& path, std::string* error) {
+  Impl& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.binding_mutex);
+  if (I.remembered.empty() && ::access(path.c_str(), F_OK) == 0 && !load_bindings(path, &I.remembered, error))
+    return false;
+  const size_t slash = path.rfind('/');
+  if (::access(slash == std::string::npos ? "." : path.substr(0, slash).c_str(), W_OK) != 0) return true;
+  I.remember_path = path;  // the directory is there: from now on what the jobs bind is kept
+  I.save_bound();
+  return true;
+}
+
 void Appliance::bind_waiting() {
   Impl& I = *impl_;
   std::lock_guard<std::mutex> lock(I.binding_mutex);
@@ -391,7 +443,7 @@ void Appliance::bind_waiting() {
   I.next_bind = now + std::chrono::milliseconds(20);
   for (auto it = I.waiting.begin(); it != I.waiting.end();) {
     const Impl::Waiting& w = it->second;
-    BindOutcome b = I.bind(w.spec);
+    BindOutcome b = I.bind(w.spec, w.start);
     std::string err;
     if (b.kind == BindOutcome::Kind::waiting) {
       it->second.why = b.why;

@@ -90,6 +90,13 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
+int JobOwnership::least_loaded() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<size_t> load(lcores_.size(), 0);
+  for (const auto& [id, o] : owner_) ++load[o];
+  return static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+}
+
 void JobOwnership::hold(const control::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (LcoreState* l : lcores_) {

@@ -1,9 +1,14 @@
 #include "inagg/dataplane/rank_binding.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "inagg/util/text.hpp"
 
@@ -103,6 +108,31 @@ bool load_bindings(const std::string& path, std::vector<BoundStation>* out, std:
     return false;
   }
   return true;
+}
+
+bool save_bindings(const std::string& path, const std::vector<BoundStation>& table, std::string* error) {
+  std::string text = "# inagg: the ranks its jobs bind (ADDRESS PORT MAC); read again at the next start\n";
+  for (const BoundStation& b : table)
+    text += util::ip_text(b.address) + " " + std::to_string(b.port) + (b.mac ? " " + mac_text(*b.mac) : "") + "\n";
+  const size_t slash = path.rfind('/');
+  const std::string tmp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "." +
+                          path.substr(slash == std::string::npos ? 0 : slash + 1) + ".tmp";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    ok = n > 0;
+    done += ok ? static_cast<size_t>(n) : 0;
+  }
+  ok = ok && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    *error = "cannot write the bound ranks to '" + path + "': " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+  }
+  return ok;
 }
 
 BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStation>& table, const Sightings& seen) {

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Sends forged RoCEv2 RC RDMA WRITE_ONLY packets, built by scapy, out of an interface: a host on
 an inter-rack link pretending to be a rank.
-  forge_write.py IFACE SRC_IP DST_IP DQPN PSN PAYLOAD_BYTES COUNT good|bad
-good: scapy's ICRC; bad: the same ICRC with its bits flipped."""
+  forge_write.py IFACE SRC_IP DST_IP DQPN PSN PAYLOAD_BYTES COUNT good|bad [SRC_MAC]
+good: scapy's ICRC; bad: the same ICRC with its bits flipped. SRC_MAC: the Ethernet source (by
+default one no host has)."""
 import os
 import struct
 import sys
@@ -15,14 +16,15 @@ WRITE_ONLY = 0x0A
 
 
 def main(argv):
-    if len(argv) != 9 or argv[8] not in ("good", "bad"):
+    if len(argv) not in (9, 10) or argv[8] not in ("good", "bad"):
         print(__doc__, file=sys.stderr)
         return 2
     iface, src_ip, dst_ip = argv[1:4]
     dqpn, psn, size, count, kind = int(argv[4], 0), int(argv[5], 0), int(argv[6]), int(argv[7]), argv[8]
     reth = struct.pack(">QII", 0x7F0000000000, 0x1234, size)  # virtual address, rkey, DMA length
-    sendp(roce_frames(src_ip, dst_ip, dqpn, psn, count, kind, WRITE_ONLY, reth + bytes([0x5A]) * size, ip_id=0x5000),
-          iface=iface, verbose=False)
+    mac = {"src_mac": argv[9]} if len(argv) == 10 else {}
+    sendp(roce_frames(src_ip, dst_ip, dqpn, psn, count, kind, WRITE_ONLY, reth + bytes([0x5A]) * size, ip_id=0x5000,
+                      **mac), iface=iface, verbose=False)
     print(f"sent {count} WRITE_ONLY packets from {src_ip} with {kind} ICRCs to QPN {dqpn:#x} at {dst_ip} via {iface}")
     return 0
 

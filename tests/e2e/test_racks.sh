@@ -55,26 +55,31 @@ while read -r _ k dir _ b _ p; do
 done <<<"$bytes"
 # A hostile host on the inter-rack link into rack 0 (the link's bridge, in the namespace NAME-x)
 # forges WRITEs on rack 0's downlink connection: from a source that is not the rank's, from the
-# rank's source with a bad ICRC, and from it with a good ICRC far ahead of the window. Leaf 0 drops
+# rank's source with another MAC, from it with a bad ICRC, and from it with a good ICRC far ahead of
+# the window. Leaf 0 drops
 # every one and counts it by kind; none reaches rank 0 (its receive counters do not move).
 read -r _ _ down_src _ down_dst down_qpn down_psn < <(awk -F'[ ,]+' '$1 == "conn" && $3 == "0" {print $1, $3, $4, $5, $6, $7, $8}' "$tmp/leaf-0.job")
 [ -n "${down_qpn:-}" ] || fail "no downlink connection (rank 0) in leaf-0.job: $(cat "$tmp/leaf-0.job")"
 before=$("$ctl" --socket "$tmp/leaf0.sock" stats 1)
 forge() { ip netns exec "$rack-x" /usr/bin/python3 "$src/tests/e2e/forge_write.py" l0 "$@" >>"$tmp/forge.log" 2>&1 || fail "forging: $(cat "$tmp/forge.log")"; }
-forge 10.77.0.9 "$down_dst" "$down_qpn" "$down_psn" 1024 5 good
-forge "$down_src" "$down_dst" "$down_qpn" "$down_psn" 1024 5 bad
-forge "$down_src" "$down_dst" "$down_qpn" $((down_psn + 100000)) 1024 5 good
+# The rank's own MAC (scripts/rack gives rank r 02:77:00:00:00:(r+1)): the leaf bound it, so a frame
+# without it is dropped before anything else is looked at.
+down_mac=$(printf '02:77:00:00:00:%02x' "${down_src##*.}")
+forge 10.77.0.9 "$down_dst" "$down_qpn" "$down_psn" 1024 5 good "$down_mac"
+forge "$down_src" "$down_dst" "$down_qpn" "$down_psn" 1024 5 good
+forge "$down_src" "$down_dst" "$down_qpn" "$down_psn" 1024 5 bad "$down_mac"
+forge "$down_src" "$down_dst" "$down_qpn" $((down_psn + 100000)) 1024 5 good "$down_mac"
 grew() {  # COUNTER N: leaf 0's job counter grew by at least N since `before`
   local now
   now=$("$ctl" --socket "$tmp/leaf0.sock" stats 1)
   [ $(($(stat "$now" "$1") - $(stat "$before" "$1"))) -ge "$2" ]
 }
-for c in drop_wrong_source bad_icrc err_ahead_of_window; do
+for c in drop_wrong_source drop_wrong_mac bad_icrc err_ahead_of_window; do
   wait_for 10 "leaf 0 to count 5 forged packets as $c" grew "$c" 5 || fail "leaf 0 did not count the forged packets as $c: $("$ctl" --socket "$tmp/leaf0.sock" stats 1)"
 done
 after=$("$ctl" --socket "$tmp/leaf0.sock" stats 1)
 [ "$(stat "$after" released_packets)" = "$(stat "$before" released_packets)" ] || fail "leaf 0 released packets after the run, while only forged ones came"
 
 forged=""
-for c in drop_wrong_source bad_icrc err_ahead_of_window; do forged+=" $c +$(($(stat "$after" "$c") - $(stat "$before" "$c")))"; done
+for c in drop_wrong_source drop_wrong_mac bad_icrc err_ahead_of_window; do forged+=" $c +$(($(stat "$after" "$c") - $(stat "$before" "$c")))"; done
 echo "ok: $n workers in 2 racks, leaves and a spine, $dtype, loss $loss%: every element exact; spine: $slots slots of 2 partials; inter-rack: $(tr '\n' ';' <<<"$bytes") (payload $per_link bytes a link); forged on the link, leaf 0:$forged"

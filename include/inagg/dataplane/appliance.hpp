@@ -53,6 +53,12 @@ class Appliance {
   // The EAL lcore id of the lcore that owns job `id` (a sharded job's shard 0), or -1 for no job.
   int job_lcore(uint32_t id);
   bool remove_job(uint32_t id, std::string* error);
+  // Binds the jobs registered again after a restart (JobStart::resume) by what `path` (the state
+  // directory's `bindings`) held at the start, after the operator's table: they go back where their
+  // ranks were, before any of them is seen again. Once `path`'s directory exists, the bound ranks
+  // are kept there, rewritten whenever a job is bound or removed. Call it before adding any job,
+  // and again once the directory is made. False with *error when the file does not read.
+  bool remember_bindings(const std::string& path, std::string* error);
   // The control tick's: binds the waiting jobs whose ranks have been seen since (added then), and
   // refuses those whose binding became ambiguous (listed as refused for a while, with the reason).
   void bind_waiting();

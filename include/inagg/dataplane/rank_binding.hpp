@@ -35,6 +35,9 @@ struct BoundStation {
 // the line. An address bound twice is refused.
 bool parse_bindings(const std::string& text, std::vector<BoundStation>* out, std::string* error);
 bool load_bindings(const std::string& path, std::vector<BoundStation>* out, std::string* error);
+// Writes `table` to `path` in that form, whole or not at all (a temporary file beside it, created
+// afresh and never through a link, then renamed); false with *error.
+bool save_bindings(const std::string& path, const std::vector<BoundStation>& table, std::string* error);
 
 std::optional<Mac> parse_mac(std::string_view text);
 std::string mac_text(const Mac& m);
