@@ -97,8 +97,12 @@ class Communicator {
     // The regions hold chunk_bytes rounded up to whole messages; a chunk is the data those
     // messages carry besides their tallies (ina_allreduce).
     chunk_ = geometry_.padded(o.chunk_bytes) / o.message * geometry_.data_per_message();
-    const client::UdpRcConfig c = plan_.rc_config(false, o.ack_timeout_ms, o.retry, geometry_.send_bytes(chunk_),
-                                                  geometry_.receive_bytes(chunk_));
+    client::UdpRcConfig c = plan_.rc_config(false, o.ack_timeout_ms, o.retry, geometry_.send_bytes(chunk_),
+                                            geometry_.receive_bytes(chunk_));
+    // Ranks that never meet (no control socket: someone else registers the job) cannot tell each
+    // other a random region key: they share the fixed one, and only their peers' addresses guard
+    // their receive regions. With a control socket the meeting below carries each rank's own.
+    if (o.control.empty()) c.receive_key = client::UdpRcTransport::kUnmetKey;
     std::string error;
     if (!transport_.open(c, &error))
       throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
@@ -158,9 +162,15 @@ class Communicator {
       rc.deadline_ns = client::now_ns() + timeout_ns;
       rc.insecure = o.insecure_exchange;
       rc.secret = meeting_secret;
-      if (!transport_.meet(rc, &error) || !transport_.barrier("the first allreduce", &error))
+      // The receive side opens only now, the job active: nothing written before is taken.
+      if (!transport_.meet(rc, &error) || !transport_.open_receive(&error) ||
+          !transport_.barrier("the first allreduce", &error))
         throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
       met_ = true;
+    } else {
+      transport_.set_successor_key(client::UdpRcTransport::kUnmetKey);
+      if (!transport_.open_receive(&error))
+        throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
     }
     // No deadline for the whole job (a communicator lives as long as training does); an allreduce
     // fails when nothing at all arrives for timeout_s, or when the RC requester gives up.
@@ -250,7 +260,11 @@ class Communicator {
             {"naks_received", t.naks_received},
             {"accepted", t.accepted},
             {"duplicates", t.duplicates},
-            {"bad_icrc", t.bad_icrc}};
+            {"bad_icrc", t.bad_icrc},
+            {"rx_refused_source", t.rx_refused_source},
+            {"rx_refused_rkey", t.rx_refused_rkey},
+            {"rx_refused_qpn", t.rx_refused_qpn},
+            {"rx_refused_early", t.rx_refused_early}};
   }
 
   // One request to the appliance's control socket; an error reply or no answer raises.

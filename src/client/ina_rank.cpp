@@ -49,6 +49,11 @@ std::string InaRank::configure(const InaRankOptions& o) {
   if (std::string why = check_job_options(w); !why.empty()) return field_names(why);
   plan_ = w.rack;
   o_.payload = w.payload;
+  // Drawn now: endpoint() publishes it before open() binds the transport.
+  std::string why;
+  const std::optional<RegionKey> key = random_region_key(&why);
+  if (!key) return why;
+  key_ = *key;
   geometry_ = {plan_.dtype, o.workers, o.message, Mode::ina};
   // The regions hold chunk_bytes rounded up to whole messages; a chunk is the data those messages
   // carry besides their tallies (ina_allreduce).
@@ -75,8 +80,8 @@ RankEndpoint InaRank::endpoint() const {
   e.send_qpn = RackPlan::send_qpn(o_.rank);
   e.recv_qpn = RackPlan::recv_qpn(o_.rank);
   e.start_psn = RackPlan::start_psn(o_.rank);
-  e.recv_addr = UdpRcTransport::kRegionVa;
-  e.recv_rkey = UdpRcTransport::kRegionRkey;
+  e.recv_addr = key_.va;
+  e.recv_rkey = key_.rkey;
   e.payload = plan_.payload;
   e.workers = o_.workers;
   return e;
@@ -117,7 +122,9 @@ bool InaRank::open(const std::vector<RankEndpoint>& all, std::string* error) {
   c.receive.remote_qpn = pred.send_qpn;
   c.receive.remote_ip = util::gid_address(pred.gid);
   c.receive.recv_start_psn = pred.start_psn;
+  c.receive_key = key_;
   if (!transport_.open(c, error)) return false;
+  transport_.set_successor_key({succ.recv_addr, succ.recv_rkey});
   plan_.connections = connections_of(all);
   const uint64_t lane_ns = static_cast<uint64_t>(o_.stall_s * 1e9);
   for (unsigned i = 0; o_.collectives && i < 2; ++i) {
@@ -136,6 +143,14 @@ bool InaRank::open(const std::vector<RankEndpoint>& all, std::string* error) {
   exchange_ = std::make_unique<RingExchange>(transport_, o_.message, std::numeric_limits<uint64_t>::max(),
                                              static_cast<uint64_t>(o_.stall_s * 1e9));
   return true;
+}
+
+bool InaRank::open_receive(std::string* error) {
+  if (!exchange_) {
+    *error = "open_receive() before open()";
+    return false;
+  }
+  return transport_.open_receive(error);
 }
 
 std::string InaRank::job_text(uint32_t id, control::Collective c) const {

@@ -193,7 +193,7 @@ std::unique_ptr<Transport> open_udp_transport(const TransportRequest& r, std::st
   }
   std::vector<RankEndpoint> all;
   if (!t->exchange(rendezvous_config(r), &all, error)) return nullptr;
-  if (!t->connect(all[r.rack.successor()], all[r.rack.predecessor()], error)) return nullptr;
+  t->set_peers(all[r.rack.successor()], all[r.rack.predecessor()]);  // connected by open_receive()
   t->set_job_connections(connections_of(all));
   return t;
 }
@@ -222,7 +222,7 @@ std::unique_ptr<Transport> open_verbs_transport(const TransportRequest& r, std::
   if (!t->open(c, error)) return nullptr;
   std::vector<RankEndpoint> all;
   if (!t->exchange(rendezvous_config(r), &all, error)) return nullptr;
-  if (!t->connect(all[r.rack.successor()], all[r.rack.predecessor()], error)) return nullptr;
+  t->set_peers(all[r.rack.successor()], all[r.rack.predecessor()]);  // connected by open_receive()
   t->set_job_connections(connections_of(all));
   return t;
 }
@@ -262,6 +262,12 @@ bool Worker::open(std::string* error) {
     const uint64_t ack_ns = static_cast<uint64_t>(o_.ack_timeout_ms * 1e6);
     const uint64_t stall_ns = geometry_.committed() ? 2 * (o_.retry + 1) * ack_ns : 0;
     exchange_ = std::make_unique<RingExchange>(*transport_, o_.message, deadline_ns_, stall_ns);
+    // The receive side opens once the job is active (register_job), where this rank learns it.
+    // Where it cannot, no appliance stands between the ranks to wait for: the ring (its writes
+    // go rank to rank, switched, never summed), and an ina job someone else registers (whose
+    // ranks are told nothing). There the region key from the meeting and the peers' addresses
+    // guard the receive side alone. (The XDP tier has no receive region: xagg_client.hpp.)
+    if (!registers() && !transport_->open_receive(error)) return false;
   }
   if (o_.uses_tier()) {
     xagg_ = std::make_unique<XaggClient>();
@@ -274,8 +280,12 @@ bool Worker::open(std::string* error) {
   return true;
 }
 
+bool Worker::registers() const {
+  return (o_.mode == Mode::ina || o_.mode == Mode::automatic) && !o_.register_socket.empty();
+}
+
 int Worker::register_job() {
-  if ((o_.mode != Mode::ina && o_.mode != Mode::automatic) || o_.register_socket.empty()) return 0;
+  if (!registers()) return 0;
   const bool tallied = o_.mode == Mode::automatic;
   // auto: an appliance that cannot be reached, refuses the job or does not activate it within
   // 5 s means the XDP tier from the start.
@@ -284,8 +294,14 @@ int Worker::register_job() {
   const Registration r = control.register_job(o_.rank == 0, o_.rack.job_text(), o_.job_id, wait_until);
   const std::string not_active = "job " + std::to_string(o_.job_id);
   switch (r.outcome) {
-    case Registration::Outcome::active:
-      return 0;
+    case Registration::Outcome::active: {
+      // Only now: until the job was active the appliance switched its packets unaggregated, and
+      // a WRITE taken then (anyone's, with the job's QPN) could have been taken for a sum.
+      std::string why;
+      if (transport_->open_receive(&why)) return 0;
+      fail("opening the receive side: " + why);
+      return 1;
+    }
     case Registration::Outcome::unreachable:
       if (!tallied) {
         fail(r.reason);

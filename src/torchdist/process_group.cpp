@@ -143,7 +143,8 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     if (!e) throw std::runtime_error("inagg rank " + std::to_string(rank) + ": " + why);
     all.push_back(*e);
   }
-  // 2. Every rank binds its transport (UDP 4791 at its address) before anyone registers or sends.
+  // 2. Every rank binds its transport (UDP 4791 at its address) before anyone registers or sends;
+  // its receive side stays closed until step 4.
   const bool opened = rank_->open(all, &why);
   all_publish(*store, rank, size, "open", opened ? "ok" : kError + why, timeout);
   // 3. Rank 0 registers the job and says when it is active.
@@ -174,6 +175,10 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     ids >> job_id_ >> rs_job_id_ >> ag_job_id_;
     job_text_ = rank_->job_text(job_id_);
   }
+  // 4. The jobs are active: every rank opens its receive side (nothing written before is taken),
+  // and nobody sends before every rank has.
+  const bool receiving = rank_->open_receive(&why);
+  all_publish(*store, rank, size, "receiving", receiving ? "ok" : kError + why, timeout);
 }
 
 // The allreduce's job, then the reduce-scatter's and the all-gather's: an appliance that refuses
@@ -352,6 +357,10 @@ std::map<std::string, uint64_t> ProcessGroupInagg::counters() const {
     m["accepted"] = t.accepted;
     m["duplicates"] = t.duplicates;
     m["bad_icrc"] = t.bad_icrc;
+    m["rx_refused_source"] = t.rx_refused_source;
+    m["rx_refused_rkey"] = t.rx_refused_rkey;
+    m["rx_refused_qpn"] = t.rx_refused_qpn;
+    m["rx_refused_early"] = t.rx_refused_early;
   }
   return m;
 }

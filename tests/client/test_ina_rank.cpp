@@ -50,12 +50,22 @@ TEST(InaRank, EndpointIsTheRackPlansQpsAtItsOwnAddress) {
   EXPECT_EQ(e.start_psn, RackPlan::start_psn(2));
   EXPECT_EQ(e.payload, 1024u);
   EXPECT_EQ(e.workers, 4u);
+  // The receive region's key is the rank's own, drawn at random: another rank's differs, and
+  // neither is the fixed one of ranks that never meet.
+  InaRank other;
+  ASSERT_EQ(other.configure(options_of(3, 4, "127.88.0.8")), "");
+  const RegionKey mine{e.recv_addr, e.recv_rkey}, theirs{other.endpoint().recv_addr, other.endpoint().recv_rkey};
+  EXPECT_NE(mine, theirs);
+  EXPECT_NE(mine, UdpRcTransport::kUnmetKey);
+  EXPECT_NE(mine.rkey, 0u);
   // The line travels as text and comes back the same.
   std::string why;
   const std::optional<RankEndpoint> back = parse_endpoint(format_endpoint(e), &why);
   ASSERT_TRUE(back) << why;
   EXPECT_EQ(back->gid, e.gid);
   EXPECT_EQ(back->send_qpn, e.send_qpn);
+  EXPECT_EQ(back->recv_addr, e.recv_addr);
+  EXPECT_EQ(back->recv_rkey, e.recv_rkey);
 }
 
 TEST(InaRank, ConfigureNamesTheOptionToChange) {
@@ -134,6 +144,7 @@ TEST(InaRank, WithoutTheApplianceEveryRankFailsOnTheTally) {
   const std::vector<RankEndpoint> all = endpoints_of(ranks);
   std::string why;
   for (unsigned r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].open(all, &why)) << why;
+  for (unsigned r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].open_receive(&why)) << why;
   std::vector<std::string> errors(n);
   std::vector<std::vector<float>> data(n, std::vector<float>(10000, 1.0f));
   std::vector<std::thread> threads;

@@ -124,14 +124,201 @@ TEST(RcLoopback, TheRequesterFailsAfterItsRetryCount) {
   EXPECT_EQ(p.req->counters().timeouts, 3u);
 }
 
-TEST(RcLoopback, AWriteOutsideTheMemoryRegionIsRefusedWithARemoteAccessNak) {
+// A WRITE the real peer sends outside the region (twice its size, the right rkey) is dropped
+// unanswered like a forger's, never written: the requester then runs out of retries.
+TEST(RcLoopback, AWriteOutsideTheMemoryRegionIsDroppedAndCounted) {
   Pair p(4096);
+  p.ca.retry_count = 2;
+  p.ca.ack_timeout_ns = 1'000'000;
+  p.req = std::make_unique<RcRequester>(p.a, p.ca);
   std::vector<uint8_t> src(8192, 1);
   p.req->post_write(src.data(), 8192, 0x10000, 0x77, std::nullopt);  // twice the region
   EXPECT_FALSE(p.run(2));
   EXPECT_TRUE(p.req->failed());
-  EXPECT_NE(p.rsp->error().find("outside the memory region"), std::string::npos);
+  EXPECT_GT(p.rsp->counters().refused_key, 0u);
+  EXPECT_EQ(p.rsp->counters().accepted, 0u);
+  // (Its MIDDLE and LAST packets come past the PSN expected, the FIRST's: they draw the sequence
+  // NAK any such packet does; nothing is acknowledged.)
+  EXPECT_EQ(p.rsp->counters().acks_sent, 0u) << "a refused WRITE was acknowledged";
   EXPECT_EQ(std::count(p.mr.begin(), p.mr.end(), 1), 0) << "nothing written";
+}
+
+namespace {
+
+// A frame as a forger builds it, with a valid ICRC: the spec of `from`'s socket toward `to`.
+std::vector<uint8_t> forged_frame(const RoceSocket& from, const util::IpAddr& to, uint8_t opcode, uint32_t qpn,
+                                  uint32_t psn, uint64_t va, uint32_t rkey, const std::vector<uint8_t>& payload) {
+  wire::RoceFrameSpec s;
+  from.fill_spec(s, to);
+  s.opcode = wire::op::kRc | opcode;
+  s.dest_qp = qpn;
+  s.psn = psn;
+  s.ack_req = true;
+  s.reth_va = va;
+  s.reth_rkey = rkey;
+  s.reth_dma_len = static_cast<uint32_t>(payload.size());
+  std::vector<uint8_t> f(payload.size() + 256);
+  f.resize(wire::build_roce_frame(f, s, payload));
+  return f;
+}
+
+// Waits (1 s at most) until `sock` has a datagram and hands each one to `take`; how many it took.
+template <typename Take>
+size_t deliver(RoceSocket& sock, Take take) {
+  const uint64_t end = now_ns() + 1'000'000'000ull;
+  Datagram d;
+  size_t n = 0;
+  while (n == 0 && now_ns() < end) {
+    pollfd pfd{sock.fd(), POLLIN, 0};
+    ::poll(&pfd, 1, 10);
+    while (sock.receive(&d)) {
+      take(d);
+      ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+// The responder of 127.0.0.2 (the peer 127.0.0.1, rkey 0x77, region [0x10000, +4096)) and WRITEs
+// at the PSN it expects next, each with one thing wrong: another source address, another rkey, a
+// VA below or past the region, a MIDDLE or LAST with no message begun. Each is dropped and
+// counted, unanswered; the region keeps its bytes; the real peer's write after them lands.
+TEST(RcResponderRefuses, ForgedWritesLeaveTheRegionAsItWas) {
+  Pair p(4096);
+  RoceSocket forger;
+  std::string err;
+  ASSERT_TRUE(forger.open(*util::parse_ip("127.0.0.3"), 2, &err)) << err;
+  const util::IpAddr to = p.b.local();
+  const uint32_t psn = p.cb.recv_start_psn;
+  const std::vector<uint8_t> bytes(1024, 0xee);
+  const std::vector<uint8_t> before = p.mr;
+  using namespace wire::op;
+  struct Case {
+    const char* what;
+    RoceSocket* from;
+    uint8_t opcode;
+    uint64_t va;
+    uint32_t rkey;
+    uint64_t RcCounters::*counter;
+  } cases[] = {
+      {"another source address", &forger, kWriteOnly, 0x10000, 0x77, &RcCounters::refused_source},
+      {"another rkey", &p.a, kWriteOnly, 0x10000, 0x78, &RcCounters::refused_key},
+      {"the old fixed rkey and VA", &p.a, kWriteOnly, UdpRcTransport::kUnmetKey.va, UdpRcTransport::kUnmetKey.rkey,
+       &RcCounters::refused_key},
+      {"a VA below the region", &p.a, kWriteOnly, 0x10000 - 512, 0x77, &RcCounters::refused_key},
+      {"a VA running past the region", &p.a, kWriteFirst, 0x10000 + 4096 - 512, 0x77, &RcCounters::refused_key},
+      {"a MIDDLE with no message begun", &p.a, kWriteMiddle, 0, 0, &RcCounters::refused_key},
+      {"a LAST with no message begun", &p.a, kWriteLastImm, 0, 0, &RcCounters::refused_key},
+  };
+  for (const Case& c : cases) {
+    const uint64_t was = p.rsp->counters().*c.counter;
+    ASSERT_TRUE(c.from->send_frame(forged_frame(*c.from, to, c.opcode, p.cb.local_qpn, psn, c.va, c.rkey, bytes)));
+    ASSERT_EQ(deliver(p.b, [&](const Datagram& d) { p.rsp->on_data(d, now_ns()); }), 1u) << c.what;
+    EXPECT_EQ(p.rsp->counters().*c.counter, was + 1) << c.what;
+    EXPECT_EQ(p.mr, before) << c.what << ": the region changed";
+    EXPECT_EQ(p.rsp->counters().accepted, 0u) << c.what;
+    EXPECT_EQ(p.rsp->counters().acks_sent + p.rsp->counters().naks_sent, 0u) << c.what << " was answered";
+  }
+  EXPECT_EQ(p.rsp->counters().bad_icrc, 0u) << "the forged frames' ICRCs are valid: the checks above refused them";
+  // The real peer's write at the same PSN is still taken.
+  std::vector<uint8_t> src(4096);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 5 + 1);
+  p.req->post_write(src.data(), 4096, 0x10000, 0x77, 7u);
+  ASSERT_TRUE(p.run(5)) << p.req->error();
+  EXPECT_EQ(p.mr, src);
+}
+
+// An ACK for everything in flight from an address other than the successor's completes nothing.
+TEST(RcResponderRefuses, TheRequesterTakesAcksOnlyFromItsPeer) {
+  Pair p(4096);
+  RoceSocket forger;
+  std::string err;
+  ASSERT_TRUE(forger.open(*util::parse_ip("127.0.0.3"), 2, &err)) << err;
+  std::vector<uint8_t> src(4096, 3);
+  p.req->post_write(src.data(), 4096, 0x10000, 0x77, std::nullopt);
+  p.req->progress(now_ns());  // the 4 packets leave; the responder is not given them
+  wire::RoceFrameSpec s;
+  forger.fill_spec(s, p.a.local());
+  s.opcode = wire::op::kRc | wire::op::kAcknowledge;
+  s.dest_qp = p.ca.local_qpn;
+  s.psn = (p.ca.send_start_psn + 3) & wire::kPsnMask;
+  s.aeth_syndrome = wire::aeth::kAckUnlimitedCredits;
+  std::vector<uint8_t> f(256);
+  f.resize(wire::build_roce_frame(f, s, {}));
+  ASSERT_TRUE(forger.send_frame(f));
+  ASSERT_EQ(deliver(p.a, [&](const Datagram& d) { p.req->on_ack(d, now_ns()); }), 1u);
+  EXPECT_EQ(p.req->counters().refused_source, 1u);
+  EXPECT_FALSE(p.req->idle()) << "a forged ACK completed the write";
+  EXPECT_EQ(p.req->counters().messages_completed, 0u);
+}
+
+// A UdpRcTransport on 127.0.5.2 whose predecessor is 127.0.5.1: a forger on the predecessor's own
+// address and port, with a valid ICRC and the PSN expected next. Before open_receive() even the
+// right WRITE is dropped; after it, one to a QPN the rank does not have, one to its send QP and one
+// with the old fixed key are; counted as such; the region keeps its bytes. Then the right one lands.
+TEST(UdpRcTransportRefuses, WritesBeforeTheReceiveSideOpensOrToAnotherQpOrKey) {
+  const util::IpAddr self = *util::parse_ip("127.0.5.2"), pred = *util::parse_ip("127.0.5.1");
+  UdpRcConfig cfg;
+  cfg.local = self;
+  cfg.send.local_qpn = 0x301;
+  cfg.send.remote_qpn = 0x402;
+  cfg.send.remote_ip = pred;
+  cfg.receive = cfg.send;
+  cfg.receive.local_qpn = 0x302;
+  cfg.receive.remote_qpn = 0x401;
+  cfg.receive.recv_start_psn = 0x123;
+  cfg.send_bytes = cfg.receive_bytes = 8192;
+  UdpRcTransport t;
+  std::string err;
+  ASSERT_TRUE(t.open(cfg, &err)) << err;
+  const RegionKey key = t.receive_key();
+  EXPECT_NE(key, UdpRcTransport::kUnmetKey);
+  EXPECT_NE(key.rkey, 0u);
+  EXPECT_EQ(key.va % 4096, 0u);
+  UdpRcTransport other;  // a second draw: another key
+  UdpRcConfig ocfg = cfg;
+  ocfg.local = *util::parse_ip("127.0.5.3");
+  ASSERT_TRUE(other.open(ocfg, &err)) << err;
+  EXPECT_NE(other.receive_key(), key);
+  RoceSocket forger;
+  ASSERT_TRUE(forger.open(pred, 2, &err)) << err;
+  const std::vector<uint8_t> bytes(1024, 0xab);
+  const std::vector<uint8_t> zeros(8192, 0);
+  auto send = [&](uint32_t qpn, const RegionKey& k) {
+    ASSERT_TRUE(
+        forger.send_frame(forged_frame(forger, self, wire::op::kWriteOnlyImm, qpn, 0x123, k.va, k.rkey, bytes)));
+    const uint64_t end = now_ns() + 1'000'000'000ull;
+    const auto seen = [&] {
+      const TransportCounters c = t.counters();
+      return c.accepted + c.rx_refused_early + c.rx_refused_qpn + c.rx_refused_rkey + c.rx_refused_source;
+    };
+    const uint64_t was = seen();
+    while (seen() == was && now_ns() < end) t.poll(10);
+  };
+  auto region = [&] { return std::vector<uint8_t>(t.receive_region().begin(), t.receive_region().end()); };
+  send(0x302, key);
+  EXPECT_EQ(t.counters().rx_refused_early, 1u);
+  EXPECT_EQ(region(), zeros) << "a WRITE before open_receive() landed";
+  ASSERT_TRUE(t.open_receive(&err)) << err;
+  send(0x303, key);
+  EXPECT_EQ(t.counters().rx_refused_qpn, 1u);
+  send(0x301, key);
+  EXPECT_EQ(t.counters().rx_refused_qpn, 2u);
+  send(0x302, UdpRcTransport::kUnmetKey);
+  EXPECT_EQ(t.counters().rx_refused_rkey, 1u);
+  send(0x302, {key.va + 8192, key.rkey});
+  EXPECT_EQ(t.counters().rx_refused_rkey, 2u);
+  EXPECT_EQ(region(), zeros) << "a refused WRITE landed";
+  EXPECT_EQ(t.messages_received(), 0u);
+  send(0x302, key);
+  EXPECT_EQ(t.counters().accepted, 1u);
+  EXPECT_EQ(t.messages_received(), 1u);
+  std::vector<uint8_t> want = zeros;
+  std::copy(bytes.begin(), bytes.end(), want.begin());
+  EXPECT_EQ(region(), want);
+  EXPECT_EQ(t.counters().rx_refused_source, 0u);
 }
 
 // RFC 6298: after round trips were measured on loopback (tens of microseconds), the RTO sits at
@@ -376,6 +563,11 @@ TEST(UdpRcTransportLanes, TwoQpPairsOnOneSocketEachGetTheirOwnWrites) {
     ASSERT_TRUE(t[i].open(cfg, &err)) << err;
     lane[i] = &t[i].add_lane(rc(0x1100 + i, 0x1200 + (1 - i)), rc(0x1200 + i, 0x1100 + (1 - i)), kBytes, kBytes);
     t[i].socket().set_loss(0.02, 7 + i);
+  }
+  for (int i = 0; i < 2; ++i) {  // what the ranks' meeting would tell each: the other's region key
+    std::string err;
+    t[i].set_successor_key(t[1 - i].receive_key());
+    ASSERT_TRUE(lane[i]->open_receive(&err)) << err;
   }
   for (int i = 0; i < 2; ++i) {
     for (uint64_t k = 0; k < kBytes; ++k) {

@@ -41,6 +41,7 @@ class MemoryTransport final : public Transport {
       : send_(r.send_bytes), recv_(r.receive_bytes), rack_(rack), rank_(rank) {}
   std::span<uint8_t> send_region() override { return send_; }
   std::span<const uint8_t> receive_region() const override { return recv_; }
+  bool open_receive(std::string*) override { return true; }
   void post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) override;
   void poll(int wait_ms) override { std::this_thread::sleep_for(std::chrono::microseconds(wait_ms ? 50 : 0)); }
   bool writes_done() const override { return true; }

@@ -3,14 +3,16 @@
 // rack plan's fixed addresses. Each rank takes its own address (from its own interface), tells
 // the others its endpoint, and connects the software RoCEv2 transport to the endpoints of its
 // successor and predecessor; rank 0 registers job_text() with the appliance. The QPNs and first
-// PSNs are the rack plan's for the rank (RackPlan::send_qpn ...), so that only the addresses
-// travel; the receive region is UdpRcTransport's fixed one.
+// PSNs are the rack plan's for the rank (RackPlan::send_qpn ...), so that only the addresses and
+// each rank's region key (drawn at random by configure(), transport.hpp's RegionKey) travel.
 //
 //   InaRank r;
-//   r.configure(options)                     // checks; the payload from the link's MTU
+//   r.configure(options)                     // checks; the payload from the link's MTU; the key
 //   publish(format_endpoint(r.endpoint()))   // then read every rank's endpoint: `all`
 //   r.open(all, &error)                      // binds UDP 4791 at the address, connects the ring
-//   rank 0: register r.job_text(id); every rank starts once the job is active
+//   rank 0: register r.job_text(id); every rank waits until the job is active, then
+//   r.open_receive(&error)                   // takes the predecessor's WRITEs from here on
+//   every rank: a barrier (each has opened), then
 //   r.allreduce(data, bytes, &error) ...     // r.poll(1) between allreduces, as a NIC would
 //   r.finish(deadline_ns)
 //
@@ -62,6 +64,10 @@ class InaRank {
   // count, one address each, IPv4), binds the transport and connects it to the successor and the
   // predecessor. False with *error.
   bool open(const std::vector<RankEndpoint>& all, std::string* error);
+  // Once the job is active on the appliance: the predecessor's WRITEs are taken from here on
+  // (until then they are dropped and counted: nothing written while the appliance did not know
+  // the job can be taken for a sum). False with *error.
+  bool open_receive(std::string* error);
   // The appliance's job file for the ring open() connected (every rank's connection); with
   // options().collectives, the reduce-scatter's or all-gather's job on their QPs.
   std::string job_text(uint32_t id, control::Collective c = control::Collective::allreduce) const;
@@ -93,6 +99,7 @@ class InaRank {
 
  private:
   InaRankOptions o_;
+  RegionKey key_;  // this rank's receive regions, drawn by configure()
   RackPlan plan_;
   Geometry geometry_;
   uint64_t chunk_ = 0;

@@ -4,8 +4,8 @@
 // a test or another program drives it the same way:
 //
 //   Worker w(options);                     // options passed check_job_options/check_run_options
-//   w.open(&error);                        // sockets, registered memory
-//   w.register_job();                      // ina/auto with a control socket
+//   w.open(&error);                        // sockets, registered memory, the ranks' meeting
+//   w.register_job();                      // ina/auto with a control socket; then the receive side
 //   for (...) { fill_input(..., w.data(), bytes); w.allreduce(bytes); ... w.last_tier(); }
 //   w.finish();
 #pragma once
@@ -134,9 +134,11 @@ class Worker {
   // Opens the transport and the tier's client and allocates the buffers. False with *error.
   bool open(std::string* error);
 
-  // ina/auto with --register: rank 0 adds the job, every rank waits until it is active. Returns 0
-  // to go on, or the exit code (error() says why): 2 when the appliance cannot be reached or
-  // refused the job, 1 when it never became active. In auto mode these mean the XDP tier instead.
+  // ina/auto with --register: rank 0 adds the job, every rank waits until it is active and only
+  // then opens its receive side (Transport::open_receive; without --register, open() opened it).
+  // Returns 0 to go on, or the exit code (error() says why): 2 when the appliance cannot be
+  // reached or refused the job, 1 when it never became active. In auto mode these mean the XDP
+  // tier instead (the receive side stays closed).
   int register_job();
 
   uint8_t* data() { return data_.data(); }      // the input; in place, the sum after allreduce()
@@ -184,6 +186,7 @@ class Worker {
 
  private:
   bool fail(std::string why);
+  bool registers() const;  // register_job() adds the job or waits for it (ina/auto with --register)
   bool auto_allreduce(uint8_t* buf, uint64_t bytes);
   bool fall_over();  // the agreement; then the fall-over's verdict on the allreduce in progress
 

@@ -182,6 +182,10 @@ void RcRequester::progress(uint64_t now_ns) {
 
 void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
   if (!d.roce || d.layout.aeth == 0) return;
+  if (d.src != cfg_.remote_ip) {  // only the successor acknowledges our writes
+    ++c_.refused_source;
+    return;
+  }
   if (!wire::icrc_verify(d.frame.data(), d.layout)) {
     ++c_.bad_icrc;
     return;
@@ -251,15 +255,32 @@ void RcResponder::send_ack(uint64_t seq_acked, uint8_t syndrome) {
   if (n) sock_.send_frame({buf_.data(), n});
 }
 
+bool RcResponder::in_region(const wire::RethView& reth) const {
+  return reth.rkey() == rkey_ && reth.va() >= mr_va_ && reth.va() - mr_va_ <= mr_len_ &&
+         reth.dma_len() <= mr_len_ - (reth.va() - mr_va_);
+}
+
 void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
   if (!d.roce) return;
   const uint8_t* f = d.frame.data();
   const wire::Layout& l = d.layout;
+  // The checks that need no state come first, so that a refused packet changes nothing: no ACK,
+  // no NAK, no PSN, nothing in the region.
+  if (d.src != cfg_.remote_ip) {
+    ++c_.refused_source;
+    return;
+  }
   if (!wire::icrc_verify(f, l)) {
     ++c_.bad_icrc;  // as a NIC: dropped; the sender recovers it as a loss
     return;
   }
-  if (!wire::is_rdma_write(l.opcode) || !error_.empty()) return;
+  if (!wire::is_rdma_write(l.opcode)) return;
+  const wire::OpPosition pos = l.info->position;
+  const bool starts = pos == wire::OpPosition::first || pos == wire::OpPosition::only;
+  if (starts && !in_region(wire::reth_of(f, l))) {
+    ++c_.refused_key;
+    return;
+  }
   last_rx_ns_ = now_ns;
   const wire::BthView bth = wire::bth_of(f, l);
   const int64_t s = static_cast<int64_t>(expected_) + sext24(bth.psn() - psn_at(cfg_.recv_start_psn, expected_));
@@ -280,23 +301,17 @@ void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
     }
     return;
   }
-  const wire::OpPosition pos = l.info->position;
-  if (pos == wire::OpPosition::first || pos == wire::OpPosition::only) {
+  if (starts) {
     const wire::RethView reth = wire::reth_of(f, l);
-    if (reth.rkey() != rkey_ || reth.va() < mr_va_ || reth.va() - mr_va_ + reth.dma_len() > mr_len_) {
-      error_ = "RDMA WRITE outside the memory region (va " + std::to_string(reth.va()) + ", " +
-               std::to_string(reth.dma_len()) + " bytes)";
-      send_ack(expected_, wire::aeth::kNakRemoteAccessError);
-      ++c_.naks_sent;
-      return;
-    }
     write_off_ = reth.va() - mr_va_;
     write_left_ = reth.dma_len();
   }
+  // A packet past its message's end (or, MIDDLE or LAST, with no message begun): a forger's, or
+  // a sender that lost count; either way nothing of it is written, and the real sender's packet
+  // of this PSN is still taken when it comes.
   if (l.payload_len > write_left_) {
-    error_ = "a WRITE carries more bytes than its RETH announced";
-    send_ack(expected_, wire::aeth::kNakInvalidRequest);
-    ++c_.naks_sent;
+    if (starts) write_left_ = 0;
+    ++c_.refused_key;
     return;
   }
   std::memcpy(mr_ + write_off_, f + l.payload, l.payload_len);

@@ -1,8 +1,11 @@
 #include "inagg/client/transport/udp_transport.hpp"
 
 #include <poll.h>
+#include <sys/random.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "inagg/client/clock.hpp"
 #include "inagg/wire/parse.hpp"
@@ -15,25 +18,54 @@ TransportCounters counters_of(const RcRequester& req, const RcResponder& rsp) {
   const RcCounters& r = rsp.counters();
   TransportCounters c{s.packets_sent, s.retransmitted, s.timeouts, s.naks_received,
                       r.accepted,     r.duplicates,    r.bad_icrc};
+  c.rx_refused_source = s.refused_source + r.refused_source;
+  c.rx_refused_rkey = r.refused_key;
   c.messages_received = rsp.messages();
   return c;
 }
 
+// Lane `lane`'s part of a rank's registration (UdpRcTransport::kLaneVaStride); -1: the main region.
+uint64_t region_va(const RegionKey& k, int lane) { return k.va + uint64_t(lane + 1) * UdpRcTransport::kLaneVaStride; }
+
 }  // namespace
+
+std::optional<RegionKey> random_region_key(std::string* error) {
+  uint64_t r[2];
+  for (size_t got = 0; got < sizeof r;) {
+    const ssize_t n = ::getrandom(reinterpret_cast<uint8_t*>(r) + got, sizeof r - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error =
+          std::string("cannot draw a random rkey for the receive region (getrandom: ") + std::strerror(errno) + ")";
+      return std::nullopt;
+    }
+    got += static_cast<size_t>(n);
+  }
+  RegionKey k;
+  // Base VAs from 0x100000000000 to 0x4ffffffff000: the lanes' parts (4 TiB above) and any region
+  // stay below 2^47, where a user-space address of x86-64 or arm64 lies.
+  k.va = 0x100000000000ull + ((r[0] & ((1ull << 34) - 1)) << 12);
+  k.rkey = static_cast<uint32_t>(r[1]);
+  if (k.rkey == 0) k.rkey = static_cast<uint32_t>(r[1] >> 32) | 1;
+  return k;
+}
 
 // A further QP pair on the transport's socket (add_lane): its own requester, responder and regions;
 // the socket, the clock of arrivals, barriers and finish are the transport's.
 class UdpRcTransport::Lane final : public Transport {
  public:
-  Lane(UdpRcTransport& t, const RcConfig& send, const RcConfig& receive, uint64_t send_bytes, uint64_t receive_bytes)
-      : t_(t), send_cfg_(send), recv_cfg_(receive), send_(send_bytes, 0), recv_(receive_bytes, 0) {
+  Lane(UdpRcTransport& t, int index, const RcConfig& send, const RcConfig& receive, uint64_t send_bytes,
+       uint64_t receive_bytes)
+      : t_(t), index_(index), send_cfg_(send), recv_cfg_(receive), send_(send_bytes, 0), recv_(receive_bytes, 0) {
     req_ = std::make_unique<RcRequester>(t.sock_, send);
-    rsp_ = std::make_unique<RcResponder>(t.sock_, receive, recv_.data(), recv_.size(), kRegionVa, kRegionRkey);
+    rsp_ = std::make_unique<RcResponder>(t.sock_, receive, recv_.data(), recv_.size(), region_va(t.key_, index),
+                                         t.key_.rkey);
   }
   std::span<uint8_t> send_region() override { return send_; }
   std::span<const uint8_t> receive_region() const override { return recv_; }
+  bool open_receive(std::string* error) override { return t_.open_receive(error); }
   void post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) override {
-    req_->post_write(send_.data() + src_offset, len, t_.remote_va_ + dst_offset, t_.remote_rkey_, imm);
+    req_->post_write(send_.data() + src_offset, len, region_va(t_.remote_, index_) + dst_offset, t_.remote_.rkey, imm);
   }
   void poll(int wait_ms) override { t_.poll(wait_ms); }
   bool writes_done() const override { return req_->idle(); }
@@ -41,7 +73,6 @@ class UdpRcTransport::Lane final : public Transport {
   uint64_t last_arrival_ns() const override { return t_.last_arrival_ns_; }
   const std::string& error() const override {
     if (req_->failed()) return req_->error();
-    if (!rsp_->error().empty()) return rsp_->error();
     return t_.error();
   }
   bool barrier(const std::string& what, std::string* error) override { return t_.barrier(what, error); }
@@ -49,6 +80,7 @@ class UdpRcTransport::Lane final : public Transport {
   TransportCounters counters() const override { return counters_of(*req_, *rsp_); }
 
   UdpRcTransport& t_;
+  int index_;
   RcConfig send_cfg_, recv_cfg_;
   std::vector<uint8_t> send_, recv_;
   std::unique_ptr<RcRequester> req_;
@@ -60,24 +92,32 @@ UdpRcTransport::~UdpRcTransport() = default;
 
 Transport& UdpRcTransport::add_lane(const RcConfig& send, const RcConfig& receive, uint64_t send_bytes,
                                     uint64_t receive_bytes) {
-  lanes_.push_back(std::make_unique<Lane>(*this, send, receive, send_bytes, receive_bytes));
+  lanes_.push_back(
+      std::make_unique<Lane>(*this, static_cast<int>(lanes_.size()), send, receive, send_bytes, receive_bytes));
   return *lanes_.back();
 }
 
 bool UdpRcTransport::open(const UdpRcConfig& cfg, std::string* error) {
   cfg_ = cfg;
+  if (cfg.receive_key) {
+    key_ = *cfg.receive_key;
+  } else if (const std::optional<RegionKey> k = random_region_key(error)) {
+    key_ = *k;
+  } else {
+    return false;
+  }
   if (!sock_.open(cfg.local, cfg.tos, error)) return false;
   sock_.set_batching(true);
   send_.assign(cfg.send_bytes, 0);
   recv_.assign(cfg.receive_bytes, 0);
   req_ = std::make_unique<RcRequester>(sock_, cfg.send);
-  rsp_ = std::make_unique<RcResponder>(sock_, cfg.receive, recv_.data(), recv_.size(), kRegionVa, kRegionRkey);
+  rsp_ = std::make_unique<RcResponder>(sock_, cfg.receive, recv_.data(), recv_.size(), region_va(key_, -1), key_.rkey);
   last_arrival_ns_ = now_ns();
   return true;
 }
 
 void UdpRcTransport::post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) {
-  req_->post_write(send_.data() + src_offset, len, remote_va_ + dst_offset, remote_rkey_, imm);
+  req_->post_write(send_.data() + src_offset, len, region_va(remote_, -1) + dst_offset, remote_.rkey, imm);
 }
 
 RankEndpoint UdpRcTransport::local(unsigned rank) const {
@@ -91,8 +131,8 @@ RankEndpoint UdpRcTransport::local(unsigned rank) const {
   e.send_qpn = cfg_.send.local_qpn;
   e.recv_qpn = cfg_.receive.local_qpn;
   e.start_psn = cfg_.send.send_start_psn;
-  e.recv_addr = kRegionVa;
-  e.recv_rkey = kRegionRkey;
+  e.recv_addr = key_.va;
+  e.recv_rkey = key_.rkey;
   e.payload = cfg_.send.mtu_payload;
   return e;
 }
@@ -125,10 +165,9 @@ bool UdpRcTransport::connect(const RankEndpoint& successor, const RankEndpoint& 
              "): RoCEv2 over IPv4 needs IPv4-mapped GIDs";
     return false;
   }
-  remote_va_ = successor.recv_addr;
-  remote_rkey_ = successor.recv_rkey;
+  remote_ = {successor.recv_addr, successor.recv_rkey};
   req_ = std::make_unique<RcRequester>(sock_, s);
-  rsp_ = std::make_unique<RcResponder>(sock_, r, recv_.data(), recv_.size(), kRegionVa, kRegionRkey);
+  rsp_ = std::make_unique<RcResponder>(sock_, r, recv_.data(), recv_.size(), region_va(key_, -1), key_.rkey);
   // From here on the RC halves answer while this rank waits for the others (ACKs a NIC resends
   // for, retransmissions it asks for).
   rendezvous_->set_idle([this](int wait_ms) { poll(wait_ms); });
@@ -160,6 +199,13 @@ bool UdpRcTransport::meet(const RendezvousConfig& cfg, std::string* error) {
   if (pred.send_qpn != cfg_.receive.remote_qpn || pred.start_psn != cfg_.receive.recv_start_psn ||
       util::gid_address(pred.gid) != cfg_.receive.remote_ip)
     return mismatch(pred, "predecessor");
+  remote_ = {succ.recv_addr, succ.recv_rkey};
+  return true;
+}
+
+bool UdpRcTransport::open_receive(std::string* error) {
+  if (peers_ && !connected_ && !connect(peers_->first, peers_->second, error)) return false;
+  receiving_ = true;
   return true;
 }
 
@@ -179,15 +225,21 @@ bool UdpRcTransport::drain(uint64_t t) {
     any = true;
     if (!dg_.roce) continue;
     const uint32_t qpn = wire::bth_of(dg_.frame.data(), dg_.layout).dest_qp();
-    if (qpn == cfg_.send.local_qpn) {
-      req_->on_ack(dg_, t);
-    } else if (qpn == cfg_.receive.local_qpn) {
-      rsp_->on_data(dg_, t);
+    const bool ack = dg_.layout.aeth != 0;
+    RcRequester* req = qpn == cfg_.send.local_qpn ? req_.get() : nullptr;
+    RcResponder* rsp = qpn == cfg_.receive.local_qpn ? rsp_.get() : nullptr;
+    for (size_t i = 0; i < lanes_.size() && !req && !rsp; ++i) {
+      if (qpn == lanes_[i]->send_cfg_.local_qpn) req = lanes_[i]->req_.get();
+      if (qpn == lanes_[i]->recv_cfg_.local_qpn) rsp = lanes_[i]->rsp_.get();
+    }
+    if (req && ack) {
+      req->on_ack(dg_, t);
+    } else if (rsp && !receiving_) {
+      ++refused_early_;
+    } else if (rsp) {
+      rsp->on_data(dg_, t);
     } else {
-      for (auto& lane : lanes_) {
-        if (qpn == lane->send_cfg_.local_qpn) lane->req_->on_ack(dg_, t);
-        if (qpn == lane->recv_cfg_.local_qpn) lane->rsp_->on_data(dg_, t);
-      }
+      ++refused_qpn_;
     }
   }
   return any;
@@ -241,7 +293,6 @@ std::string UdpRcTransport::description() const {
 const std::string& UdpRcTransport::error() const {
   if (!error_.empty()) return error_;
   if (req_->failed()) return req_->error();
-  if (!rsp_->error().empty()) return rsp_->error();
   return no_error_;
 }
 
@@ -264,7 +315,12 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
   }
 }
 
-TransportCounters UdpRcTransport::counters() const { return counters_of(*req_, *rsp_); }
+TransportCounters UdpRcTransport::counters() const {
+  TransportCounters c = counters_of(*req_, *rsp_);
+  c.rx_refused_qpn = refused_qpn_;  // the socket's, counted once
+  c.rx_refused_early = refused_early_;
+  return c;
+}
 
 TransportCounters UdpRcTransport::counters_with_lanes() const {
   TransportCounters t = counters();

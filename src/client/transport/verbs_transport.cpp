@@ -172,9 +172,15 @@ bool VerbsTransport::open(const VerbsConfig& cfg, std::string* error) {
   send_buf_ = alloc(cfg.send_bytes);
   recv_buf_ = alloc(cfg.receive_bytes);
   if (!send_buf_ || !recv_buf_) return failed("cannot allocate the registered regions");
+  // The receive region is addressed at a random VA (an IOVA of its own), not at its place in this
+  // process: a heap address is a guess away, and the rkey is the device's, with as few as 8
+  // random bits (Soft-RoCE's). A WRITE must name both.
+  std::string why;
+  const std::optional<RegionKey> key = random_region_key(&why);
+  if (!key) return failed(why);
   send_mr_ = ibv_reg_mr(pd_, send_buf_, std::max<uint64_t>(cfg.send_bytes, 1), IBV_ACCESS_LOCAL_WRITE);
-  recv_mr_ = ibv_reg_mr(pd_, recv_buf_, std::max<uint64_t>(cfg.receive_bytes, 1),
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  recv_mr_ = ibv_reg_mr_iova(pd_, recv_buf_, std::max<uint64_t>(cfg.receive_bytes, 1), key->va,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!send_mr_ || !recv_mr_)
     return failed("ibv_reg_mr: " + errno_text(errno) + " (is the locked-memory limit, ulimit -l, large enough?)");
 
@@ -210,7 +216,7 @@ bool VerbsTransport::open(const VerbsConfig& cfg, std::string* error) {
   local_.send_qpn = send_qp_->qp_num;
   local_.recv_qpn = recv_qp_->qp_num;
   local_.start_psn = cfg.start_psn & 0xffffff;
-  local_.recv_addr = reinterpret_cast<uintptr_t>(recv_buf_);
+  local_.recv_addr = key->va;
   local_.recv_rkey = recv_mr_->rkey;
   local_.payload = cfg.payload;
   last_arrival_ns_ = now_ns();

@@ -6,6 +6,14 @@
 // set), NAKs once per sequence error and re-ACKs duplicates. Single-threaded: the caller feeds
 // received datagrams and calls progress() by next_deadline_ns() at the latest.
 //
+// Both halves take packets only from their peer's address (RcConfig::remote_ip), and the responder
+// writes only what carries its region's rkey, inside the region: anything else is dropped and
+// counted (refused_source, refused_key), never answered, so a forged packet can neither land in
+// the region nor make either end fail or NAK its real peer (an RDMA NIC checks the rkey and the
+// bounds too, but answers a remote access error, which breaks the connection of the peer whose
+// address the forger used). What no check here can tell: a MIDDLE or LAST packet at exactly the
+// expected PSN inside a message, from the peer's address; such a packet carries no rkey.
+//
 // Unlike a NIC's fixed ACK timeout, the requester's retransmission timeout follows the measured
 // round trip (RFC 6298): SRTT and RTTVAR from one timed packet at a time, never a retransmitted
 // one (Karn), RTO = SRTT + 4 RTTVAR within [rto_min_ns, ack_timeout_ns], doubled per timeout. So
@@ -50,21 +58,23 @@ struct RcConfig {
   uint64_t ack_delay_ns = 20'000;  // responder: flush a pending ACK after this
 };
 
-#define INAGG_RC_COUNTERS(X)                                                        \
-  X(packets_sent, "data packets sent (first transmissions and retransmissions)")    \
-  X(retransmitted, "data packets sent again")                                       \
-  X(timeouts, "ACK timer expirations")                                              \
-  X(naks_received, "NAKs (PSN sequence error) received")                            \
-  X(naks_ignored, "NAKs again for the PSN just gone back to, within an RTT")        \
-  X(rtt_samples, "round-trip samples taken (RFC 6298, Karn's rule)")                \
-  X(queue_full, "sending paused: max_queued_bytes waited in the local qdisc")       \
-  X(window_cuts, "congestion window cut (a NAK halved it or a timeout floored it)") \
-  X(acks_sent, "ACKs sent")                                                         \
-  X(naks_sent, "NAKs sent")                                                         \
-  X(accepted, "data packets accepted in order")                                     \
-  X(duplicates, "data packets below the expected PSN (re-ACKed)")                   \
-  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)")      \
-  X(bad_icrc, "packets with a bad ICRC, dropped")                                   \
+#define INAGG_RC_COUNTERS(X)                                                           \
+  X(packets_sent, "data packets sent (first transmissions and retransmissions)")       \
+  X(retransmitted, "data packets sent again")                                          \
+  X(timeouts, "ACK timer expirations")                                                 \
+  X(naks_received, "NAKs (PSN sequence error) received")                               \
+  X(naks_ignored, "NAKs again for the PSN just gone back to, within an RTT")           \
+  X(rtt_samples, "round-trip samples taken (RFC 6298, Karn's rule)")                   \
+  X(queue_full, "sending paused: max_queued_bytes waited in the local qdisc")          \
+  X(window_cuts, "congestion window cut (a NAK halved it or a timeout floored it)")    \
+  X(acks_sent, "ACKs sent")                                                            \
+  X(naks_sent, "NAKs sent")                                                            \
+  X(accepted, "data packets accepted in order")                                        \
+  X(duplicates, "data packets below the expected PSN (re-ACKed)")                      \
+  X(out_of_order, "data packets above the expected PSN (dropped, NAKed once)")         \
+  X(bad_icrc, "packets with a bad ICRC, dropped")                                      \
+  X(refused_source, "packets from an address other than the peer's, dropped")          \
+  X(refused_key, "WRITEs with another rkey, outside the region or a message, dropped") \
   X(messages_completed, "messages completed")
 
 struct RcCounters {
@@ -142,7 +152,8 @@ class RcRequester {
 
 class RcResponder {
  public:
-  // Writes land in [mr, mr + mr_len), addressed as [mr_va, mr_va + mr_len) with `rkey`.
+  // Writes land in [mr, mr + mr_len), addressed as [mr_va, mr_va + mr_len) with `rkey`, from
+  // cfg.remote_ip only.
   RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, size_t mr_len, uint64_t mr_va, uint32_t rkey);
 
   void on_data(const Datagram& d, uint64_t now_ns);  // an RDMA WRITE to our QP
@@ -151,10 +162,10 @@ class RcResponder {
   uint64_t messages() const { return msn_; }
   const std::vector<uint32_t>& immediates() const { return imms_; }
   const RcCounters& counters() const { return c_; }
-  const std::string& error() const { return error_; }
 
  private:
   void send_ack(uint64_t seq_acked, uint8_t syndrome);
+  bool in_region(const wire::RethView& reth) const;  // its rkey, and all of its bytes inside the region
 
   RoceSocket& sock_;
   RcConfig cfg_;
@@ -169,7 +180,6 @@ class RcResponder {
   uint64_t write_off_ = 0, write_left_ = 0;  // the message being written
   uint32_t msn_ = 0;
   std::vector<uint32_t> imms_;
-  std::string error_;
   RcCounters c_;
   std::vector<uint8_t> buf_;
 };

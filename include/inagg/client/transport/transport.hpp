@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,17 @@ struct RankConnection {
   uint32_t send_qpn = 0, recv_qpn = 0, start_psn = 0;
 };
 
+// Where a rank's receive region lies for its predecessor's WRITEs: the base VA and the rkey.
+struct RegionKey {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  bool operator==(const RegionKey&) const = default;
+};
+// A key no one else can predict, as an RDMA NIC's rkey should be: an rkey of 32 random bits (never
+// 0) and a page-aligned base VA of 34 random bits in the user half of a 47-bit address space, from
+// getrandom(2). nullopt with *error when the OS has no randomness to give.
+std::optional<RegionKey> random_region_key(std::string* error);
+
 // What inagg-worker prints per rank. A transport that cannot count one of these leaves it 0.
 struct TransportCounters {
   // Our writes to the successor.
@@ -44,6 +56,11 @@ struct TransportCounters {
   uint64_t accepted = 0;    // data packets accepted in order
   uint64_t duplicates = 0;  // data packets seen again (re-acknowledged)
   uint64_t bad_icrc = 0;    // packets with a bad ICRC, dropped
+  // Refused, dropped unanswered and never written (a forger's, or a peer that is not this job's):
+  uint64_t rx_refused_source = 0;  // from an address other than the peer's
+  uint64_t rx_refused_rkey = 0;    // WRITEs with another rkey, outside the region or outside a message
+  uint64_t rx_refused_qpn = 0;     // RoCE to a QPN this rank does not have, or a WRITE to its send QP
+  uint64_t rx_refused_early = 0;   // WRITEs before the receive side opened (open_receive)
   // Whole messages: our writes acknowledged, the predecessor's complete in the receive region.
   uint64_t messages_written = 0;
   uint64_t messages_received = 0;
@@ -56,6 +73,10 @@ struct TransportCounters {
     accepted += o.accepted;
     duplicates += o.duplicates;
     bad_icrc += o.bad_icrc;
+    rx_refused_source += o.rx_refused_source;
+    rx_refused_rkey += o.rx_refused_rkey;
+    rx_refused_qpn += o.rx_refused_qpn;
+    rx_refused_early += o.rx_refused_early;
     messages_written += o.messages_written;
     messages_received += o.messages_received;
     return *this;
@@ -70,6 +91,14 @@ class Transport {
   // writes are posted from send_region(); the predecessor's writes land in receive_region().
   virtual std::span<uint8_t> send_region() = 0;
   virtual std::span<const uint8_t> receive_region() const = 0;
+
+  // Opens the receive side: from here on the predecessor's WRITEs are taken (before, the transport
+  // drops and counts them, rx_refused_early). A rank calls it once its job is active on the
+  // appliance (or where there is no appliance to wait for), so that nothing written while the
+  // appliance still switched the job's packets unaggregated can be taken for a sum. Every rank opens
+  // its receive side before the first barrier. False with *error (a transport that connects its
+  // QPs here: verbs, a software rank among them).
+  virtual bool open_receive(std::string* error) = 0;
 
   // Queues an RDMA WRITE WITH IMMEDIATE of `len` bytes from send_region()[src_offset] to the
   // successor's receive region at `dst_offset`, carrying `imm`. The bytes must stay unchanged until

@@ -1,27 +1,35 @@
 // The first Transport: RoCEv2 RC in software over a kernel UDP socket (roce_socket.hpp), one
-// RcRequester to the successor and one RcResponder for the predecessor (rc.hpp). The receive
-// region is addressed as [kRegionVa, kRegionVa + size) with kRegionRkey on every rank, so among
-// software ranks no addresses need exchanging: open()'s config (the rack plan's) is all.
+// RcRequester to the successor and one RcResponder for the predecessor (rc.hpp). Each rank
+// addresses its receive region as an RDMA NIC's registered memory is addressed: a base VA and an
+// rkey that open() draws from the OS's CSPRNG (RegionKey), which its predecessor learns in the
+// ranks' meeting (the endpoint's recv_addr and recv_rkey) and nobody else can guess. The
+// responder takes WRITEs only from the predecessor's address, with that rkey, inside the region;
+// the requester ACKs only from the successor's (rc.hpp). Nothing is taken at all before
+// open_receive(), which a rank calls once its job is active on the appliance (worker.hpp).
 //
 // In a ring with RDMA NICs (VerbsTransport ranks: their QPNs, addresses and rkeys are the
 // device's), the software rank joins their out-of-band exchange (rendezvous.hpp) instead:
-//   open()      as always, with the plan's config for this rank's own QPNs, address, start PSN
-//   exchange()  local() with the other ranks; from here on datagrams are received with their IP
-//               headers (RoceSocket::receive_ip_headers: a NIC's ICRC covers its non-zero IP ID)
-//   connect()   the requester and responder re-made for the successor's and the predecessor's
-//               endpoints (QPNs, addresses, PSNs; writes go to the successor's region and rkey),
-//               then the ranks' barrier "connected"; finish() ends in the barrier "done"
+//   open()          as always, with the plan's config for this rank's own QPNs, address, start PSN
+//   exchange()      local() with the other ranks; from here on datagrams are received with their IP
+//                   headers (RoceSocket::receive_ip_headers: a NIC's ICRC covers its non-zero IP ID)
+//   set_peers()     the successor's and the predecessor's endpoints from the exchange
+//   open_receive()  connect(): the requester and responder re-made for those endpoints (QPNs,
+//                   addresses, PSNs; writes go to the successor's region and rkey), then the
+//                   ranks' barrier "connected"; finish() ends in the barrier "done"
 // While it waits in the exchange's barriers the rank keeps its RC running (it is its own NIC).
 //
-// Among software ranks on the rack plan, meet() joins the same exchange only to check that every
-// rank's endpoint is the one the plan gives it (same QPNs, start PSNs, payload: every rank was
-// started with the same --workers, --ip-base, --payload) and to keep its connection to rank 0 for
-// barrier(): the ranks meet before their first send and wherever their local work differs in length.
+// Among software ranks on the rack plan, meet() joins the same exchange to learn the successor's
+// region key and to check that every rank's endpoint is the one the plan gives it (same QPNs,
+// start PSNs, payload: every rank was started with the same --workers, --ip-base, --payload), and
+// keeps its connection to rank 0 for barrier(): the ranks meet before their first send and
+// wherever their local work differs in length.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "inagg/client/rendezvous.hpp"
@@ -38,20 +46,34 @@ struct UdpRcConfig {
   RcConfig receive;         // the responder: the predecessor's QP -> our receive QP
   uint64_t send_bytes = 0;  // sizes of the two regions
   uint64_t receive_bytes = 0;
+  // This rank's region key; nullopt: open() draws one (random_region_key). Given by a caller that
+  // must publish it before it opens the transport (InaRank).
+  std::optional<RegionKey> receive_key;
 };
 
 class UdpRcTransport final : public Transport {
  public:
-  static constexpr uint64_t kRegionVa = 0x7f0000000000ull;
-  static constexpr uint32_t kRegionRkey = 0x1234;
+  // The lanes' regions (add_lane) lie at the rank's base VA + (lane + 1) x kLaneVaStride, with the
+  // same rkey, as parts of one registration: each lane's responder takes only its own part.
+  static constexpr uint64_t kLaneVaStride = 1ull << 40;
+  // The one key every rank uses where ranks never meet to exchange theirs (an inagg.Communicator
+  // whose job someone else registers): predictable, so such a rank's region is guarded by its
+  // peers' addresses alone.
+  static constexpr RegionKey kUnmetKey{0x7f0000000000ull, 0x1234};
 
   UdpRcTransport();
   ~UdpRcTransport() override;
   UdpRcTransport(const UdpRcTransport&) = delete;
   UdpRcTransport& operator=(const UdpRcTransport&) = delete;
 
-  // Binds (local, 4791) and allocates the regions. False with *error ("cannot bind ...").
+  // Binds (local, 4791), allocates the regions and draws the region key (unless cfg gives one).
+  // The receive side stays closed until open_receive(). False with *error ("cannot bind ...").
   bool open(const UdpRcConfig& cfg, std::string* error);
+  const RegionKey& receive_key() const { return key_; }
+  // The successor's region key, where writes go: meet() and connect() set it from its endpoint.
+  void set_successor_key(const RegionKey& k) { remote_ = k; }
+  // Opens the receive side (Transport::open_receive); after set_peers(), connects first.
+  bool open_receive(std::string* error) override;
 
   std::span<uint8_t> send_region() override { return send_; }
   std::span<const uint8_t> receive_region() const override { return recv_; }
@@ -79,6 +101,8 @@ class UdpRcTransport final : public Transport {
   RankEndpoint local(unsigned rank) const;
   bool exchange(const RendezvousConfig& cfg, std::vector<RankEndpoint>* all, std::string* error);
   bool connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error);
+  // The endpoints open_receive() connects to (after the job is active).
+  void set_peers(const RankEndpoint& successor, const RankEndpoint& predecessor) { peers_ = {successor, predecessor}; }
   // The plan's ranks meet (see the top). finish() stays as without: answering until quiet.
   bool meet(const RendezvousConfig& cfg, std::string* error);
   bool barrier(const std::string& what, std::string* error) override;
@@ -104,11 +128,13 @@ class UdpRcTransport final : public Transport {
   std::unique_ptr<RcResponder> rsp_;
   Datagram dg_;
   uint64_t last_arrival_ns_ = 0;
-  // The successor's receive region: ours by default (every software rank's is the same).
-  uint64_t remote_va_ = kRegionVa;
-  uint32_t remote_rkey_ = kRegionRkey;
-  std::unique_ptr<Rendezvous> rendezvous_;  // after exchange()
-  bool connected_ = false;                  // connect() done: finish() ends in the barrier
+  RegionKey key_;           // our receive regions'
+  RegionKey remote_;        // the successor's: meet(), connect() or set_successor_key()
+  bool receiving_ = false;  // open_receive() done: WRITEs are taken
+  uint64_t refused_qpn_ = 0, refused_early_ = 0;
+  std::optional<std::pair<RankEndpoint, RankEndpoint>> peers_;  // set_peers(): successor, predecessor
+  std::unique_ptr<Rendezvous> rendezvous_;                      // after exchange()
+  bool connected_ = false;                                      // connect() done: finish() ends in the barrier
   std::vector<RankConnection> connections_;
   std::string error_;  // the exchange's; the RC halves keep their own
   std::string no_error_;

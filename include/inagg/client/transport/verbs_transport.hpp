@@ -6,12 +6,20 @@
 // and its immediate completes a receive WR on the successor. At most `window` writes are posted at
 // a time (the appliance's window, docs/protocol.md §2); the rest wait in a queue.
 //
-//   open()      device, port, GID, PD, CQs, the two QPs (INIT) and the MRs: local() is this
-//               rank's endpoint for the out-of-band exchange (rendezvous.hpp)
-//   connect()   the QPs to RTR/RTS with the successor's and the predecessor's endpoints, then a
-//               barrier of the ranks
+//   open()          device, port, GID, PD, CQs, the two QPs (INIT) and the MRs: local() is this
+//                   rank's endpoint for the out-of-band exchange (rendezvous.hpp)
+//   exchange()      the ranks' endpoints, out of band (rendezvous.hpp)
+//   set_peers()     the successor's and the predecessor's endpoints from the exchange
+//   open_receive()  connect(): the QPs to RTR/RTS with those endpoints, then a barrier of the
+//                   ranks; called once the job is active on the appliance (worker.hpp)
 //
-//   exchange()  the ranks' endpoints, out of band (rendezvous.hpp)
+// What guards the receive region is the NIC's: a QP in INIT (before open_receive) drops every
+// packet; in RTR it takes WRITEs to its QPN at its expected PSN, with the region's rkey (the
+// device's: Soft-RoCE draws only 8 of its bits at random) and inside the region, which is
+// addressed at a random VA (ibv_reg_mr_iova) the predecessor learns in the exchange. Whether a
+// WRITE comes from the predecessor's address is the device's to check (Soft-RoCE does), not this
+// class's, and none of it is counted here: the device's counters (rdma statistic) say what it
+// dropped.
 //
 // open_verbs_transport() (worker.hpp) runs the steps for inagg-worker. Built only when meson
 // finds libibverbs (INAGG_HAVE_VERBS); verbs_supported() says whether this build has it.
@@ -74,6 +82,12 @@ class VerbsTransport final : public Transport {
   // Both QPs to RTR and RTS, then the ranks' barrier "connected": when it returns, every rank's
   // receive QP is ready, so the first WRITE is not dropped by a peer still in INIT.
   bool connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error);
+  void set_peers(const RankEndpoint& successor, const RankEndpoint& predecessor) {
+    successor_ = successor;
+    predecessor_ = predecessor;
+  }
+  // connect() to the set_peers() endpoints (Transport::open_receive).
+  bool open_receive(std::string* error) override { return connected_ || connect(successor_, predecessor_, error); }
   // Which device, port and GID index open() chose ("rxe0 port 1 GID 1 ::ffff:10.77.0.101").
   std::string description() const override { return description_; }
 
@@ -111,7 +125,7 @@ class VerbsTransport final : public Transport {
   void close();
 
   VerbsConfig cfg_;
-  RankEndpoint local_, successor_;
+  RankEndpoint local_, successor_, predecessor_;
   std::string description_;
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
