@@ -257,7 +257,8 @@ TEST(RcResponderRefuses, TheRequesterTakesAcksOnlyFromItsPeer) {
 // A UdpRcTransport on 127.0.5.2 whose predecessor is 127.0.5.1: a forger on the predecessor's own
 // address and port, with a valid ICRC and the PSN expected next. Before open_receive() even the
 // right WRITE is dropped; after it, one to a QPN the rank does not have, one to its send QP and one
-// with the old fixed key are; counted as such; the region keeps its bytes. Then the right one lands.
+// with the old fixed key are; counted as such; the region keeps its bytes, and none of them counts
+// as an arrival from the predecessor. Then the right one lands.
 TEST(UdpRcTransportRefuses, WritesBeforeTheReceiveSideOpensOrToAnotherQpOrKey) {
   const util::IpAddr self = *util::parse_ip("127.0.5.2"), pred = *util::parse_ip("127.0.5.1");
   UdpRcConfig cfg;
@@ -298,6 +299,7 @@ TEST(UdpRcTransportRefuses, WritesBeforeTheReceiveSideOpensOrToAnotherQpOrKey) {
     while (seen() == was && now_ns() < end) t.poll(10);
   };
   auto region = [&] { return std::vector<uint8_t>(t.receive_region().begin(), t.receive_region().end()); };
+  const uint64_t opened_at = t.last_arrival_ns();
   send(0x302, key);
   EXPECT_EQ(t.counters().rx_refused_early, 1u);
   EXPECT_EQ(region(), zeros) << "a WRITE before open_receive() landed";
@@ -312,6 +314,9 @@ TEST(UdpRcTransportRefuses, WritesBeforeTheReceiveSideOpensOrToAnotherQpOrKey) {
   EXPECT_EQ(t.counters().rx_refused_rkey, 2u);
   EXPECT_EQ(region(), zeros) << "a refused WRITE landed";
   EXPECT_EQ(t.messages_received(), 0u);
+  // Refused packets are no sign of the predecessor (a rank waiting for quiet in finish() would
+  // wait for the forger to stop).
+  EXPECT_EQ(t.last_arrival_ns(), opened_at);
   send(0x302, key);
   EXPECT_EQ(t.counters().accepted, 1u);
   EXPECT_EQ(t.messages_received(), 1u);
@@ -319,6 +324,7 @@ TEST(UdpRcTransportRefuses, WritesBeforeTheReceiveSideOpensOrToAnotherQpOrKey) {
   std::copy(bytes.begin(), bytes.end(), want.begin());
   EXPECT_EQ(region(), want);
   EXPECT_EQ(t.counters().rx_refused_source, 0u);
+  EXPECT_GT(t.last_arrival_ns(), opened_at);
 }
 
 // RFC 6298: after round trips were measured on loopback (tens of microseconds), the RTO sits at

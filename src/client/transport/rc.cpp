@@ -180,15 +180,15 @@ void RcRequester::progress(uint64_t now_ns) {
   }
 }
 
-void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
-  if (!d.roce || d.layout.aeth == 0) return;
+bool RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
+  if (!d.roce || d.layout.aeth == 0) return false;
   if (d.src != cfg_.remote_ip) {  // only the successor acknowledges our writes
     ++c_.refused_source;
-    return;
+    return false;
   }
   if (!wire::icrc_verify(d.frame.data(), d.layout)) {
     ++c_.bad_icrc;
-    return;
+    return false;
   }
   const wire::AethView aeth = wire::aeth_of(d.frame.data(), d.layout);
   const uint64_t seq = seq_of(wire::bth_of(d.frame.data(), d.layout).psn(), una_);
@@ -214,7 +214,7 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
     }
   } else if (aeth.is_nak()) {
     error_ = "the peer answered NAK code " + std::to_string(aeth.nak_code()) + " (remote access or operational error)";
-    return;
+    return true;
   }
   if (new_una > una_) {
     if (timing_ && new_una > timed_seq_) {
@@ -232,6 +232,7 @@ void RcRequester::on_ack(const Datagram& d, uint64_t now_ns) {
       ++c_.messages_completed;
     }
   }
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,26 +261,26 @@ bool RcResponder::in_region(const wire::RethView& reth) const {
          reth.dma_len() <= mr_len_ - (reth.va() - mr_va_);
 }
 
-void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
-  if (!d.roce) return;
+bool RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
+  if (!d.roce) return false;
   const uint8_t* f = d.frame.data();
   const wire::Layout& l = d.layout;
   // The checks that need no state come first, so that a refused packet changes nothing: no ACK,
   // no NAK, no PSN, nothing in the region.
   if (d.src != cfg_.remote_ip) {
     ++c_.refused_source;
-    return;
+    return false;
   }
   if (!wire::icrc_verify(f, l)) {
     ++c_.bad_icrc;  // as a NIC: dropped; the sender recovers it as a loss
-    return;
+    return false;
   }
-  if (!wire::is_rdma_write(l.opcode)) return;
+  if (!wire::is_rdma_write(l.opcode)) return false;
   const wire::OpPosition pos = l.info->position;
   const bool starts = pos == wire::OpPosition::first || pos == wire::OpPosition::only;
   if (starts && !in_region(wire::reth_of(f, l))) {
     ++c_.refused_key;
-    return;
+    return false;
   }
   last_rx_ns_ = now_ns;
   const wire::BthView bth = wire::bth_of(f, l);
@@ -290,7 +291,7 @@ void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
       send_ack(expected_ - 1, wire::aeth::kAckUnlimitedCredits);
       ++c_.acks_sent;
     }
-    return;
+    return true;
   }
   if (s > static_cast<int64_t>(expected_)) {
     ++c_.out_of_order;
@@ -299,7 +300,7 @@ void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
       ++c_.naks_sent;
       nak_sent_ = true;
     }
-    return;
+    return true;
   }
   if (starts) {
     const wire::RethView reth = wire::reth_of(f, l);
@@ -312,7 +313,7 @@ void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
   if (l.payload_len > write_left_) {
     if (starts) write_left_ = 0;
     ++c_.refused_key;
-    return;
+    return false;
   }
   std::memcpy(mr_ + write_off_, f + l.payload, l.payload_len);
   write_off_ += l.payload_len;
@@ -330,6 +331,7 @@ void RcResponder::on_data(const Datagram& d, uint64_t now_ns) {
     ++c_.acks_sent;
     unacked_ = 0;
   }
+  return true;
 }
 
 uint64_t RcResponder::next_deadline_ns() const { return unacked_ > 0 ? last_rx_ns_ + cfg_.ack_delay_ns : UINT64_MAX; }

@@ -219,7 +219,7 @@ bool UdpRcTransport::barrier(const std::string& what, std::string* error) {
   return true;
 }
 
-bool UdpRcTransport::drain(uint64_t t) {
+bool UdpRcTransport::drain(uint64_t t, bool* heard) {
   bool any = false;
   while (sock_.receive(&dg_)) {
     any = true;
@@ -233,11 +233,11 @@ bool UdpRcTransport::drain(uint64_t t) {
       if (qpn == lanes_[i]->recv_cfg_.local_qpn) rsp = lanes_[i]->rsp_.get();
     }
     if (req && ack) {
-      req->on_ack(dg_, t);
+      *heard |= req->on_ack(dg_, t);
     } else if (rsp && !receiving_) {
       ++refused_early_;
     } else if (rsp) {
-      rsp->on_data(dg_, t);
+      *heard |= rsp->on_data(dg_, t);
     } else {
       ++refused_qpn_;
     }
@@ -268,7 +268,10 @@ void UdpRcTransport::poll(int wait_ms) {
   uint64_t t = now_ns();
   progress(t);
   sock_.flush();
-  bool any = drain(t);
+  // Only what a peer sent is an arrival: a forger's refused packets must not keep a rank that
+  // waits for quiet (finish) or watches its predecessor's silence (RingExchange) waiting.
+  bool heard = false;
+  bool any = drain(t, &heard);
   if (!any) {
     const uint64_t deadline = std::min(next_deadline_ns(), t + uint64_t(std::max(wait_ms, 0)) * 1'000'000);
     if (deadline > t) {
@@ -278,9 +281,9 @@ void UdpRcTransport::poll(int wait_ms) {
       ::ppoll(&pfd, 1, &ts, nullptr);
     }
     t = now_ns();
-    any = drain(t);
+    drain(t, &heard);
   }
-  if (any) last_arrival_ns_ = t;
+  if (heard) last_arrival_ns_ = t;
   progress(t);
   sock_.flush();
 }

@@ -90,8 +90,9 @@ class RcRequester {
   // Queues an RDMA WRITE of `len` bytes from `src` (valid until the write completes) to the peer's
   // (va, rkey); `imm` makes the last packet WRITE_LAST/ONLY_WITH_IMMEDIATE.
   void post_write(const uint8_t* src, uint32_t len, uint64_t va, uint32_t rkey, std::optional<uint32_t> imm);
-  void on_ack(const Datagram& d, uint64_t now_ns);  // an ACK/NAK to our QP
-  void progress(uint64_t now_ns);                   // send what the window allows; the ACK timer
+  // An ACK/NAK to our QP. False when it was not the peer's (refused, a bad ICRC, not an ACK).
+  bool on_ack(const Datagram& d, uint64_t now_ns);
+  void progress(uint64_t now_ns);  // send what the window allows; the ACK timer
   // When progress() must run next: now when it has packets the window allows but left unsent,
   // the retransmission timer's expiry while packets are unacknowledged, otherwise UINT64_MAX.
   uint64_t next_deadline_ns() const;
@@ -156,9 +157,11 @@ class RcResponder {
   // cfg.remote_ip only.
   RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, size_t mr_len, uint64_t mr_va, uint32_t rkey);
 
-  void on_data(const Datagram& d, uint64_t now_ns);  // an RDMA WRITE to our QP
-  void progress(uint64_t now_ns);                    // flushes a coalesced ACK
-  uint64_t next_deadline_ns() const;                 // when a coalesced ACK is due; UINT64_MAX: none
+  // An RDMA WRITE to our QP. False when it was not the peer's (refused, a bad ICRC, not a WRITE):
+  // such a packet says nothing of whether the peer is still there.
+  bool on_data(const Datagram& d, uint64_t now_ns);
+  void progress(uint64_t now_ns);     // flushes a coalesced ACK
+  uint64_t next_deadline_ns() const;  // when a coalesced ACK is due; UINT64_MAX: none
   uint64_t messages() const { return msn_; }
   const std::vector<uint32_t>& immediates() const { return imms_; }
   const RcCounters& counters() const { return c_; }

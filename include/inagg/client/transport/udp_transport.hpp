@@ -114,7 +114,8 @@ class UdpRcTransport final : public Transport {
   std::string description() const override;
 
  private:
-  bool drain(uint64_t now_ns);     // dispatches every waiting datagram; true when there was any
+  // Dispatches every waiting datagram; true when there was any, *heard set when one was a peer's.
+  bool drain(uint64_t now_ns, bool* heard);
   void progress(uint64_t now_ns);  // every pair's timers and window
   uint64_t next_deadline_ns() const;
   class Lane;
