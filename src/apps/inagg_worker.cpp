@@ -260,9 +260,11 @@ int run(int argc, char** argv) {
                 o.rank, c->messages_written, c->messages_received);
   else if (c)
     std::printf("# rank %u: sent %" PRIu64 " packets (%" PRIu64 " resent), %" PRIu64 " timeouts, %" PRIu64
-                " NAKs received; received %" PRIu64 " in order, %" PRIu64 " duplicates, %" PRIu64 " bad ICRC\n",
+                " NAKs received; received %" PRIu64 " in order, %" PRIu64 " duplicates, %" PRIu64
+                " bad ICRC; refused %" PRIu64 " from another address, %" PRIu64 " with another rkey, %" PRIu64
+                " to another QP, %" PRIu64 " before its receive side opened\n",
                 o.rank, c->packets_sent, c->retransmitted, c->timeouts, c->naks_received, c->accepted, c->duplicates,
-                c->bad_icrc);
+                c->bad_icrc, c->rx_refused_source, c->rx_refused_rkey, c->rx_refused_qpn, c->rx_refused_early);
   if (const XaggCounters* x = w.tier_counters()) {
     std::printf("# rank %u: XDP tier: %" PRIu64 " chunks, %" PRIu64 " DATA sent (%" PRIu64 " repeats), %" PRIu64
                 " results (%" PRIu64 " ignored, %" PRIu64 " with a bad MAC), %" PRIu64 " values saturated%s\n",

@@ -96,12 +96,15 @@ run_ranks() {
 # allreduces per size (1 timed, 2 checked): 1 message (1024 bytes, padded), then 11 (40960 bytes,
 # M less the tally's two elements a message); M/P packets each.
 job_done() { lab_job_done "$1" "$2" $(((1 + 11) * 3 * msg / payload)); }
-# software_icrc NAME: the software ranks' bad-ICRC counts must be 0 (their footer line).
+# software_icrc NAME: the software ranks' bad-ICRC counts must be 0 (their footer line), and they
+# refused nothing of their NIC peers for its address or rkey.
 software_icrc() {
   local r line
   for r in $(seq "$vms" $((n - 1))); do
     line=$(grep "^# rank $r: sent" "$tmp/$1-$r.log") || fail "$1: rank $r printed no transport counters"
-    grep -q " 0 bad ICRC$" <<<"$line" || fail "$1: software rank $r refused packets with bad ICRCs: $line"
+    grep -q " 0 bad ICRC;" <<<"$line" || fail "$1: software rank $r refused packets with bad ICRCs: $line"
+    grep -q "; refused 0 from another address, 0 with another rkey," <<<"$line" ||
+      fail "$1: software rank $r refused its peers' packets: $line"
   done
 }
 
