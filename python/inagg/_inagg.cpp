@@ -134,7 +134,7 @@ class Communicator {
     if (!o.control.empty()) {
       const client::ControlClient control(o.control, 5000, credential_);
       const client::Registration r =
-          control.register_job(o.rank == 0, plan_.job_text(), o.job_id, client::now_ns() + timeout_ns);
+          control.register_job(o.rank == 0, plan_.job_text(), o.job_id, client::now_ns() + timeout_ns, 20, o.rank);
       switch (r.outcome) {
         case client::Registration::Outcome::active:
           break;

@@ -1,6 +1,11 @@
 #include "inagg/client/control_client.hpp"
 
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <cstdio>
 
@@ -36,10 +41,41 @@ std::string other_spec(uint32_t id, const std::string& theirs, const std::string
          ") or give this job another id";
 }
 
+// One datagram from `from` (an address of this host) to `to`'s discard port: a plain frame the
+// appliance bridges, and notes where `from` is. Best effort: a failure only delays the binding.
+void announce(const util::IpAddr& from, const util::IpAddr& to) {
+  const bool v6 = from.version == util::IpVersion::v6;
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_storage a{}, b{};
+  socklen_t len = 0;
+  if (v6) {
+    auto* x = reinterpret_cast<sockaddr_in6*>(&a);
+    auto* y = reinterpret_cast<sockaddr_in6*>(&b);
+    x->sin6_family = y->sin6_family = AF_INET6;
+    std::memcpy(&x->sin6_addr, from.bytes.data(), 16);
+    std::memcpy(&y->sin6_addr, to.bytes.data(), 16);
+    y->sin6_port = htons(9);
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* x = reinterpret_cast<sockaddr_in*>(&a);
+    auto* y = reinterpret_cast<sockaddr_in*>(&b);
+    x->sin_family = y->sin_family = AF_INET;
+    std::memcpy(&x->sin_addr, from.bytes.data(), 4);
+    std::memcpy(&y->sin_addr, to.bytes.data(), 4);
+    y->sin_port = htons(9);
+    len = sizeof(sockaddr_in);
+  }
+  static constexpr char kHello[] = "inagg: this rank is here";
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0)
+    (void)::sendto(fd, kHello, sizeof kHello - 1, 0, reinterpret_cast<sockaddr*>(&b), len);
+  ::close(fd);
+}
+
 }  // namespace
 
 Registration ControlClient::register_job(bool add_job, const std::string& job_text, uint32_t id, uint64_t deadline_ns,
-                                         int poll_ms) const {
+                                         int poll_ms, std::optional<unsigned> announce_rank) const {
   Registration r;
   std::string reply, e;
   // A refusal of another job with this id (an earlier run's, with other parameters) is not ours.
@@ -51,6 +87,7 @@ Registration ControlClient::register_job(bool add_job, const std::string& job_te
     if (control::is_error_reply(reply) && reply.find("already exists") == std::string::npos)
       return {Registration::Outcome::refused, reply};
   }
+  uint64_t next_announce_ns = 0;
   while (true) {
     const std::optional<control::JobListLine> l = job_state(id, &e);
     // An active job with this id and another spec (an earlier run's, another launch) is not ours:
@@ -59,6 +96,12 @@ Registration ControlClient::register_job(bool add_job, const std::string& job_te
     if (l && l->state == "active" && l->spec_digest && own_digest && *l->spec_digest != *own_digest)
       return {Registration::Outcome::refused, control::format_error(other_spec(id, *l->spec_digest, *own_digest))};
     if (l && l->state == "active") return r;
+    if (announce_rank && own && *announce_rank < own->conns.size() && l && l->state == "binding" &&
+        now_ns() >= next_announce_ns) {
+      for (const control::ConnectionSpec& c : own->conns)
+        if (c.rank == *announce_rank) announce(c.src_ip, c.dst_ip);
+      next_announce_ns = now_ns() + 100'000'000;
+    }
     // The rank that added the job read the refusal in its reply; the others read it here.
     if (l && l->state == "refused" && (!l->spec_digest || !own_digest || *l->spec_digest == *own_digest))
       return {Registration::Outcome::refused, control::format_error(l->error)};

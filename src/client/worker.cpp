@@ -291,7 +291,7 @@ int Worker::register_job() {
   // 5 s means the XDP tier from the start.
   const uint64_t wait_until = tallied ? std::min<uint64_t>(deadline_ns_, now_ns() + 5'000'000'000ull) : deadline_ns_;
   const ControlClient control(o_.register_socket, 5000, o_.control_secret);
-  const Registration r = control.register_job(o_.rank == 0, o_.rack.job_text(), o_.job_id, wait_until);
+  const Registration r = control.register_job(o_.rank == 0, o_.rack.job_text(), o_.job_id, wait_until, 20, o_.rank);
   const std::string not_active = "job " + std::to_string(o_.job_id);
   switch (r.outcome) {
     case Registration::Outcome::active: {

@@ -227,7 +227,7 @@ std::string ProcessGroupInagg::register_one(control::Collective c, uint32_t* id)
                  left->state.c_str());
   }
   const client::Registration r =
-      control.register_job(true, text, *id, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
+      control.register_job(true, text, *id, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9), 20, 0u);
   switch (r.outcome) {
     case client::Registration::Outcome::active:
       return "";

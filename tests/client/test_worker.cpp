@@ -415,7 +415,9 @@ TEST(Worker, TheMeetingNeedsTheJobsSecret) {
   WorkerOptions x = sweep_options("xdp", 3, 1, 4096);
   x.xdp_heads = "10.77.0.201";
   ASSERT_EQ(check_job_options(x), "");
+  ::setenv(inagg::wire::kXaggKeyEnv, "000102030405060708090a0b0c0d0e0f", 1);  // the tier's key, not a meeting's
   EXPECT_EQ(check_run_options(x), "");
+  ::unsetenv(inagg::wire::kXaggKeyEnv);
   ::setenv(kExchangeSecretEnv, secret.c_str(), 1);
   o.insecure_exchange = false;
   EXPECT_EQ(check_run_options(o), "");

@@ -30,7 +30,7 @@ ip netns exec "$(ns_w 0)" "$worker" --workers 4 --rank 0 --job-id 1 "${common[@]
 out=$("$ctl" --socket "$tmp/ctl.sock" add "$tmp/job1") || fail "add: $out"
 list=$("$ctl" --socket "$tmp/ctl.sock" list)
 grep -q "id=1 state=binding" <<<"$list" || fail "job 1 is not waiting for its ranks to be seen: $list"
-read -r r1_src r1_qpn r1_dst r1_dqpn r1_psn < <(awk -F'[ ,]+' '$1 == "conn" && $3 == "1" {print $4, $5, $6, $7, $8}' "$tmp/job1")
+read -r r1_src _ r1_dst r1_dqpn r1_psn < <(awk -F'[ ,]+' '$1 == "conn" && $3 == "1" {print $4, $5, $6, $7, $8}' "$tmp/job1")
 [ -n "${r1_psn:-}" ] || fail "no conn line for rank 1 in: $(cat "$tmp/job1")"
 ip netns exec "$(ns_w 4)" /usr/bin/python3 "$src/tests/e2e/forge_rank.py" eth0 "$(mac 1)" "$(mac 2)" "$r1_src" \
   "$r1_dst" "$r1_dqpn" "$r1_psn" 1024 every 5 120 >"$tmp/forge1.log" 2>&1 &

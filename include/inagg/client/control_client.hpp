@@ -43,9 +43,13 @@ class ControlClient {
   // Rank 0 (`add_job`) adds `job_text` (a refusal that the job already exists is no refusal);
   // then every rank polls `list` every `poll_ms` until job `id` is active, was refused, or
   // deadline_ns passes. An active job `id` whose spec digest (control::job_digest) is not that of
-  // `job_text` is refused here, on every rank: it is another job with the same id.
+  // `job_text` is refused here, on every rank: it is another job with the same id. While the job
+  // waits for its ranks to be seen (state `binding`: the appliance binds each rank to the port its
+  // address is seen on, docs/binding.md), rank `announce_rank` (when given) sends a datagram from
+  // its address to its successor's every 100 ms, so that it is seen: a rank that has sent nothing
+  // through the appliance yet (one that meets no other) would otherwise wait for ever.
   Registration register_job(bool add_job, const std::string& job_text, uint32_t id, uint64_t deadline_ns,
-                            int poll_ms = 20) const;
+                            int poll_ms = 20, std::optional<unsigned> announce_rank = std::nullopt) const;
 
  private:
   std::string path_;

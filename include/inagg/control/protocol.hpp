@@ -88,17 +88,17 @@ std::string_view state_name(JobStatus::State state);  // "active", "failed", "re
 // /inagg/job,<id> (a JSON dict) and the Prometheus job families; each form is generated from this
 // list, so a field added here shows everywhere. X(name, text, value): `value` is an expression of
 // `j` (a JobStatus), a number or a string.
-#define INAGG_JOB_FIELDS(X)                                                                                         \
-  X(id, "the job id", uint64_t{j.id})                                                                               \
-  X(state, "active, failed, refused or binding (error says why, or what it waits for)",                             \
-    std::string(state_name(j.state)))                                                                               \
-  X(dtype, "element type of the gradients", std::string(util::dtype_name(j.dtype)))                                 \
-  X(workers, "ranks in the ring", uint64_t{j.workers})                                                              \
-  X(released_slots, "slots whose sums went out (the release cursor of this generation)", j.released_slots)          \
-  X(held_packets, "packets held in collecting or complete slots", j.held_packets)                                   \
-  X(retained_packets, "released packets kept for resends", j.retained_packets)                                      \
-  X(memory_bytes, "slot memory the job holds", j.memory_bytes)                                                      \
-  X(mbuf_quota, "packet buffers the job may hold", j.mbuf_quota)                                                    \
+#define INAGG_JOB_FIELDS(X)                                                                                          \
+  X(id, "the job id", uint64_t{j.id})                                                                                \
+  X(state, "active, failed, refused or binding (error says why, or what it waits for)",                              \
+    std::string(state_name(j.state)))                                                                                \
+  X(dtype, "element type of the gradients", std::string(util::dtype_name(j.dtype)))                                  \
+  X(workers, "ranks in the ring", uint64_t{j.workers})                                                               \
+  X(released_slots, "slots whose sums went out (the release cursor of this generation)", j.released_slots)           \
+  X(held_packets, "packets held in collecting or complete slots", j.held_packets)                                    \
+  X(retained_packets, "released packets kept for resends", j.retained_packets)                                       \
+  X(memory_bytes, "slot memory the job holds", j.memory_bytes)                                                       \
+  X(mbuf_quota, "packet buffers the job may hold", j.mbuf_quota)                                                     \
   X(spec, "job_digest() of the spec it was added or refused with, 64 hex digits (empty: not known)", digest_text(j)) \
   X(error, "why the job failed or was refused (empty while it is active)", j.error)
 
