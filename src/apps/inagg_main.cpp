@@ -76,7 +76,7 @@ struct ControlLoop {
     if (server && server->is_open()) server->poll(handle_request);
     if (tcp_server && tcp_server->is_open()) tcp_server->poll(handle_request);
     events->poll();
-    app->bind_waiting();
+    for (const uint32_t id : app->bind_waiting()) requests->forget_saved(id);
     const auto now = std::chrono::steady_clock::now();
     if (run_for > 0 && now - started >= std::chrono::milliseconds(static_cast<int64_t>(run_for * 1000)) &&
         !dataplane::Appliance::stop_requested()) {

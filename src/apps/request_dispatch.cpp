@@ -17,7 +17,7 @@ std::string RequestDispatcher::over_budget(const control::Tenant& tenant, const 
   // tenant shares), and what the engine would reserve for this one.
   control::TenantUse used;
   for (const control::JobStatus& j : app_.describe_jobs()) {
-    if (!tenant.owns(j.id) || j.id == job.id) continue;
+    if (!tenant.owns(j.id) || j.id == job.id || j.state == control::JobStatus::State::refused) continue;
     ++used.jobs;
     used.memory_bytes += j.memory_bytes;
     used.mbufs += j.mbuf_quota;
@@ -25,6 +25,13 @@ std::string RequestDispatcher::over_budget(const control::Tenant& tenant, const 
   const bool one_lcore = job.collective != control::Collective::allreduce || job.tier == control::Tier::leaf;
   const agg::Engine::Footprint f = agg::Engine::footprint(job, one_lcore ? 1 : job_lcores_);
   return control::budget_refusal(tenant, job.id, used, f.memory_bytes, f.mbufs);
+}
+
+void RequestDispatcher::forget_saved(uint32_t id) {
+  if (std::string err; store_ && !store_->erase(id, &err))
+    util::log(util::LogModule::control, util::LogLevel::error,
+              "job %u was refused, but %s: it would be registered again at the next start; remove the file by hand", id,
+              err.c_str());
 }
 
 std::string RequestDispatcher::handle(const control::Request& r, const control::Tenant* tenant) {

@@ -310,6 +310,7 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
         *error = "job " + std::to_string(spec.id) + " already exists";
         return false;
       }
+      if (!I.jobs.check(spec, error)) return false;
       // Nothing of it is forwarded raw meanwhile: every lcore drops its packets until it is bound.
       // Its lcore is chosen now, so that the state directory can keep it.
       I.jobs.hold(spec);
@@ -327,6 +328,11 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
   return true;
 }
 
+// How long a rank's address must have been seen before it is bound where it was seen: two
+// announcements of a registering rank (ControlClient::register_job), so that a forger's claim made
+// just before the rank's own shows as a second port, not as the first.
+constexpr uint64_t kSettleNs = 250'000'000;
+
 BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart start) {
   std::vector<util::IpAddr> addrs;
   for (const control::ConnectionSpec& c : spec.conns) addrs.push_back(c.src_ip);
@@ -337,11 +343,30 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart st
     return i < at.size() ? at[i] : std::vector<StationTable::Sighting>{};
   };
   seen.of_mac = [&](const Mac& m) { return jobs.stations({}, {m}).at(0); };
+  seen.now_ns = static_cast<uint64_t>(static_cast<double>(rte_rdtsc()) * 1e9 / static_cast<double>(rte_get_tsc_hz()));
+  seen.settle_ns = kSettleNs;
   // The operator's first (the first match wins), then, for a job registered again after a restart,
   // where its ranks were bound before it.
   std::vector<BoundStation> table = cfg.bindings;
   if (start == agg::JobStart::resume) table.insert(table.end(), remembered.begin(), remembered.end());
-  return bind_ranks(spec, table, seen);
+  BindOutcome b = bind_ranks(spec, table, seen);
+  if (b.kind != BindOutcome::Kind::bound) return b;
+  // A bound address or MAC stays where its job put it: another job may not place it elsewhere.
+  for (const control::ConnectionSpec& c : b.spec.conns)
+    for (const auto& [id, other] : bound) {
+      if (id == spec.id) continue;
+      for (const control::ConnectionSpec& o : other.conns) {
+        const bool same_addr = o.src_ip == c.src_ip, same_mac = c.has_mac() && o.has_mac() && o.mac == c.mac;
+        if ((same_addr || same_mac) && o.port != c.port) {
+          b.kind = BindOutcome::Kind::refused;
+          b.why = "job " + std::to_string(spec.id) + ": rank " + std::to_string(c.rank) + "'s " +
+                  (same_addr ? "address " + util::ip_text(c.src_ip) : "MAC " + mac_text(c.mac)) +
+                  " is bound to another port by a job already added; the job is not added";
+          return b;
+        }
+      }
+    }
+  return b;
 }
 
 // The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
@@ -352,7 +377,10 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart st
 // place, and where a PMD refuses them, the lcores hand the job's packets on.
 bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
                                 int placed, std::string* error) {
-  if (!jobs.add(spec, error, start, placed, &bound_spec)) return false;
+  if (!jobs.add(spec, error, start, placed, &bound_spec)) {
+    if (jobs.owner_of(spec.id) < 0 && bound.erase(spec.id)) update_pins();  // a failed job it replaced went too
+    return false;
+  }
   bound[spec.id] = bound_spec;
   update_pins();
   if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1) {
@@ -429,17 +457,17 @@ bool Appliance::remember_bindings(const std::string& path, std::string* error) {
     return false;
   const size_t slash = path.rfind('/');
   if (::access(slash == std::string::npos ? "." : path.substr(0, slash).c_str(), W_OK) != 0) return true;
-  I.remember_path = path;  // the directory is there: from now on what the jobs bind is kept
-  I.save_bound();
+  I.remember_path = path;  // the directory is there: what the jobs bind is kept from the next change on
   return true;
 }
 
-void Appliance::bind_waiting() {
+std::vector<uint32_t> Appliance::bind_waiting() {
   Impl& I = *impl_;
+  std::vector<uint32_t> refused;
   std::lock_guard<std::mutex> lock(I.binding_mutex);
-  if (I.waiting.empty()) return;
+  if (I.waiting.empty()) return refused;
   const auto now = std::chrono::steady_clock::now();
-  if (now < I.next_bind) return;
+  if (now < I.next_bind) return refused;
   I.next_bind = now + std::chrono::milliseconds(20);
   for (auto it = I.waiting.begin(); it != I.waiting.end();) {
     const Impl::Waiting& w = it->second;
@@ -456,10 +484,12 @@ void Appliance::bind_waiting() {
       if (b.kind == BindOutcome::Kind::refused) err = b.why;
       I.jobs.release(w.spec);
       I.unbound.record(w.spec, err);
+      refused.push_back(it->first);
       util::log(util::LogModule::control, util::LogLevel::warning, "job %u refused: %s", it->first, err.c_str());
     }
     it = I.waiting.erase(it);
   }
+  return refused;
 }
 
 bool Appliance::remove_job(uint32_t id, std::string* error) {
@@ -478,8 +508,8 @@ bool Appliance::remove_job(uint32_t id, std::string* error) {
 }
 std::vector<control::JobStatus> Appliance::describe_jobs() {
   Impl& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.binding_mutex);  // before the jobs' (the order everywhere)
   std::vector<control::JobStatus> all = I.jobs.describe_all();
-  std::lock_guard<std::mutex> lock(I.binding_mutex);
   for (const auto& [id, w] : I.waiting) all.push_back(I.waiting_status(id, w));
   I.unbound.add_to(&all);
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });

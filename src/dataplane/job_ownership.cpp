@@ -90,6 +90,11 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
   return m;
 }
 
+bool JobOwnership::check(const control::JobSpec& spec, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !conflicts(spec, error);
+}
+
 int JobOwnership::least_loaded() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<size_t> load(lcores_.size(), 0);

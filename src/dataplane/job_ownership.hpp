@@ -33,6 +33,8 @@ class JobOwnership {
   // one it was registered with, is what list and stats describe (its digest).
   bool add(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh,
            int placed = -1, const control::JobSpec* bound = nullptr);
+  // Whether `spec` could be added as far as other jobs go (none of its connections another job's).
+  bool check(const control::JobSpec& spec, std::string* error);
   // The index of the lcore with the fewest jobs, where add() puts a new job given no lcore.
   int least_loaded();
   // Every lcore drops the job's packets (its connections held closed) until add() or release().

@@ -73,7 +73,8 @@ class LcoreLoop {
   unsigned send_ordered(uint64_t now_ns);
   unsigned handover_room() const;
   // Learns a frame's source (its first `len` bytes: 64 hold every header it reads).
-  void learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns);
+  // `note_station`: the station table notes it too (not a RoCEv2 frame).
+  void learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns, bool note_station);
   void route_engine_output(uint64_t now_ns);
   void send(rte_mbuf* m, uint64_t now_ns);
   void enqueue_tx(unsigned port_index, rte_mbuf* m);
@@ -197,7 +198,7 @@ void LcoreLoop::handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover) 
         ++l.c.roce;
         l.engine->count_passthrough();
       }
-      learn_source(data, len, m->port, now_ns);
+      learn_source(data, len, m->port, now_ns, !roce);
       send(m, now_ns);
       return;
     }
@@ -239,7 +240,8 @@ void LcoreLoop::handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layou
   std::memcpy(head, data, head_len);
   const uint16_t in_port = m->port;
   l.engine->process({m, data, static_cast<uint16_t>(len), m->port}, st, layout, now_ns, l.engine_tx);
-  if (l.engine->teaches()) learn_source(head, head_len, in_port, now_ns);
+  // (A RoCE frame notes no station: ranks are bound by their other frames, never by a job's.)
+  if (l.engine->teaches()) learn_source(head, head_len, in_port, now_ns, false);
   route_engine_output(now_ns);
 }
 
@@ -283,7 +285,7 @@ unsigned LcoreLoop::handover_room() const {
 // station (its MAC and address on this port) for binding ranks too (stations.hpp). Bursts come
 // from few stations: re-learning the same source (MAC and address) on the same port within 1 ms
 // changes nothing, so it is skipped (halves the bridge's per-frame cost on a burst of one flow).
-void LcoreLoop::learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns) {
+void LcoreLoop::learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns, bool note_station) {
   LcoreState& l = l_;
   const uint64_t src = MacTable::key(frame + 6), addr = source_address_word(frame, len);
   if (src != l.learn_cache_mac || addr != l.learn_cache_addr || port != l.learn_cache_port ||
@@ -292,7 +294,7 @@ void LcoreLoop::learn_source(const uint8_t* frame, uint32_t len, uint16_t port, 
     l.macs->learn(frame + 6, port, now_ns);
     l.c.mac_moves_refused += l.macs->moves_refused() - refused;
     l.c.mac_limit_refused += l.macs->port_limit_refused() - limited;
-    l.stations->note_frame(frame, len, port, now_ns);
+    if (note_station) l.stations->note_frame(frame, len, port, now_ns);
     l.learn_cache_mac = src;
     l.learn_cache_addr = addr;
     l.learn_cache_port = port;

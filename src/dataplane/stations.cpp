@@ -101,6 +101,7 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
       Sighting* oldest = &e.seen[0];
       for (Sighting& x : e.seen) {
         if (x.seen_ns != 0 && x.port == port && std::memcmp(x.mac.data(), mac, 6) == 0) {
+          if (now_ns - x.seen_ns > ageing_ns_) x.first_ns = now_ns;  // forgotten, then seen again
           x.seen_ns = now_ns;
           return;
         }
@@ -108,7 +109,7 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
       }
       oldest->port = port;
       std::memcpy(oldest->mac.data(), mac, 6);
-      oldest->seen_ns = now_ns;
+      oldest->seen_ns = oldest->first_ns = now_ns;
       return;
     }
     const bool dead = e.key.b[0] == 0 || now_ns - e.last_ns() > ageing_ns_;
@@ -119,11 +120,20 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
     return;
   }
   if (port < per_port_.size() && per_port_[port] >= limit_) {
-    // Recount the port's live entries (aged ones no longer count) before refusing.
-    uint32_t live = 0;
-    for (const Entry& e : entries_) live += e.key.b[0] != 0 && e.creator == port && now_ns - e.last_ns() <= ageing_ns_;
-    per_port_[port] = live;
-    if (live >= limit_) {
+    // Forget the aged entries (they no longer count) before refusing, at most once a second (or
+    // per ageing period / 4): a port at its limit that keeps sending new addresses costs one sweep
+    // a second, not one per frame.
+    const uint64_t every = std::min<uint64_t>(ageing_ns_ / 4 + 1, 1'000'000'000ull);
+    if (!recounted_ || now_ns - recounted_ns_ >= every) {
+      recounted_ = true;
+      recounted_ns_ = now_ns;
+      for (Entry& e : entries_)
+        if (e.key.b[0] != 0 && now_ns - e.last_ns() > ageing_ns_) {
+          if (e.creator < per_port_.size() && per_port_[e.creator] > 0) --per_port_[e.creator];
+          e = Entry{};
+        }
+    }
+    if (per_port_[port] >= limit_) {
       ++limit_refused_;
       return;
     }
@@ -135,7 +145,7 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
   e.creator = port;
   e.seen[0].port = port;
   std::memcpy(e.seen[0].mac.data(), mac, 6);
-  e.seen[0].seen_ns = now_ns;
+  e.seen[0].seen_ns = e.seen[0].first_ns = now_ns;
   if (port < per_port_.size()) ++per_port_[port];
 }
 

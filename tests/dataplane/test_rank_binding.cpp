@@ -82,9 +82,9 @@ inagg::control::JobSpec job(unsigned n) {
   return s;
 }
 
-Sightings from(const StationTable& t, uint64_t now) {
+Sightings from(const StationTable& t, uint64_t now, uint64_t settle_ns = 0) {
   return {[&t, now](const IpAddr& a) { return t.of_address(a, now); },
-          [&t, now](const Mac& m) { return t.of_mac(m, now); }};
+          [&t, now](const Mac& m) { return t.of_mac(m, now); }, now, settle_ns};
 }
 
 }  // namespace
@@ -170,6 +170,23 @@ TEST(BindRanks, ARankNotSeenYetLeavesTheJobWaiting) {
   const BindOutcome b = bind_ranks(job(2), {}, from(t, 6));
   EXPECT_EQ(b.kind, BindOutcome::Kind::waiting);
   EXPECT_NE(b.why.find("rank 1's address 10.77.0.2 has not been seen on any port yet"), std::string::npos) << b.why;
+}
+
+// A rank is bound where it was seen only once it has been seen for the settle time: a forger that
+// claims the address just before the rank's own frames shows as a second port, not as the first.
+TEST(BindRanks, AnAddressSeenOnlyJustNowWaitsForTheSettleTime) {
+  StationTable t(256, kAgeing, 1, 0);
+  const auto forged = ipv4_frame(kForger, v4(10, 77, 0, 1)), real = ipv4_frame(kMac0, v4(10, 77, 0, 1));
+  const auto other = ipv4_frame(kMac1, v4(10, 77, 0, 2));
+  t.note_frame(other.data(), 60, 1, 1'000);
+  t.note_frame(forged.data(), 60, 4, 400'000'000);  // the forger, 100 ms before the settle time is up
+  BindOutcome b = bind_ranks(job(2), {}, from(t, 450'000'000, 250'000'000));
+  ASSERT_EQ(b.kind, BindOutcome::Kind::waiting) << b.why;
+  EXPECT_NE(b.why.find("rank 0's address 10.77.0.1 has been seen on port 4 only just now"), std::string::npos) << b.why;
+  t.note_frame(real.data(), 60, 0, 500'000'000);  // the rank itself, within the settle time
+  b = bind_ranks(job(2), {}, from(t, 700'000'000, 250'000'000));
+  ASSERT_EQ(b.kind, BindOutcome::Kind::refused) << "the first claim won the race: " << b.why;
+  EXPECT_NE(b.why.find("was seen on ports 0 and 4"), std::string::npos) << b.why;
 }
 
 TEST(BindRanks, AnAddressSeenOnTwoPortsIsRefusedNeverPicked) {

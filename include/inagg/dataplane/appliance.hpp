@@ -60,8 +60,9 @@ class Appliance {
   // and again once the directory is made. False with *error when the file does not read.
   bool remember_bindings(const std::string& path, std::string* error);
   // The control tick's: binds the waiting jobs whose ranks have been seen since (added then), and
-  // refuses those whose binding became ambiguous (listed as refused for a while, with the reason).
-  void bind_waiting();
+  // refuses those whose binding became ambiguous (listed as refused for a while, with the reason):
+  // their ids, whose registrations the caller forgets (the state directory's files).
+  std::vector<uint32_t> bind_waiting();
   // Jobs as the control protocol describes them (control::JobStatus: the engine's figures and
   // counters, the spec's dtype and workers), by id.
   std::vector<control::JobStatus> describe_jobs();

@@ -49,10 +49,15 @@ struct BindOutcome {
   std::string why;        // waiting: what it waits for; refused: the reason
 };
 
-// Where an address or a MAC was seen within the ageing time, on any lcore.
+// Where an address or a MAC was seen within the ageing time, on any lcore. `now_ns` is the clock
+// of their seen_ns and first_ns; `settle_ns`: a rank is bound by where its address was seen only
+// once it has been seen for that long (a second claim of it within that time, from another port
+// or with another MAC, makes it ambiguous instead of losing a race to the first frame).
 struct Sightings {
   std::function<std::vector<StationTable::Sighting>(const util::IpAddr&)> of_address;
   std::function<std::vector<StationTable::Sighting>(const Mac&)> of_mac;
+  uint64_t now_ns = 0;
+  uint64_t settle_ns = 0;
 };
 
 BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStation>& table, const Sightings& seen);

@@ -32,7 +32,8 @@ class StationTable {
   struct Sighting {
     uint16_t port = 0;
     Mac mac{};
-    uint64_t seen_ns = 0;
+    uint64_t seen_ns = 0;   // the last time
+    uint64_t first_ns = 0;  // the first time (since it was last forgotten)
   };
   static constexpr size_t kSightings = 4;  // per address or MAC: (port, MAC) pairs, the oldest replaced
 
@@ -75,6 +76,8 @@ class StationTable {
   uint64_t ageing_ns_, hash_key_;
   uint32_t limit_;
   uint64_t limit_refused_ = 0, full_ = 0;
+  uint64_t recounted_ns_ = 0;  // the last recount of the ports' entries (at most one per second)
+  bool recounted_ = false;
   static constexpr size_t kMaxProbe = 16;
   static constexpr size_t kPortIds = 1024;
 };
