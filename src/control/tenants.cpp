@@ -275,10 +275,12 @@ std::string tenant_refusal(const Tenant& t, const Request& r, const std::vector<
   std::string own;
   for (const AddressPrefix& p : t.prefixes) own += (own.empty() ? "" : ", ") + prefix_text(p);
   for (const ConnectionSpec& c : r.job.conns) {
-    for (const auto& [ip, what] : {std::pair{c.src_ip, "source"}, std::pair{c.dst_ip, "destination"}})
+    for (const auto& [addr, what] : {std::pair{c.src_ip, "source"}, std::pair{c.dst_ip, "destination"}}) {
+      const util::IpAddr& ip = addr;  // clang 14 cannot capture a structured binding
       if (std::none_of(t.prefixes.begin(), t.prefixes.end(), [&](const AddressPrefix& p) { return p.contains(ip); }))
         return job + "rank " + std::to_string(c.rank) + "'s " + what + " address " +
                util::ip_text(util::gid_address(ip)) + " is not one of tenant " + t.name + "'s (" + own + ")";
+    }
     const std::string rank = job + "rank " + std::to_string(c.rank);
     if (!t.ports.empty()) {
       if (c.port == kAnyPort)
