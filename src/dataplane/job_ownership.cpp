@@ -102,23 +102,18 @@ int JobOwnership::least_loaded() {
   return static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
 }
 
-void JobOwnership::hold(const control::JobSpec& spec) {
+// Unlike broadcast(), also with one lcore: a waiting job has no owner to take its packets.
+void JobOwnership::to_every_lcore(LcoreRequest::Kind kind, const control::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (LcoreState* l : lcores_) {
-    LcoreRequest r{LcoreRequest::Kind::hold_closed};
+    LcoreRequest r{kind};
     r.spec = &spec;
     call_lcore(*l, r);
   }
 }
 
-void JobOwnership::release(const control::JobSpec& spec) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (LcoreState* l : lcores_) {
-    LcoreRequest r{LcoreRequest::Kind::release_closed};
-    r.spec = &spec;
-    call_lcore(*l, r);
-  }
-}
+void JobOwnership::hold(const control::JobSpec& spec) { to_every_lcore(LcoreRequest::Kind::hold_closed, spec); }
+void JobOwnership::release(const control::JobSpec& spec) { to_every_lcore(LcoreRequest::Kind::release_closed, spec); }
 
 std::vector<std::vector<StationTable::Sighting>> JobOwnership::stations(const std::vector<util::IpAddr>& addresses,
                                                                         const std::vector<Mac>& macs) {

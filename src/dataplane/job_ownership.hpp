@@ -62,6 +62,7 @@ class JobOwnership {
   // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
   static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);
   control::JobStatus description(const agg::JobInfo& info) const;
+  void to_every_lcore(LcoreRequest::Kind kind, const control::JobSpec& spec);  // takes mutex_
   void broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
                  const std::vector<uint16_t>& shard_lcores = {});
 
