@@ -50,6 +50,14 @@ class JobStoreTest : public ::testing::Test {
     return s.str();
   }
   static void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+  // `job` saved on lcore 1 by a store closed again: its file's path.
+  std::string saved() {
+    JobStore s;
+    std::string err;
+    EXPECT_TRUE(s.open(dir, &err)) << err;
+    EXPECT_TRUE(s.save(job, 1, &err)) << err;
+    return s.path_of(7);
+  }
   // What load() says of the directory as it is now (it must refuse it).
   std::string refusal() {
     JobStore s;
@@ -130,14 +138,7 @@ TEST_F(JobStoreTest, AWriteCutShortBeforeItsRenameIsCleared) {
 }
 
 TEST_F(JobStoreTest, AFileThatIsNotExactlyWhatInaggWroteRefusesTheDirectory) {
-  std::string path;
-  {
-    JobStore s;
-    std::string err;
-    ASSERT_TRUE(s.open(dir, &err)) << err;
-    ASSERT_TRUE(s.save(job, 1, &err)) << err;
-    path = s.path_of(7);
-  }
+  const std::string path = saved();
   const std::string good = read(path);
   struct Case {
     const char* what;
@@ -198,14 +199,7 @@ TEST_F(JobStoreTest, AFileThatIsNotExactlyWhatInaggWroteRefusesTheDirectory) {
 // textbook loop, and no lcore) still loads after an upgrade; one whose old digest does not match is
 // refused.
 TEST_F(JobStoreTest, AFormatOneFileOfAnEarlierInaggStillLoads) {
-  std::string path;
-  {
-    JobStore s;
-    std::string err;
-    ASSERT_TRUE(s.open(dir, &err)) << err;
-    ASSERT_TRUE(s.save(job, 1, &err)) << err;
-    path = s.path_of(7);
-  }
+  const std::string path = saved();
   const std::string good = read(path);
   EXPECT_EQ(good.substr(0, good.find('\n') + 1), "inagg-state 2 job 7 spec " + job_digest(job) + " lcore 1\n");
   const std::string body = format_job(job);
