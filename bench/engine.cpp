@@ -45,8 +45,11 @@ struct Setup {
   std::unique_ptr<uint8_t[], void (*)(void*)> arena{nullptr, std::free};
 };
 
-Setup make_setup(unsigned n, uint32_t P) {
+// `channel` of `channels`: that channel's part of a job of channels (its own QPs, control::channel_spec).
+Setup make_setup(unsigned n, uint32_t P, unsigned channel = 0, unsigned channels = 1) {
   Setup s{n, P, 65536 / P, 2, 0, {}, {}, 0, {nullptr, std::free}};
+  s.spec.channels = static_cast<uint16_t>(channels);
+  s.spec.channel = static_cast<uint16_t>(channel);
   s.seqs = 2ull * s.window * s.ppm;
   s.spec.id = 1;
   s.spec.dtype = agg::Dtype::fp32;
@@ -60,8 +63,9 @@ Setup make_setup(unsigned n, uint32_t P) {
     c.rank = r;
     c.src_ip = util::IpAddr::v4(0x0a000001 + r);
     c.dst_ip = util::IpAddr::v4(0x0a000001 + (r + 1) % n);
-    c.src_qpn = 0x100 + r;
-    c.dst_qpn = 0x200 + (r + 1) % n;
+    c.src_qpn = 0x100 + r + 0x1000 * channel;
+    c.dst_qpn = 0x200 + (r + 1) % n + 0x1000 * channel;
+    c.channel = static_cast<uint16_t>(channel);
     c.start_psn = 1000 * r;
     s.spec.conns.push_back(c);
   }
@@ -122,9 +126,9 @@ bool add_job(agg::Engine& engine, const Setup& s, benchmark::State& state) {
 }
 
 // After the timed loop: the packets were aggregated (no bad ICRC, no job error, slots released).
-bool aggregated(agg::Engine& engine, benchmark::State& state) {
+bool aggregated(agg::Engine& engine, benchmark::State& state, uint16_t channel = 0) {
   agg::JobInfo info{};
-  engine.job_info(1, &info);
+  engine.job_info(1, &info, channel);
   if (!info.counters.bad_icrc && !info.counters.job_errors && info.counters.slots_released != 0) return true;
   state.SkipWithError("the engine did not aggregate the packets: check the setup");
   return false;
@@ -296,11 +300,9 @@ void BM_engine_sharded(benchmark::State& state) {
   state.SetLabel(threads.label());
 }
 
-// The ceiling of any two-thread figure here: two engines, each with a job and packets of its own,
-// nothing shared, on the same two CPUs as BM_engine_sharded. Bytes are both threads' together.
-void BM_engine_two_jobs(benchmark::State& state) {
-  Setup s[2] = {make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1))),
-                make_setup(static_cast<unsigned>(state.range(0)), static_cast<uint32_t>(state.range(1)))};
+// Two engines on two threads and CPUs, engine i with s[i]'s job and packets, nothing shared; bytes
+// are both threads' together.
+void run_two_engines(benchmark::State& state, Setup (&s)[2]) {
   agg::Engine e0(agg::EngineConfig{}, static_ops()), e1(agg::EngineConfig{}, static_ops());
   agg::Engine* es[2] = {&e0, &e1};
   for (unsigned i = 0; i < 2; ++i)
@@ -318,10 +320,30 @@ void BM_engine_two_jobs(benchmark::State& state) {
     ++now[i];
   });
   for (auto _ : state) threads.iteration();
-  for (agg::Engine* e : es)
-    if (!aggregated(*e, state)) return;
+  for (unsigned i = 0; i < 2; ++i)
+    if (!aggregated(*es[i], state, s[i].spec.channel)) return;
   state.SetBytesProcessed(static_cast<int64_t>(2 * state.iterations() * s[0].seqs * s[0].n * s[0].P));
   state.SetLabel(threads.label());
+}
+
+// The ceiling of any two-thread figure here: two engines, each with a job and packets of its own,
+// nothing shared, on the same two CPUs as BM_engine_sharded.
+void BM_engine_two_jobs(benchmark::State& state) {
+  const auto n = static_cast<unsigned>(state.range(0));
+  const auto P = static_cast<uint32_t>(state.range(1));
+  Setup s[2] = {make_setup(n, P), make_setup(n, P)};
+  run_two_engines(state, s);
+}
+
+// One job of two channels (control::JobSpec::channels), each channel on an engine of its own on its
+// own thread and CPU, as an appliance places them on two lcores: a channel's packets are only its
+// own connections', so nothing is shared. Against BM_engine (a job of one channel on one engine) it
+// is `channels2_vs_1`.
+void BM_engine_channels(benchmark::State& state) {
+  const auto n = static_cast<unsigned>(state.range(0));
+  const auto P = static_cast<uint32_t>(state.range(1));
+  Setup s[2] = {make_setup(n, P, 0, 2), make_setup(n, P, 1, 2)};
+  run_two_engines(state, s);
 }
 
 // The engine's data work alone, on the same packets in the same order, without its bookkeeping
@@ -389,6 +411,7 @@ void BM_memcpy(benchmark::State& state) {
 BENCHMARK(BM_engine) CONFIGS;
 BENCHMARK(BM_engine_sharded) CONFIGS->UseRealTime();
 BENCHMARK(BM_engine_two_jobs) CONFIGS->UseRealTime();
+BENCHMARK(BM_engine_channels) CONFIGS->UseRealTime();
 BENCHMARK(BM_memcpy) CONFIGS;
 BENCHMARK(BM_parts)->ArgsProduct({{4, 8}, {1024, 4096}, {0, 1, 2, 3}})->Unit(benchmark::kMicrosecond);
 
@@ -447,6 +470,25 @@ int main(int argc, char** argv) {
                 " two_jobs_vs_one_4k=" + std::to_string(tr / er).substr(0, 4);
   }
   if (worst_sharded > 0) sharded += " sharded_vs_one_worst=" + std::to_string(worst_sharded).substr(0, 4);
+  // A job of two channels on two engines against a job of one on one (the target: 1.7x), and its
+  // ceiling, two engines with two jobs that share nothing: the worst configuration's of each.
+  double worst_channels = 0, worst_two = 0;
+  for (const char* cfg : {"4/1024", "4/4096", "8/1024", "8/4096"}) {
+    double er = 0, cr = 0, tr = 0;
+    for (auto& [name, v] : rep.rate) {
+      if (name.rfind(std::string("BM_engine/") + cfg, 0) == 0) er = v;
+      if (name.rfind(std::string("BM_engine_channels/") + cfg, 0) == 0) cr = v;
+      if (name.rfind(std::string("BM_engine_two_jobs/") + cfg, 0) == 0) tr = v;
+    }
+    if (er == 0 || cr == 0 || tr == 0) continue;
+    std::printf("n/P=%s: a job of two channels on two engines %.1f Gbps (%.2fx one channel on one)\n", cfg,
+                cr * 8 / 1e9, cr / er);
+    if (worst_channels == 0 || cr / er < worst_channels) worst_channels = cr / er;
+    if (worst_two == 0 || tr / er < worst_two) worst_two = tr / er;
+  }
+  if (worst_channels > 0)
+    sharded += " channels2_vs_1=" + std::to_string(worst_channels).substr(0, 4) +
+               " two_engines_vs_one=" + std::to_string(worst_two).substr(0, 4);
   std::printf("engine_vs_memcpy=%.2f engine_gbps=%.1f worst_config=n/P=%s%s\n", worst, worst_gbps, worst_cfg.c_str(),
               sharded.c_str());
   return 0;

@@ -12,6 +12,10 @@ net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in ev
           spreads connections): half of each lcore's packets are the other shard's and cross once
   handover  the by-rank queues, --job-lcores 1: the lcore that does not own the job hands its
           packets to the owner
+  channels2  the same n = 4, 4 KiB job as two channels (docs/protocol.md section 22: every rank two
+          connections, message m on channel m mod 2, each channel an engine job of its own on its own
+          lcore), channel c's packets on queue c of each port as RSS by UDP source port would put
+          them: nothing shared, no packet handed between lcores (the handovers are counted)
 
 The two-lcore runs put lcore 2 on CPU 0 with the control thread (which sleeps between 1 s stats
 prints), as bench/run appliance does for forwarding. Figures per configuration: aggregated input
@@ -137,6 +141,8 @@ def main():
                "--messages", "8", "--replay", "--background", "0"]
         subprocess.run(gen + ["--out", f"{d}/one"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(gen + ["--out", f"{d}/two", "--ports", "4"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(gen + ["--out", f"{d}/ch2", "--channels", "2", "--queues", "2"], check=True,
+                       stdout=subprocess.DEVNULL)
         split_by_sequence(f"{d}/one", f"{d}/psn")
         one = [f"--vdev=net_pcap0,rx_pcap={d}/one/port0.pcap,infinite_rx=1",
                f"--vdev=net_pcap1,rx_pcap={d}/one/port1.pcap,infinite_rx=1"]
@@ -146,12 +152,16 @@ def main():
                "infinite_rx=1"]
         psn = [f"--vdev=net_pcap{p},rx_pcap={d}/psn/port{p}q0.pcap,rx_pcap={d}/psn/port{p}q1.pcap,infinite_rx=1"
                for p in (0, 1)]
+        ch2 = [f"--vdev=net_pcap{p},rx_pcap={d}/ch2/port{p}q0.pcap,rx_pcap={d}/ch2/port{p}q1.pcap,infinite_rx=1"
+               for p in (0, 1)]
         configs = [
             ("one", "0,1", one, ["--job", f"{d}/one/job.job"]),
             ("shards", "(0,2)@0,1@1", psn, ["--job", f"{d}/one/job.job", "--job-lcores", "2"]),
             ("shards_by_rank", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "2"]),
             ("handover", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "1"]),
+            ("channels2", "(0,2)@0,1@1", ch2, ["--job", f"{d}/ch2/job.job"]),
         ]
+        handed = {name: [] for name, *_ in configs}
         res = {name: [] for name, *_ in configs}
         for r in range(rounds):
             order = configs if r % 2 == 0 else configs[::-1]
@@ -160,6 +170,10 @@ def main():
                 if not re.search(r"^job 1: active", text, re.M):
                     print(f"warning: {name}: the job did not stay active", file=sys.stderr)
                 full = sum(int(m) for m in re.findall(r"handover_full (\d+)", text))
+                finals = {}  # each lcore's last stats line
+                for m in re.finditer(r"^lcore (\d+): .*", text, re.M):
+                    finals[m.group(1)] = m.group(0)
+                handed[name].append(sum(int(x) for l in finals.values() for x in re.findall(r"handover_out (\d+)", l)))
                 res[name].append((gbps, per_cpu))
                 cyc = ", ".join(f"lcore {k} {v:.0f}" for k, v in sorted(cycles.items()))
                 print(f"round {r + 1} {name:8}: {gbps:6.1f} Gbps of input, {cores:.2f} cores to the datapath, "
@@ -170,7 +184,9 @@ def main():
                                  capture_output=True, text=True).stdout
         print(handoff.splitlines()[0] if handoff else "bench_handoff did not run", flush=True)
         two = re.search(r"two_cores_vs_one=([0-9.]+)", handoff)
-        print(f"job_2lcores_vs_1={med['shards'][0] / med['one'][0]:.2f} "
+        print(f"job_2channels_vs_1={med['channels2'][0] / med['one'][0]:.2f} "
+              f"channels2_handed_over={max(handed['channels2'])} "
+              f"job_2lcores_vs_1={med['shards'][0] / med['one'][0]:.2f} "
               f"shards_by_rank_vs_1={med['shards_by_rank'][0] / med['one'][0]:.2f} "
               f"handover_vs_1={med['handover'][0] / med['one'][0]:.2f} "
               f"shards_per_cpu_vs_1={med['shards'][1] / med['one'][1]:.2f} "

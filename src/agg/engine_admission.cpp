@@ -27,9 +27,9 @@ Engine::~Engine() {
   for (auto& j : jobs_) free_job_memory(*j);
 }
 
-Engine::Job* Engine::find_job(uint32_t id) {
+Engine::Job* Engine::find_job(uint32_t id, uint16_t channel) {
   for (auto& j : jobs_)
-    if (j->spec.id == id) return j.get();
+    if (j->spec.id == id && j->spec.channel == channel) return j.get();
   return nullptr;
 }
 
@@ -67,7 +67,8 @@ Engine::Footprint Engine::footprint(const control::JobSpec& spec, unsigned nshar
     return {};
   const Sizing z = sizing(spec, std::max(nshards, 1u));
   if (z.rot_nslots > (1u << 24)) return {};
-  return {z.memory_bytes * std::max(nshards, 1u), z.mbufs * std::max(nshards, 1u)};
+  const size_t parts = size_t{std::max(nshards, 1u)} * std::max<uint16_t>(spec.channels, 1);  // each its own slots
+  return {z.memory_bytes * parts, z.mbufs * parts};
 }
 
 bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const ShardOf& shard, JobStart start) {
@@ -77,11 +78,19 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     c.dst_ip = util::gid_address(c.dst_ip);
   }
   auto fail = [&](const std::string& msg) {
-    *error = "job " + std::to_string(s.id) + ": " + msg;
+    *error =
+        "job " + std::to_string(s.id) + (s.channels > 1 ? " channel " + std::to_string(s.channel) : "") + ": " + msg;
     return false;
   };
   if (s.workers < 1 || s.workers > 64)
     return fail("workers must be between 1 and 64 (got " + std::to_string(s.workers) + ")");
+  if (s.channels < 1 || s.channels > control::kMaxChannels || s.channel >= s.channels)
+    return fail("channel " + std::to_string(s.channel) + " of " + std::to_string(s.channels) + ": a job has 1.." +
+                std::to_string(control::kMaxChannels) + " channels and this must be one of them");
+  for (const control::ConnectionSpec& c : s.conns)
+    if (c.channel != s.channel)
+      return fail("a conn line of channel " + std::to_string(c.channel) + " in channel " + std::to_string(s.channel) +
+                  "'s spec: an engine takes one channel at a time (control::channel_spec)");
   if (s.conns.size() != s.workers)
     return fail("needs one connection per worker: " + std::to_string(s.workers) + " workers but " +
                 std::to_string(s.conns.size()) + " conn lines");
@@ -100,6 +109,10 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     return fail("shard " + std::to_string(shard.index) + " of " + std::to_string(nshards) +
                 ": a job spreads over a power of two of at most " + std::to_string(JobShards::kMaxShards) +
                 " lcores, and the shard must be one of them");
+  if (nshards > 1 && s.channels > 1)
+    return fail("a job of channels is spread by its channels, never also sharded by index (--job-lcores)");
+  if (s.tier != control::Tier::flat && s.channels > 1)
+    return fail("a leaf or spine job has one channel (channels across racks are not built yet)");
   const uint64_t ppm = s.message_bytes / s.payload_bytes;
   if (ppm * s.window >= (1u << 22))
     return fail(
@@ -160,7 +173,7 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
                   " (each rank's destination must be its successor's source; check the conn lines' addresses)");
   }
 
-  Job* old = find_job(s.id);
+  Job* old = find_job(s.id, s.channel);
   if (old && old->state == JobState::active) return fail("already exists and is active; remove it first");
   // Keys must not collide with another job's (a failed job being replaced does not count) or
   // with each other. Closed connections (holds, tombstones) give way to the job.
@@ -271,18 +284,22 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
 }
 
 bool Engine::remove_job(uint32_t id, std::string* error) {
-  Job* job = find_job(id);
-  if (!job) {
+  bool found = false;
+  for (auto& job : jobs_) {
+    if (job->spec.id != id) continue;
+    found = true;
+    // Tombstones: its senders may still be retrying; none of that may reach a receiver raw.
+    for (const control::ConnectionSpec& c : job->spec.conns) {
+      closed_.push_back({c.dst_ip, c.dst_qpn, id, now_ns_ + cfg_.closed_hold_ns});
+      closed_.push_back({c.src_ip, c.src_qpn, id, now_ns_ + cfg_.closed_hold_ns});
+    }
+    free_job_memory(*job);
+  }
+  if (!found) {
     *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
     return false;
   }
-  // Tombstones: its senders may still be retrying; none of that may reach a receiver raw.
-  for (const control::ConnectionSpec& c : job->spec.conns) {
-    closed_.push_back({c.dst_ip, c.dst_qpn, id, now_ns_ + cfg_.closed_hold_ns});
-    closed_.push_back({c.src_ip, c.src_qpn, id, now_ns_ + cfg_.closed_hold_ns});
-  }
-  free_job_memory(*job);
-  jobs_.erase(std::find_if(jobs_.begin(), jobs_.end(), [&](auto& j) { return j.get() == job; }));
+  std::erase_if(jobs_, [&](auto& j) { return j->spec.id == id; });
   rebuild_conn_table();
   return true;
 }
@@ -311,23 +328,30 @@ void Engine::free_job_memory(Job& job) {
   job.memory = job.mbufs = 0;
 }
 
-bool Engine::job_info(uint32_t id, JobInfo* out) const {
+bool Engine::job_info(uint32_t id, JobInfo* out, uint16_t channel) const {
   for (auto& j : jobs_) {
-    if (j->spec.id != id) continue;
+    if (j->spec.id != id || j->spec.channel != channel) continue;
     // A shard's part of the release cursor: how many of its sequences it released.
     // A rotated collective's: the least of its connections' (each goes at its own pace).
     const uint64_t released = j->rotated() ? *std::min_element(j->rot_rel.begin(), j->rot_rel.end())
                                            : (j->cursor - j->shard) >> j->shard_shift;
-    *out =
-        JobInfo{j->spec.id, j->state, j->error, released, j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
+    *out = JobInfo{j->spec.id,    j->spec.channel,   j->state,  j->error, released,
+                   j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
     return true;
   }
   return false;
 }
 
+std::vector<JobInfo> Engine::job_infos() const {
+  std::vector<JobInfo> all;
+  for (auto& j : jobs_) job_info(j->spec.id, &all.emplace_back(), j->spec.channel);
+  return all;
+}
+
 std::vector<uint32_t> Engine::job_ids() const {
   std::vector<uint32_t> ids;
-  for (auto& j : jobs_) ids.push_back(j->spec.id);
+  for (auto& j : jobs_)
+    if (std::find(ids.begin(), ids.end(), j->spec.id) == ids.end()) ids.push_back(j->spec.id);
   return ids;
 }
 
@@ -340,7 +364,7 @@ size_t Engine::held_packets() const {
 void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind) {
   if (job.state == JobState::failed) return;
   job.state = JobState::failed;
-  job.error = why;
+  job.error = job.spec.channels > 1 ? "channel " + std::to_string(job.spec.channel) + ": " + why : why;
   // A spread job: the first shard to fail it counts and logs it, and the others abort it at their
   // next look (follow_spread_failure); one that fails it at the same time as another counts nothing.
   if (kind && job.shards && !job.shards->publish_failure(why)) kind = nullptr;
@@ -351,7 +375,7 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
       ++job.c.job_errors;
       ++totals_.job_errors;
     }
-    util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, why.c_str());
+    util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, job.error.c_str());
   }
   free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
 }

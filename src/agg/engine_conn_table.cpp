@@ -50,7 +50,7 @@ size_t Engine::closed_connections() const {
 }
 
 void Engine::route_job(const control::JobSpec& spec, uint16_t owner, const std::vector<uint16_t>& shard_lcores) {
-  std::erase_if(routes_, [&](const RouteKey& k) { return k.job_id == spec.id; });
+  std::erase_if(routes_, [&](const RouteKey& k) { return k.job_id == spec.id && k.channel == spec.channel; });
   for (const control::ConnectionSpec& c : spec.conns) {
     Route data{owner};
     if (shard_lcores.size() > 1) {  // sharded: each data packet to its PSN's shard
@@ -58,8 +58,9 @@ void Engine::route_job(const control::JobSpec& spec, uint16_t owner, const std::
       data.start_psn = c.start_psn;
       std::copy(shard_lcores.begin(), shard_lcores.end(), data.shard_lcore.begin());
     }
-    routes_.push_back({util::gid_address(c.dst_ip), c.dst_qpn, spec.id, data});
-    routes_.push_back({util::gid_address(c.src_ip), c.src_qpn, spec.id, Route{owner}});  // ACKs: to the owner
+    routes_.push_back({util::gid_address(c.dst_ip), c.dst_qpn, spec.id, spec.channel, data});
+    routes_.push_back(
+        {util::gid_address(c.src_ip), c.src_qpn, spec.id, spec.channel, Route{owner}});  // ACKs: to the owner
   }
   rebuild_conn_table();
 }

@@ -22,10 +22,23 @@ namespace {
 constexpr uint32_t kMax24 = 0xffffff;
 constexpr unsigned kMaxWorkers = 64;  // the engine's rank bitmasks are 64-bit
 
-enum class Key { id, dtype, workers, message_bytes, payload_bytes, window, replay, tier, collective, chunk, conn };
+enum class Key {
+  id,
+  dtype,
+  workers,
+  message_bytes,
+  payload_bytes,
+  window,
+  replay,
+  tier,
+  collective,
+  chunk,
+  channels,
+  conn
+};
 
 // In Key order.
-constexpr std::array<util::KeySpec, 11> kKeys{{
+constexpr std::array<util::KeySpec, 12> kKeys{{
     {"id", true, false, "id = 7"},
     {"dtype", true, false, "dtype = fp32"},
     {"workers", true, false, "workers = 4"},
@@ -36,6 +49,7 @@ constexpr std::array<util::KeySpec, 11> kKeys{{
     {"tier", false, false, "tier = flat"},
     {"collective", false, false, "collective = allreduce"},
     {"chunk", false, false, "chunk = 1"},
+    {"channels", false, false, "channels = 2"},
     {"conn", true, true, "conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0"},
 }};
 
@@ -198,13 +212,20 @@ bool parse_value(Key key, std::string_view value, JobSpec* spec, std::string* pr
       if (!parse_number_field("", value, 1, 1u << 20, "1..1048576 (messages per chunk)", &v, problem)) return false;
       spec->chunk = static_cast<uint32_t>(v);
       return true;
+    case Key::channels:
+      if (!parse_number_field("", value, 1, kMaxChannels, "1.." + std::to_string(kMaxChannels), &v, problem))
+        return false;
+      spec->channels = static_cast<uint16_t>(v);
+      return true;
     case Key::conn: {
       ConnectionSpec c;
       if (!parse_conn(value, &c, problem)) return false;
-      // A job has at most 64 ranks: more conn lines are refused here, before any of them reaches
-      // the appliance's lcores.
-      if (spec->conns.size() >= 64) {
-        *problem = "more than 64 conn lines (a job has at most 64 workers, one conn line each)";
+      // A job has at most 64 ranks and kMaxChannels channels: more conn lines are refused here,
+      // before any of them reaches the appliance's lcores.
+      if (spec->conns.size() >= size_t{kMaxWorkers} * kMaxChannels) {
+        *problem = "more than " + std::to_string(kMaxWorkers * kMaxChannels) +
+                   " conn lines (a job has at most 64 workers and " + std::to_string(kMaxChannels) +
+                   " channels, one conn line each)";
         return false;
       }
       spec->conns.push_back(c);
@@ -224,7 +245,20 @@ std::optional<JobSpec> parse(std::string_view text, util::ParseProblem* p) {
         return parse_value(static_cast<Key>(key), value, &spec, problem);
       },
       p);
-  if (ok) return spec;
+  if (ok && spec.conns.size() > size_t{kMaxWorkers} * spec.channels) {
+    p->line = 0;
+    p->text = "conn: " + std::to_string(spec.conns.size()) + " conn lines for " + std::to_string(spec.channels) +
+              " channel(s): a job has at most 64 workers, one conn line each per channel";
+    return std::nullopt;
+  }
+  if (ok && spec.channels == 1) return spec;
+  if (ok) {  // channel by channel: the first `workers` conn lines are channel 0's, and so on
+    for (size_t i = 0; i < spec.conns.size(); ++i)
+      spec.conns[i].channel = static_cast<uint16_t>(spec.workers ? i / spec.workers : 0);
+    if (check_channels(spec, &p->text)) return spec;
+    p->line = 0;
+    return std::nullopt;
+  }
   if (p->line == 0 && !any_conn) p->text += " (conn: one line per worker, " + std::string(kConnFields) + ")";
   return std::nullopt;
 }
@@ -264,8 +298,9 @@ std::string format_job(const JobSpec& s) {
     out += std::string("collective = ") + collective_name(s.collective) + "\n";
     out += "chunk = " + std::to_string(s.chunk) + "\n";
   }
+  if (s.channels != 1) out += "channels = " + std::to_string(s.channels) + "\n";  // (a job of one keeps its digest)
   out += "# conn = " + std::string(kConnFields) + "\n";
-  for (const ConnectionSpec& c : s.conns) {
+  auto conn_line = [&](const ConnectionSpec& c) {
     std::snprintf(buf, sizeof buf, "conn = %u, %s, 0x%06x, %s, 0x%06x, 0x%06x", c.rank, util::ip_text(c.src_ip).c_str(),
                   c.src_qpn, util::ip_text(c.dst_ip).c_str(), c.dst_qpn, c.start_psn);
     out += buf;
@@ -277,6 +312,15 @@ std::string format_job(const JobSpec& s) {
       out += buf;
     }
     out += "\n";
+  };
+  if (s.channels == 1) {
+    for (const ConnectionSpec& c : s.conns) conn_line(c);
+    return out;
+  }
+  for (unsigned ch = 0; ch < s.channels; ++ch) {  // channel by channel, as parse_job reads them
+    out += "# channel " + std::to_string(ch) + "\n";
+    for (const ConnectionSpec& c : s.conns)
+      if (c.channel == ch) conn_line(c);
   }
   return out;
 }

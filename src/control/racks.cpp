@@ -35,6 +35,11 @@ std::optional<RackParts> split_across_racks(const JobSpec& job_in, const std::ve
              " runs on one appliance: only an allreduce can be split across racks yet";
     return std::nullopt;
   }
+  if (job.channels != 1) {
+    *error = "a job of " + std::to_string(job.channels) +
+             " channels runs on one appliance: only a job of one channel can be split across racks yet";
+    return std::nullopt;
+  }
   if (n == 0 || n != job.workers) {
     *error = "the job needs one conn line per worker before it can be split";
     return std::nullopt;

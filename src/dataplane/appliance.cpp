@@ -383,7 +383,9 @@ bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::Job
   }
   bound[spec.id] = bound_spec;
   update_pins();
-  if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1) {
+  // A job of channels has no address-pair rules: its channels share their ranks' address pairs but
+  // not their lcores; RSS by UDP source port spreads them, and what lands elsewhere is handed on.
+  if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1 && spec.channels == 1) {
     std::vector<uint16_t> data_queue(spec.workers);
     for (unsigned rank = 0; rank < spec.workers; ++rank)
       data_queue[rank] = JobOwnership::shard_lcore(static_cast<uint16_t>(owner), rank % cfg.job_lcores, lcores.size());

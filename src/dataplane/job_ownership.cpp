@@ -66,8 +66,49 @@ bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, agg
   return true;
 }
 
+// Channel c's engine job on channel_lcore(owner, c). All channels take the job or none does.
+bool JobOwnership::add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error) {
+  std::vector<uint16_t> ls;
+  for (unsigned c = 0; c < spec.channels; ++c) {
+    const control::JobSpec part = control::channel_spec(spec, c);
+    const uint16_t lc = channel_lcore(owner, c, lcores_.size());
+    LcoreRequest r{LcoreRequest::Kind::add_job};
+    r.spec = &part;
+    r.start = start;
+    call_lcore(*lcores_[lc], r);
+    if (!r.ok) {
+      // Undo the channels already added (their engines keep the connections closed a while, as
+      // after any removal: nothing of the job is forwarded raw in between).
+      std::sort(ls.begin(), ls.end());
+      ls.erase(std::unique(ls.begin(), ls.end()), ls.end());
+      for (uint16_t done : ls) remove_from(done, spec.id, nullptr);
+      *error = r.error + (spec.channels > 1 ? " (on lcore " + std::to_string(lcores_[lc]->lcore_id) + ")" : "");
+      return false;
+    }
+    ls.push_back(lc);
+  }
+  channel_lcores_[spec.id] = ls;
+  return true;
+}
+
+std::vector<size_t> JobOwnership::load() const {
+  std::vector<size_t> load(lcores_.size(), 0);
+  for (const auto& [id, o] : owner_)
+    if (auto it = channel_lcores_.find(id); it != channel_lcores_.end())
+      for (uint16_t lc : it->second) ++load[lc];
+    else
+      ++load[o];
+  return load;
+}
+
 std::vector<uint16_t> JobOwnership::lcores_of(uint32_t id) const {
   if (auto it = shard_lcores_.find(id); it != shard_lcores_.end()) return it->second;
+  if (auto it = channel_lcores_.find(id); it != channel_lcores_.end()) {  // each lcore once
+    std::vector<uint16_t> ls = it->second;
+    std::sort(ls.begin(), ls.end());
+    ls.erase(std::unique(ls.begin(), ls.end()), ls.end());
+    return ls;
+  }
   if (auto it = owner_.find(id); it != owner_.end()) return {it->second};
   return {};
 }
@@ -97,9 +138,8 @@ bool JobOwnership::check(const control::JobSpec& spec, std::string* error) {
 
 int JobOwnership::least_loaded() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<size_t> load(lcores_.size(), 0);
-  for (const auto& [id, o] : owner_) ++load[o];
-  return static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+  const std::vector<size_t> l = load();
+  return static_cast<int>(std::min_element(l.begin(), l.end()) - l.begin());
 }
 
 // Unlike broadcast(), also with one lcore: a waiting job has no owner to take its packets.
@@ -149,11 +189,11 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
                        const control::JobSpec* bound) {
   const control::JobSpec& engine_spec = bound ? *bound : spec;
   // Bounded before any lcore hears of it: the holds below cost every lcore time per connection.
-  if (spec.workers < 1 || spec.workers > 64 || spec.conns.size() != spec.workers) {
-    *error = "job " + std::to_string(spec.id) + ": needs 1..64 workers and one conn line each (" +
-             std::to_string(spec.workers) + " workers, " + std::to_string(spec.conns.size()) + " conn lines)";
+  if (spec.workers < 1 || spec.workers > 64) {
+    *error = "job " + std::to_string(spec.id) + ": needs 1..64 workers (got " + std::to_string(spec.workers) + ")";
     return false;
   }
+  if (!control::check_channels(spec, error)) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   if (conflicts(spec, error)) return false;
   uint16_t owner = 0;
@@ -162,32 +202,28 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
   } else if (placed >= 0 && static_cast<size_t>(placed) < lcores_.size()) {
     owner = static_cast<uint16_t>(placed);
   } else {
-    std::vector<size_t> load(lcores_.size(), 0);
-    for (const auto& [id, o] : owner_) ++load[o];
-    owner = static_cast<uint16_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    const std::vector<size_t> l = load();
+    owner = static_cast<uint16_t>(std::min_element(l.begin(), l.end()) - l.begin());
   }
   // Every lcore holds the job's connections closed before any of them learns its owner: until the
   // owner has it, a packet of the job is dropped wherever it arrives, never forwarded raw.
   const bool existed = owner_.count(spec.id) > 0;
-  if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
-  const bool sharded = job_lcores_ > 1;
-  bool ok = true;
-  if (sharded) {
-    ok = add_sharded(engine_spec, owner, start, error);
-  } else {
-    LcoreRequest r{LcoreRequest::Kind::add_job};
-    r.spec = &engine_spec;
-    r.start = start;
-    call_lcore(*lcores_[owner], r);
-    ok = r.ok;
-    if (!ok) *error = r.error;
+  if (existed && specs_[spec.id].channels != spec.channels) {
+    *error = "job " + std::to_string(spec.id) + " already exists with " + std::to_string(specs_[spec.id].channels) +
+             " channel(s); remove it before adding it with " + std::to_string(spec.channels);
+    return false;
   }
+  if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
+  // A job of channels is spread by its channels, never sharded.
+  const bool sharded = job_lcores_ > 1 && spec.channels == 1;
+  const bool ok =
+      sharded ? add_sharded(engine_spec, owner, start, error) : add_channels(engine_spec, owner, start, error);
   if (!ok) {
     if (!existed) broadcast(LcoreRequest::Kind::release_closed, spec, 0, 0);
     // A failed sharded job being replaced: the shards that took the new one gave it back, the
     // others still hold the failed one. Half a job cannot stay: all of it goes, as a removal does
     // (every engine keeps its connections closed for the closed hold).
-    if (existed && sharded) {
+    if (existed && (sharded || spec.channels > 1)) {
       remove_parts(spec.id);
       *error += "; the failed job " + std::to_string(spec.id) + " it was to replace was removed";
     }
@@ -195,21 +231,23 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
-  broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0,
-            sharded ? shard_lcores_[spec.id] : std::vector<uint16_t>{});
+  if (sharded) {
+    broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, shard_lcores_[spec.id]);
+  } else {
+    const std::vector<uint16_t>& ls = channel_lcores_[spec.id];
+    for (unsigned c = 0; c < spec.channels; ++c)  // each channel's packets to its own lcore
+      broadcast(LcoreRequest::Kind::set_owner, control::channel_spec(engine_spec, c), ls[c]);
+  }
   return true;
 }
 
 bool JobOwnership::remove(uint32_t id, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = owner_.find(id);
-  if (it == owner_.end()) {
+  if (!owner_.count(id)) {
     *error = "no job " + std::to_string(id) + " (list jobs to see which exist)";
     return false;
   }
-  if (!shard_lcores_.count(id) && !remove_from(it->second, id, error)) return false;
-  remove_parts(id);
-  return true;
+  return remove_parts(id, error);
 }
 
 bool JobOwnership::remove_from(uint16_t lcore, uint32_t id, std::string* error) {
@@ -220,15 +258,18 @@ bool JobOwnership::remove_from(uint16_t lcore, uint32_t id, std::string* error) 
   return r.ok;
 }
 
-// Every part of a job goes (a sharded job has one per shard; a part already gone is no refusal:
-// only a job an engine does not have is refused), then every lcore forgets its owner.
-void JobOwnership::remove_parts(uint32_t id) {
-  if (auto it = shard_lcores_.find(id); it != shard_lcores_.end())
-    for (uint16_t lc : it->second) remove_from(lc, id, nullptr);
+// Every part of a job goes (a shard or a channel's; a part already gone is no refusal to the
+// others), then every lcore forgets its owner. False, with the first engine's refusal, when an
+// engine had no part of it.
+bool JobOwnership::remove_parts(uint32_t id, std::string* error) {
+  bool ok = true;
+  for (uint16_t lc : lcores_of(id)) ok = remove_from(lc, id, ok ? error : nullptr) && ok;
   broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0, closed_hold_ns_);
   owner_.erase(id);
   specs_.erase(id);
   shard_lcores_.erase(id);
+  channel_lcores_.erase(id);
+  return ok;
 }
 
 control::JobStatus JobOwnership::description(const agg::JobInfo& info) const {
@@ -244,7 +285,7 @@ std::vector<control::JobStatus> JobOwnership::describe_all() {
     call_lcore(*l, r);
     for (const agg::JobInfo& info : r.infos) parts[info.id].push_back(info);
   }
-  std::vector<control::JobStatus> all;
+  std::vector<control::JobStatus> all;  // a job of channels: one part per channel
   for (const auto& [id, p] : parts) all.push_back(description(merge(p)));
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return all;
@@ -258,11 +299,17 @@ bool JobOwnership::describe(uint32_t id, control::JobStatus* out) {
     r.id = id;
     call_lcore(*lcores_[lc], r);
     if (!r.ok || r.infos.empty()) return false;
-    parts.push_back(r.infos[0]);
+    parts.insert(parts.end(), r.infos.begin(), r.infos.end());
   }
   if (parts.empty()) return false;
   *out = description(merge(parts));
   return true;
+}
+
+std::vector<uint16_t> JobOwnership::channel_lcores(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = channel_lcores_.find(id);
+  return it == channel_lcores_.end() ? std::vector<uint16_t>{} : it->second;
 }
 
 int JobOwnership::owner_of(uint32_t id) {

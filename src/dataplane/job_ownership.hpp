@@ -24,9 +24,15 @@ class JobOwnership {
   static uint16_t shard_lcore(uint16_t owner, unsigned i, size_t nlcores) {
     return static_cast<uint16_t>((owner + i) % nlcores);
   }
+  // The lcore of channel `c` of a job whose channel 0 is on `owner`: the channels go round the
+  // lcores from there, so that C channels on L lcores share an lcore only when C > L.
+  static uint16_t channel_lcore(uint16_t owner, unsigned c, size_t nlcores) {
+    return static_cast<uint16_t>((owner + c) % nlcores);
+  }
 
   // A new job goes to lcore index `placed` when it is given (>= 0: where the state directory had
-  // it), else to the lcore with the fewest jobs; a re-added id (a failed job) to its lcore, whose
+  // it), else to the lcore with the fewest jobs' channels; a job of C channels has its channel c
+  // on channel_lcore(that lcore, c), each an engine job of its own; a re-added id (a failed job) to its lcore, whose
   // engine decides. Refused when one of its connections belongs to another job.
   // `start`: JobStart::resume for a job registered before the appliance restarted (engine.hpp).
   // `bound`: the spec the engines take (its ranks bound to ports, rank_binding.hpp); `spec`, the
@@ -49,13 +55,17 @@ class JobOwnership {
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);
   agg::EngineCounters totals();
-  // The index (= queue) of the lcore that owns job `id`, or -1.
+  // The index (= queue) of the lcore that owns job `id` (its channel 0), or -1.
   int owner_of(uint32_t id);
+  // The lcore index of each of the job's channels, channel 0 first; empty for no job.
+  std::vector<uint16_t> channel_lcores(uint32_t id);
 
  private:
   bool conflicts(const control::JobSpec& spec, std::string* error) const;
   bool add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error);
-  void remove_parts(uint32_t id);  // with mutex_ held
+  bool add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error);
+  std::vector<size_t> load() const;                              // channels per lcore
+  bool remove_parts(uint32_t id, std::string* error = nullptr);  // with mutex_ held
   // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
   bool remove_from(uint16_t lcore, uint32_t id, std::string* error);
   std::vector<uint16_t> lcores_of(uint32_t id) const;  // every lcore whose engine has a part of the job
@@ -75,7 +85,8 @@ class JobOwnership {
   std::mutex mutex_;
   std::unordered_map<uint32_t, uint16_t> owner_;  // job id -> lcore index
   std::unordered_map<uint32_t, control::JobSpec> specs_;
-  std::unordered_map<uint32_t, std::vector<uint16_t>> shard_lcores_;  // a sharded job's lcores, shard 0 first
+  std::unordered_map<uint32_t, std::vector<uint16_t>> shard_lcores_;    // a sharded job's lcores, shard 0 first
+  std::unordered_map<uint32_t, std::vector<uint16_t>> channel_lcores_;  // each channel's lcore, channel 0 first
 };
 
 }  // namespace inagg::dataplane

@@ -145,7 +145,7 @@ struct LcoreRequest {
   // The answer.
   bool ok = false;
   std::string error;
-  std::vector<agg::JobInfo> infos;                        // job_info, list_jobs
+  std::vector<agg::JobInfo> infos;                        // job_info (each channel here), list_jobs
   agg::EngineCounters counters;                           // totals
   std::vector<util::IpAddr> addresses;                    // stations
   std::vector<Mac> macs;                                  // stations

@@ -51,17 +51,13 @@ void apply(LcoreState& l, LcoreRequest& r) {
         l.engine->release_closed(r.spec->id, r.linger_ns);
       r.ok = true;
       break;
-    case LcoreRequest::Kind::job_info: {
-      agg::JobInfo info{};
-      r.ok = l.engine->job_info(r.id, &info);
-      if (r.ok) r.infos.push_back(info);
+    case LcoreRequest::Kind::job_info:  // every channel of the job this lcore has
+      for (const agg::JobInfo& info : l.engine->job_infos())
+        if (info.id == r.id) r.infos.push_back(info);
+      r.ok = !r.infos.empty();
       break;
-    }
     case LcoreRequest::Kind::list_jobs:
-      for (uint32_t id : l.engine->job_ids()) {
-        agg::JobInfo info{};
-        if (l.engine->job_info(id, &info)) r.infos.push_back(info);
-      }
+      r.infos = l.engine->job_infos();
       r.ok = true;
       break;
     case LcoreRequest::Kind::totals:

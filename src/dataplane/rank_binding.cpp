@@ -167,15 +167,17 @@ BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStat
                 "(bind the address in the binding table, --bindings, to say which port is the rank's)";
       return out;
     } else if (ports.empty()) {
-      waiting += (waiting.empty() ? "" : "; ") + who + " has not been seen on any port yet";
+      if (waiting.find(who) == std::string::npos)  // (a rank of several channels is said once)
+        waiting += (waiting.empty() ? "" : "; ") + who + " has not been seen on any port yet";
       continue;
     } else {
       const uint64_t first = std::min_element(at.begin(), at.end(), [](const auto& a, const auto& b) {
                                return a.first_ns < b.first_ns;
                              })->first_ns;
       if (seen.now_ns - first < seen.settle_ns) {  // seen only just now: a second claim may follow
-        waiting += (waiting.empty() ? "" : "; ") + who + " has been seen on port " + std::to_string(ports[0]) +
-                   " only just now";
+        if (waiting.find(who) == std::string::npos)
+          waiting += (waiting.empty() ? "" : "; ") + who + " has been seen on port " + std::to_string(ports[0]) +
+                     " only just now";
         continue;
       }
       port = ports[0];

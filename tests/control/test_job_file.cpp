@@ -344,7 +344,7 @@ TEST(JobFile, ErrorMessages) {
        "line 11: conn: QPN '0xzz' is not a number (hex 0x... or decimal)"},
       {with("workers = 2", "worker = 2"),
        "line 5: unknown key 'worker' (did you mean 'workers'?); valid keys: id, dtype, workers, "
-       "message_bytes, payload_bytes, window, replay, tier, collective, chunk, conn"},
+       "message_bytes, payload_bytes, window, replay, tier, collective, chunk, channels, conn"},
       {with("", "color = blue"), "line 12: unknown key 'color'; valid keys: id, dtype"},
       {with("id = 7", "ID = 7"), "unknown key 'ID' (did you mean 'id'?)"},
       {with("", "window = 9"), "line 12: duplicate key 'window' (first set on line 8); keep one of the two lines"},
@@ -449,7 +449,7 @@ TEST(JobFile, MoreThan64ConnLinesAreRefusedByTheParser) {
   for (unsigned i = 0; big.size() < (1u << 20) - 64; ++i)
     big += "conn = " + std::to_string(i % 64) + ", 10.0.0.1, 0x" + std::to_string(i) + ", 10.0.0.2, 0x12, 0\n";
   const std::string err = parse_error(big);
-  EXPECT_NE(err.find("more than 64 conn lines"), std::string::npos) << err;
+  EXPECT_NE(err.find("more than 1024 conn lines"), std::string::npos) << err;
   std::string sixty_four =
       "id = 1\ndtype = fp32\nworkers = 64\nmessage_bytes = 4096\npayload_bytes = 1024\nwindow = 2\n";
   for (unsigned i = 0; i < 64; ++i)
@@ -457,6 +457,75 @@ TEST(JobFile, MoreThan64ConnLinesAreRefusedByTheParser) {
                   std::to_string(i + 1000) + ", 0\n";
   std::string e;
   EXPECT_TRUE(parse_job(sixty_four, &e).has_value()) << e;
+  const std::string sixty_five = parse_error(sixty_four + "conn = 0, 10.0.0.1, 0x70, 10.0.0.1, 0x71, 0\n");
+  EXPECT_NE(sixty_five.find("65 conn lines for 1 channel(s)"), std::string::npos) << sixty_five;
+}
+
+// Channels: workers x channels conn lines, channel by channel; each channel names every rank once.
+const char* kTwoChannels =
+    "id = 9\ndtype = fp32\nworkers = 2\nmessage_bytes = 4096\npayload_bytes = 1024\nwindow = 2\n"
+    "channels = 2\n"
+    "conn = 0, 10.0.0.1, 0x11, 10.0.0.2, 0x22, 0\n"
+    "conn = 1, 10.0.0.2, 0x21, 10.0.0.1, 0x12, 0\n"
+    "conn = 1, 10.0.0.2, 0x31, 10.0.0.1, 0x42, 5\n"  // channel 1: the ranks in any order
+    "conn = 0, 10.0.0.1, 0x41, 10.0.0.2, 0x32, 7\n";
+
+TEST(JobFile, ChannelsAreTheirConnLinesInTurn) {
+  std::string err;
+  const std::optional<JobSpec> s = parse_job(kTwoChannels, &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->channels, 2u);
+  ASSERT_EQ(s->conns.size(), 4u);
+  const unsigned want_channel[] = {0, 0, 1, 1};
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(s->conns[i].channel, want_channel[i]) << i;
+  // Channel 1's spec: its two connections, as an engine takes it, and the engine accepts it.
+  const JobSpec one = channel_spec(*s, 1);
+  EXPECT_EQ(one.channel, 1u);
+  ASSERT_EQ(one.conns.size(), 2u);
+  EXPECT_EQ(one.conns[0].src_qpn, 0x31u);
+  EXPECT_EQ(one.conns[1].src_qpn, 0x41u);
+  agg::Engine engine(agg::EngineConfig{}, agg::BufferOps{});
+  EXPECT_TRUE(engine.add_job(channel_spec(*s, 0), &err)) << err;
+  EXPECT_TRUE(engine.add_job(one, &err)) << err;
+  EXPECT_EQ(engine.job_ids(), std::vector<uint32_t>{9});
+  ASSERT_EQ(engine.job_infos().size(), 2u);
+  agg::JobInfo info{};
+  EXPECT_TRUE(engine.job_info(9, &info, 1));
+  EXPECT_EQ(info.channel, 1u);
+  EXPECT_FALSE(engine.add_job(one, &err));  // the same channel twice
+  EXPECT_NE(err.find("job 9 channel 1: already exists"), std::string::npos) << err;
+  EXPECT_TRUE(engine.remove_job(9, &err)) << err;  // every channel of it
+  EXPECT_TRUE(engine.job_infos().empty());
+  // The whole job is not an engine's: it takes one channel at a time.
+  agg::Engine other(agg::EngineConfig{}, agg::BufferOps{});
+  EXPECT_FALSE(other.add_job(*s, &err));
+  EXPECT_NE(err.find("an engine takes one channel at a time"), std::string::npos) << err;
+  // The canonical text keeps the channels and reads back the same (a job of one channel keeps
+  // the text it had before channels existed: no channels line).
+  const std::string text = format_job(*s);
+  EXPECT_NE(text.find("channels = 2\n"), std::string::npos) << text;
+  const std::optional<JobSpec> back = parse_job(text, &err);
+  ASSERT_TRUE(back) << err << text;
+  EXPECT_TRUE(operator_eq(*s, *back)) << text;
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(back->conns[i].channel, s->conns[i].channel);
+  std::optional<JobSpec> single = parse_job(kGood, &err);
+  ASSERT_TRUE(single);
+  EXPECT_EQ(format_job(*single).find("channels"), std::string::npos);
+}
+
+TEST(JobFile, ChannelMistakesAreNamed) {
+  const std::string text = kTwoChannels;
+  auto without_last = text.substr(0, text.rfind("conn ="));
+  std::string err = parse_error(without_last);
+  EXPECT_NE(err.find("2 workers x 2 channels but 3 conn lines"), std::string::npos) << err;
+  std::string twice = text;
+  twice.replace(twice.rfind("conn = 0,"), 9, "conn = 1,");
+  err = parse_error(twice);
+  EXPECT_NE(err.find("channel 1 names rank 1 twice"), std::string::npos) << err;
+  err = parse_error(std::string(text).replace(text.find("channels = 2"), 12, "channels = 17"));
+  EXPECT_NE(err.find("1..16"), std::string::npos) << err;
+  err = parse_error(std::string(text).replace(text.find("channels = 2"), 12, "channels = 0"));
+  EXPECT_NE(err.find("1..16"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST(Protocol, MalformedRequests) {
   EXPECT_EQ(
       refused(std::string("add\n") + kJob + "windw = 3\n"),
       "job file: line 8: unknown key 'windw' (did you mean 'window'?); valid keys: id, dtype, workers, message_bytes, "
-      "payload_bytes, window, replay, tier, collective, chunk, conn");
+      "payload_bytes, window, replay, tier, collective, chunk, channels, conn");
 }
 
 TEST(Protocol, Replies) {

@@ -181,6 +181,7 @@ struct EngineConfig {
 
 struct JobInfo {
   uint32_t id;
+  uint16_t channel;  // which channel of the job (control::JobSpec::channel)
   JobState state;
   std::string error;        // why it failed, when it did
   uint64_t released_slots;  // the job's release cursor (current generation); a shard: its part of it
@@ -290,23 +291,28 @@ class alignas(64) Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Control path (the owning lcore, between bursts). On refusal returns false and sets *error to a
-  // sentence saying what to change. Re-adding the id of a failed job replaces it. With `shard`,
+  // sentence saying what to change. A job of several channels is added one channel at a time
+  // (control::channel_spec): each is a job of its own here, known by its id and channel; one
+  // engine may hold several channels of a job. Re-adding the id and channel of a failed job
+  // replaces it. With `shard`,
   // this engine takes shard `index` of a job spread over shared->count() engines (JobShards): its
   // share of the slots, memory and mbufs is 1/count of the job's. Every shard's engine must be
   // given the same spec and the same JobShards.
   bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {},
                JobStart start = JobStart::fresh);
-  // What add_job() reserves for `spec` over all its `nshards` shards together, as JobInfo's
+  // What add_job() reserves for `spec` over all its `nshards` shards and all its channels together, as JobInfo's
   // memory_bytes and mbuf_quota (summed over the shards) give it once added: a tenant's budget is
   // checked against it before the job is added. {0, 0} for a spec whose sizes add_job() refuses.
   struct Footprint {
     size_t memory_bytes = 0, mbufs = 0;
   };
   static Footprint footprint(const control::JobSpec& spec, unsigned nshards = 1);
-  // The job's connections stay closed for EngineConfig::closed_hold_ns (tombstones).
+  // Removes every channel of job `id` here; its connections stay closed for
+  // EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
-  bool job_info(uint32_t id, JobInfo* out) const;
-  std::vector<uint32_t> job_ids() const;
+  bool job_info(uint32_t id, JobInfo* out, uint16_t channel = 0) const;
+  std::vector<JobInfo> job_infos() const;  // every channel of every job here
+  std::vector<uint32_t> job_ids() const;   // each job once, however many of its channels are here
 
   // Connections held closed: every packet addressed to them but CNPs is dropped (drop_closed). A
   // multi-lcore appliance holds a job's connections closed on every lcore before the job is added,
@@ -483,7 +489,7 @@ class alignas(64) Engine {
   void follow_spread_failure(Job& job);  // aborts a spread job here that another shard aborted
   std::string timeout_reason(const Job& job) const;
   void free_job_memory(Job& job);
-  Job* find_job(uint32_t id);
+  Job* find_job(uint32_t id, uint16_t channel);
 
   EngineConfig cfg_;
   BufferOps ops_;
@@ -494,6 +500,7 @@ class alignas(64) Engine {
     util::IpAddr addr;
     uint32_t qpn = 0;
     uint32_t job_id = 0;
+    uint16_t channel = 0;
     Route route;
   };
   std::vector<RouteKey> routes_;

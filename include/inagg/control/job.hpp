@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "inagg/util/dtype.hpp"
@@ -31,6 +32,7 @@ struct ConnectionSpec {
   uint32_t start_psn = 0;
   uint16_t port = kAnyPort;
   std::array<uint8_t, 6> mac{};
+  uint16_t channel = 0;  // which of the job's channels this connection carries (JobSpec::channels)
   bool has_mac() const { return (mac[0] | mac[1] | mac[2] | mac[3] | mac[4] | mac[5]) != 0; }
 };
 
@@ -55,6 +57,9 @@ enum class Tier : uint8_t { flat, leaf, spine };
 //                   the appliance fills with their owners' data.
 enum class Collective : uint8_t { allreduce, reduce_scatter, all_gather };
 
+// A job's channels at most (JobSpec::channels).
+inline constexpr unsigned kMaxChannels = 16;
+
 struct JobSpec {
   uint32_t id = 0;
   util::Dtype dtype = util::Dtype::fp32;
@@ -65,8 +70,21 @@ struct JobSpec {
   bool replay = false;         // a FIRST/ONLY at start_psn after all is released restarts the job
   Tier tier = Tier::flat;
   Collective collective = Collective::allreduce;
-  uint32_t chunk = 1;                 // a rotated collective: messages per chunk (c, section 20)
-  std::vector<ConnectionSpec> conns;  // one per rank
+  uint32_t chunk = 1;  // a rotated collective: messages per chunk (c, section 20)
+  // Channels (docs/protocol.md section 22): every rank has `channels` RC connections to its
+  // successor and stripes its messages over them; each channel is a job of its own on the
+  // appliance (its own slots, PSNs, window and recovery, on one lcore), sharing nothing with the
+  // others. A job's conns are its channels' in turn, `workers` lines each (ConnectionSpec::channel
+  // says whose). An engine is given one channel's spec (channel_spec()): its `channel` says which.
+  uint16_t channels = 1;
+  uint16_t channel = 0;
+  std::vector<ConnectionSpec> conns;  // one per rank and channel, channel by channel
 };
+
+// Channel `c` of `job`: the same job with channel c's connections only, as an engine takes it.
+JobSpec channel_spec(const JobSpec& job, unsigned c);
+// Whether `job`'s conns are its channels': workers x channels lines, ranks 0..workers-1 once in
+// each channel; false with a sentence saying what to change.
+bool check_channels(const JobSpec& job, std::string* error);
 
 }  // namespace inagg::control

@@ -11,6 +11,8 @@
 //   replay        = false                   optional: true | false
 //   tier          = flat                    optional: flat | leaf | spine (a job across racks,
 //                                           control::Tier; docs/protocol.md section 21)
+//   channels      = 1                       optional: 1..16 RC connections per rank (section 22);
+//                                           workers x channels conn lines, channel by channel
 //   conn = RANK,SRC_IP,SRC_QPN,DST_IP,DST_QPN,START_PSN[,PORT]     one line per worker
 //   conn = 0, 10.0.0.1, 0x000011, 10.0.0.2, 0x000012, 0
 //   conn = 1, 10.0.0.2, 0x000013, 10.0.0.1, 0x000014, 0, 1     (rank 1's host behind port 1)
@@ -19,7 +21,8 @@
 // packets from any other port are dropped from the first one on. Without it the rank's first
 // packet that fits pins its port. Numbers are decimal or 0x-hex; QPNs and PSNs are 24-bit;
 // addresses IPv4 or IPv6 (one version per conn line; an IPv4-mapped GID such as ::ffff:10.0.0.1
-// means the IPv4 address 10.0.0.1). Only syntax and per-field ranges are checked here: how fields
+// means the IPv4 address 10.0.0.1). Only syntax, per-field ranges and, with channels above 1, the
+// conn lines' count and ranks per channel (check_channels) are checked here: how the other fields
 // relate (ranks below workers, one conn per rank, sizes that divide, a ring) is the appliance's
 // engine's to check, so both the file and the control socket get the same answer.
 #pragma once
