@@ -13,6 +13,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "inagg/client/transport/rc.hpp"
 #include "inagg/client/transport/udp_transport.hpp"
@@ -93,6 +94,58 @@ TEST(RcLoopback, WritesLandInOrderWithImmediatesAndValidIcrcs) {
   EXPECT_EQ(p.req->counters().bad_icrc, 0u);
   EXPECT_EQ(p.req->counters().messages_completed, kCount);
   EXPECT_EQ(p.req->counters().packets_sent, kCount * kMsg / 1024);  // nothing lost, nothing resent
+}
+
+// A QP with a UDP source port of its own (a channel's: RSS on the source port spreads a rank's
+// channels): its data and its ACKs leave from that port, and their ICRCs, which cover the UDP
+// header, verify at the other end. An unbound source port is refused, never sent from 4791.
+TEST(RcLoopback, AQpSendsFromItsOwnSourcePort) {
+  constexpr size_t kMsg = 8 * 1024, kCount = 6;
+  Pair p(kMsg * kCount);
+  std::string err;
+  ASSERT_TRUE(p.a.add_source_port(49200, &err)) << err;
+  ASSERT_TRUE(p.b.add_source_port(49201, &err)) << err;
+  p.ca.src_port = 49200;
+  p.cb.src_port = 49201;
+  p.req = std::make_unique<RcRequester>(p.a, p.ca);
+  p.rsp = std::make_unique<RcResponder>(p.b, p.cb, p.mr.data(), p.mr.size(), 0x10000, 0x77);
+  std::vector<uint8_t> src(kMsg * kCount);
+  std::mt19937 rng(3);
+  for (auto& x : src) x = static_cast<uint8_t>(rng());
+  for (size_t i = 0; i < kCount; ++i)
+    p.req->post_write(src.data() + i * kMsg, kMsg, 0x10000 + i * kMsg, 0x77, static_cast<uint32_t>(i));
+  // Run by hand to see every datagram's source port.
+  std::set<uint16_t> data_ports, ack_ports;
+  const uint64_t end = now_ns() + 10'000'000'000ull;
+  Datagram d;
+  while (now_ns() < end && !p.req->idle() && !p.req->failed()) {
+    const uint64_t t = now_ns();
+    p.req->progress(t);
+    p.rsp->progress(t);
+    while (p.b.receive(&d)) {
+      data_ports.insert(d.src_port);
+      p.rsp->on_data(d, t);
+    }
+    while (p.a.receive(&d)) {
+      ack_ports.insert(d.src_port);
+      p.req->on_ack(d, t);
+    }
+  }
+  ASSERT_TRUE(p.req->idle()) << p.req->error();
+  EXPECT_EQ(p.mr, src);
+  EXPECT_EQ(data_ports, std::set<uint16_t>{49200});
+  EXPECT_EQ(ack_ports, std::set<uint16_t>{49201});
+  EXPECT_EQ(p.rsp->counters().bad_icrc, 0u);
+  EXPECT_EQ(p.req->counters().bad_icrc, 0u);
+  // A frame from a source port no socket is bound to is refused.
+  RcConfig unbound = p.ca;
+  unbound.src_port = 49202;
+  RcRequester stray(p.a, unbound);
+  const uint64_t errors = p.a.send_errors();
+  stray.post_write(src.data(), 1024, 0x10000, 0x77, 0);
+  stray.progress(now_ns());
+  p.a.flush();
+  EXPECT_GT(p.a.send_errors(), errors);
 }
 
 TEST(RcLoopback, GoBackNRecoversFromLossInBothDirections) {

@@ -68,7 +68,7 @@ void RcRequester::send_packet(uint64_t seq, uint64_t now_ns) {
                    : last        ? (m->imm ? kWriteLastImm : kWriteLast)
                                  : kWriteMiddle;
   wire::RoceFrameSpec s;
-  sock_.fill_spec(s, cfg_.remote_ip);
+  sock_.fill_spec(s, cfg_.remote_ip, cfg_.src_port);
   s.opcode = kRc | opcode;
   s.dest_qp = cfg_.remote_qpn;
   s.psn = psn_at(cfg_.send_start_psn, seq);
@@ -246,7 +246,7 @@ RcResponder::RcResponder(RoceSocket& sock, const RcConfig& cfg, uint8_t* mr, siz
 
 void RcResponder::send_ack(uint64_t seq_acked, uint8_t syndrome) {
   wire::RoceFrameSpec s;
-  sock_.fill_spec(s, cfg_.remote_ip);
+  sock_.fill_spec(s, cfg_.remote_ip, cfg_.src_port);
   s.opcode = wire::op::kRc | wire::op::kAcknowledge;
   s.dest_qp = cfg_.remote_qpn;
   s.psn = psn_at(cfg_.recv_start_psn, seq_acked);

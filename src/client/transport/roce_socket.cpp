@@ -21,62 +21,94 @@ namespace inagg::client {
 RoceSocket::~RoceSocket() {
   if (fd_ >= 0) ::close(fd_);
   if (raw_fd_ >= 0) ::close(raw_fd_);
+  for (const auto& [port, fd] : source_fds_) ::close(fd);
 }
 
-bool RoceSocket::open(const util::IpAddr& local, uint8_t tos, std::string* error) {
-  local_ = local;
-  tos_ = tos;
-  const bool v6 = local.version == util::IpVersion::v6;
-  fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) {
+bool RoceSocket::add_source_port(uint16_t port, std::string* error) {
+  if (port == wire::kRoceV2Port || fd_for(port) >= 0) return true;
+  // Nothing is ever sent to it (RoCEv2 goes to 4791): a small receive buffer is enough.
+  const int fd = open_udp(port, error);
+  if (fd < 0) return false;
+  const int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  source_fds_.push_back({port, fd});
+  return true;
+}
+
+int RoceSocket::fd_for(uint16_t port) const {
+  if (port == wire::kRoceV2Port) return fd_;
+  for (const auto& [p, fd] : source_fds_)
+    if (p == port) return fd;
+  return -1;
+}
+
+// A non-blocking UDP socket bound to (local, port) with the options every RoCEv2 datagram needs
+// (DF, the TOS); -1 with *error.
+int RoceSocket::open_udp(uint16_t port, std::string* error) const {
+  const bool v6 = local_.version == util::IpVersion::v6;
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
     *error = std::string("socket: ") + std::strerror(errno);
-    return false;
+    return -1;
   }
   const int one = 1;
   int pmtu = v6 ? IPV6_PMTUDISC_DO : IP_PMTUDISC_DO;  // DF: the ICRC covers the flags, and Linux then sends ID 0
-  int tclass = tos;
+  int tclass = tos_;
   bool ok;
   if (v6) {
-    ok = setsockopt(fd_, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
-         setsockopt(fd_, IPPROTO_IPV6, IPV6_TCLASS, &tclass, sizeof tclass) == 0 &&
-         setsockopt(fd_, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one) == 0 &&
-         setsockopt(fd_, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one) == 0 &&
-         setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0;
+    ok = setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tclass, sizeof tclass) == 0 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one) == 0 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one) == 0 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) == 0;
   } else {
-    ok = setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
-         setsockopt(fd_, IPPROTO_IP, IP_TOS, &tclass, sizeof tclass) == 0 &&
-         setsockopt(fd_, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) == 0 &&
-         setsockopt(fd_, IPPROTO_IP, IP_RECVTOS, &one, sizeof one) == 0;
+    ok = setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
+         setsockopt(fd, IPPROTO_IP, IP_TOS, &tclass, sizeof tclass) == 0 &&
+         setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) == 0 &&
+         setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof one) == 0;
   }
   const int buf = 8 << 20;
-  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
-  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
   if (!ok) {
     *error = std::string("setsockopt: ") + std::strerror(errno);
-    return false;
+    ::close(fd);
+    return -1;
   }
   sockaddr_storage ss{};
   socklen_t len;
   if (v6) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
     a->sin6_family = AF_INET6;
-    a->sin6_port = htons(wire::kRoceV2Port);
-    std::memcpy(&a->sin6_addr, local.bytes.data(), 16);
+    a->sin6_port = htons(port);
+    std::memcpy(&a->sin6_addr, local_.bytes.data(), 16);
     len = sizeof *a;
   } else {
     auto* a = reinterpret_cast<sockaddr_in*>(&ss);
     a->sin_family = AF_INET;
-    a->sin_port = htons(wire::kRoceV2Port);
-    std::memcpy(&a->sin_addr, local.bytes.data(), 4);
+    a->sin_port = htons(port);
+    std::memcpy(&a->sin_addr, local_.bytes.data(), 4);
     len = sizeof *a;
   }
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     char ip[INET6_ADDRSTRLEN];
-    inet_ntop(v6 ? AF_INET6 : AF_INET, local.bytes.data(), ip, sizeof ip);
-    *error = std::string("cannot bind ") + ip + " UDP port 4791: " + std::strerror(errno) +
-             (errno == EADDRINUSE ? " (is another worker or the kernel's RoCE driver using this address?)" : "");
-    return false;
+    inet_ntop(v6 ? AF_INET6 : AF_INET, local_.bytes.data(), ip, sizeof ip);
+    *error = std::string("cannot bind ") + ip + " UDP port " + std::to_string(port) + ": " + std::strerror(errno) +
+             (errno == EADDRINUSE ? port == wire::kRoceV2Port
+                                        ? " (is another worker or the kernel's RoCE driver using this address?)"
+                                        : " (is another worker using this address?)"
+                                  : "");
+    ::close(fd);
+    return -1;
   }
+  return fd;
+}
+
+bool RoceSocket::open(const util::IpAddr& local, uint8_t tos, std::string* error) {
+  local_ = local;
+  tos_ = tos;
+  fd_ = open_udp(wire::kRoceV2Port, error);
+  if (fd_ < 0) return false;
   rx_.assign(size_t{kRxBatch} * kSlot, 0);
   rx_from_.assign(kRxBatch, {});
   rx_ctl_.assign(kRxBatch, {});
@@ -84,6 +116,7 @@ bool RoceSocket::open(const util::IpAddr& local, uint8_t tos, std::string* error
   rx_iov_.assign(kRxBatch, {});
   tx_.assign(size_t{kBatch} * kSlot, 0);
   tx_to_.assign(kBatch, {});
+  tx_fd_.assign(kBatch, -1);
   tx_msgs_.assign(kBatch, {});
   tx_iov_.assign(kBatch, {});
   return true;
@@ -137,7 +170,9 @@ void RoceSocket::set_batching(bool on) {
 void RoceSocket::flush() {
   unsigned done = 0;
   while (done < tx_count_) {
-    const int k = ::sendmmsg(fd_, tx_msgs_.data() + done, tx_count_ - done, 0);
+    unsigned run = 1;  // the datagrams in a row that leave by the same socket (source port)
+    while (done + run < tx_count_ && tx_fd_[done + run] == tx_fd_[done]) ++run;
+    const int k = ::sendmmsg(tx_fd_[done], tx_msgs_.data() + done, run, 0);
     ++send_calls_;
     if (k <= 0) {  // ENOBUFS and friends for the first one left: the same as a loss, RC recovers
       ++send_errors_;
@@ -157,10 +192,10 @@ size_t RoceSocket::queued_bytes() const {
   return static_cast<size_t>(n) + tx_bytes_;
 }
 
-void RoceSocket::fill_spec(wire::RoceFrameSpec& s, const util::IpAddr& dst) const {
+void RoceSocket::fill_spec(wire::RoceFrameSpec& s, const util::IpAddr& dst, uint16_t src_port) const {
   s.src_ip = local_;
   s.dst_ip = dst;
-  s.src_port = wire::kRoceV2Port;
+  s.src_port = src_port;
   s.ip_id = 0;
   s.dont_fragment = true;
   s.tos = tos_;
@@ -203,6 +238,11 @@ bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
     std::memcpy(&a->sin_addr, ip + 16, 4);
     len = sizeof *a;
   }
+  const int fd = fd_for(wire::load_be16(frame.data() + l.l4));
+  if (fd < 0) {  // a source port no socket was bound to (add_source_port)
+    ++send_errors_;
+    return false;
+  }
   const uint8_t* payload = frame.data() + l.l4 + wire::kUdpHeaderLen;
   const size_t n = l.end - (l.l4 + wire::kUdpHeaderLen);
   if (batching_ && n <= kSlot) {
@@ -210,6 +250,7 @@ bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
     uint8_t* slot = tx_.data() + size_t{i} * kSlot;
     std::memcpy(slot, payload, n);
     tx_to_[i] = ss;
+    tx_fd_[i] = fd;
     tx_iov_[i] = {slot, n};
     tx_bytes_ += n;
     tx_msgs_[i] = {};
@@ -221,7 +262,7 @@ bool RoceSocket::send_frame(std::span<const uint8_t> frame) {
     return true;
   }
   ++send_calls_;
-  if (::sendto(fd_, payload, n, 0, reinterpret_cast<sockaddr*>(&ss), len) != static_cast<ssize_t>(n)) {
+  if (::sendto(fd, payload, n, 0, reinterpret_cast<sockaddr*>(&ss), len) != static_cast<ssize_t>(n)) {
     ++send_errors_;  // ENOBUFS and friends: the same as a loss, RC recovers
     return false;
   }

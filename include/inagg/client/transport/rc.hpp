@@ -40,8 +40,12 @@ namespace inagg::client {
 struct RcConfig {
   uint32_t local_qpn = 0, remote_qpn = 0;
   util::IpAddr remote_ip;
-  uint32_t send_start_psn = 0;          // our first packet's PSN
-  uint32_t recv_start_psn = 0;          // the peer's first packet's PSN
+  uint32_t send_start_psn = 0;  // our first packet's PSN
+  uint32_t recv_start_psn = 0;  // the peer's first packet's PSN
+  // The UDP source port of this QP's packets, data and ACKs (a RoCEv2 NIC takes it from the QP's
+  // flow label): 4791, or one the socket was given (RoceSocket::add_source_port), so that RSS on
+  // the UDP source port spreads a rank's channels over an appliance's lcores.
+  uint16_t src_port = wire::kRoceV2Port;
   uint32_t mtu_payload = 1024;          // path MTU payload
   unsigned window = 2;                  // RDMA WRITE messages in flight
   uint64_t ack_timeout_ns = 4'000'000;  // the RTO's first value and its ceiling

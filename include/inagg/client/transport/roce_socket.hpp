@@ -2,8 +2,9 @@
 // the IP and UDP headers, inagg the BTH onward, including the ICRC, which covers those IP/UDP
 // headers. So the sender fixes the fields the ICRC covers but the kernel chooses: DF is set and
 // the socket stays unconnected, which makes Linux send IP ID 0; the source port is the bound
-// port, 4791. The receiver rebuilds the same headers (from the datagram's addresses, length and
-// TOS) to verify the ICRC with the wire layer.
+// port, 4791, or for a QP given a source port of its own (a channel's, as a NIC takes each QP's
+// from its flow label so that RSS spreads them) that of a send-only socket bound to it. The receiver rebuilds the same
+// headers (from the datagram's addresses, length and TOS) to verify the ICRC with the wire layer.
 //
 // A peer that is a NIC does not send IP ID 0: the kernel's Soft-RoCE (rdma_rxe) sends the IDs
 // of the kernel's IP stack, and the ICRC covers the ID, which a UDP socket never shows. With
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "inagg/wire/build.hpp"
@@ -55,9 +57,14 @@ class RoceSocket {
   bool receive_ip_headers(std::string* error);
   const util::IpAddr& local() const { return local_; }
 
-  // Sends a frame built by wire::build_roce_frame for this socket (src = local, src port 4791,
-  // IP ID 0, DF): only its UDP payload goes to the kernel, at once or, with batching on, at the
-  // next flush().
+  // Binds a send-only socket to (local, port) for the frames whose UDP source port is `port`. False
+  // with *error (the port in use).
+  bool add_source_port(uint16_t port, std::string* error);
+
+  // Sends a frame built by wire::build_roce_frame for this socket (src = local, src port 4791 or
+  // one add_source_port() bound, IP ID 0, DF): only its UDP payload goes to the kernel, at once or,
+  // with batching on, at the next flush(). A frame from another source port is refused (false,
+  // send_errors()).
   bool send_frame(std::span<const uint8_t> frame);
 
   // With batching on, send_frame() queues up to kBatch datagrams; the caller must flush() before
@@ -69,7 +76,7 @@ class RoceSocket {
   void flush();
 
   // The frame spec fields this socket's packets must carry for their ICRC to verify at the peer.
-  void fill_spec(wire::RoceFrameSpec& s, const util::IpAddr& dst) const;
+  void fill_spec(wire::RoceFrameSpec& s, const util::IpAddr& dst, uint16_t src_port = wire::kRoceV2Port) const;
 
   // Non-blocking receive of one datagram (from a recvmmsg() batch); false when none is waiting.
   bool receive(Datagram* d);
@@ -92,9 +99,12 @@ class RoceSocket {
   static constexpr unsigned kRxBatch = 32;
   static constexpr size_t kSlot = 9216;  // a datagram slot: RoCE MTU 4096 and then some
   void decode(unsigned slot, size_t n, Datagram* d);
+  int open_udp(uint16_t port, std::string* error) const;
+  int fd_for(uint16_t src_port) const;                    // -1: no socket sends from it
   void decode_raw(unsigned slot, size_t n, Datagram* d);  // a raw socket's IPv4 datagram
 
   int fd_ = -1, raw_fd_ = -1;
+  std::vector<std::pair<uint16_t, int>> source_fds_;  // add_source_port(): port, send-only socket
   util::IpAddr local_;
   uint8_t tos_ = 0;
   uint64_t sent_ = 0, send_errors_ = 0, dropped_ = 0, send_calls_ = 0, receive_calls_ = 0;
@@ -111,6 +121,7 @@ class RoceSocket {
   bool batching_ = false;
   std::vector<uint8_t> tx_;
   std::vector<sockaddr_storage> tx_to_;
+  std::vector<int> tx_fd_;  // the socket each queued datagram leaves by
   std::vector<mmsghdr> tx_msgs_;
   std::vector<iovec> tx_iov_;
   unsigned tx_count_ = 0;
