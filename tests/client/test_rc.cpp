@@ -11,12 +11,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
 
 #include "inagg/client/transport/rc.hpp"
 #include "inagg/client/transport/udp_transport.hpp"
+#include "inagg/wire/bytes.hpp"
 #include "inagg/wire/icrc.hpp"
 
 using namespace inagg;
@@ -676,5 +678,119 @@ TEST(UdpRcTransportLanes, TwoQpPairsOnOneSocketEachGetTheirOwnWrites) {
     EXPECT_EQ(all.duplicates, a.duplicates + b.duplicates);
     EXPECT_EQ(all.messages_received, a.messages_received + b.messages_received);
     EXPECT_GE(all.packets_sent, 2 * kBytes / 1024);  // both pairs' messages, in 1 KiB packets
+  }
+}
+
+// A job of three channels on one transport (docs/protocol.md section 22): message m of the region
+// goes on channel m mod 3, each channel its own QP pair and UDP source port, under 2% loss; every
+// byte lands where one connection would put it, and each channel carried its third.
+TEST(UdpRcTransportChannels, MessagesStripeOverTheChannelsQpsAndSourcePorts) {
+  const char* ips[2] = {"127.0.5.1", "127.0.5.2"};
+  constexpr uint32_t kMsg = 4096, kChannels = 3;
+  constexpr uint64_t kBytes = 18 * kMsg;
+  UdpRcTransport t[2];
+  for (int i = 0; i < 2; ++i) {
+    const util::IpAddr self = *util::parse_ip(ips[i]), peer = *util::parse_ip(ips[1 - i]);
+    auto rc = [&](uint32_t c, uint32_t local, uint32_t remote) {
+      RcConfig r;
+      r.local_qpn = local + 0x10000 * c;
+      r.remote_qpn = remote + 0x10000 * c;
+      r.remote_ip = peer;
+      r.send_start_psn = 0xfffff0u + 0x10 * static_cast<uint32_t>(i) + c;
+      r.recv_start_psn = 0xfffff0u + 0x10 * static_cast<uint32_t>(1 - i) + c;
+      r.src_port = static_cast<uint16_t>(c == 0 ? wire::kRoceV2Port : 49152 + c);
+      r.mtu_payload = 1024;
+      r.window = 2;
+      r.ack_timeout_ns = 5'000'000;
+      return r;
+    };
+    UdpRcConfig cfg;
+    cfg.local = self;
+    cfg.send = rc(0, 0x100 + i, 0x200 + (1 - i));
+    cfg.receive = rc(0, 0x200 + i, 0x100 + (1 - i));
+    for (uint32_t c = 1; c < kChannels; ++c)
+      cfg.channels.push_back({rc(c, 0x100 + i, 0x200 + (1 - i)), rc(c, 0x200 + i, 0x100 + (1 - i))});
+    cfg.send_bytes = cfg.receive_bytes = kBytes;
+    std::string err;
+    ASSERT_TRUE(t[i].open(cfg, &err)) << err;
+    t[i].socket().set_loss(0.02, 11 + i);
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::string err;
+    t[i].set_successor_key(t[1 - i].receive_key());
+    ASSERT_TRUE(t[i].open_receive(&err)) << err;
+    for (uint64_t k = 0; k < kBytes; ++k) t[i].send_region()[k] = static_cast<uint8_t>(k * 5 + 3 * i);
+    for (uint32_t m = 0; m < kBytes / kMsg; ++m) t[i].post_write(m * kMsg, kMsg, m * kMsg, m);
+  }
+  const uint64_t end = now_ns() + 20'000'000'000ull;
+  auto done = [&] {
+    return t[0].writes_done() && t[1].writes_done() && t[0].messages_received() == kBytes / kMsg &&
+           t[1].messages_received() == kBytes / kMsg;
+  };
+  while (!done() && now_ns() < end) {
+    t[0].poll(0);
+    t[1].poll(0);
+  }
+  ASSERT_TRUE(done()) << t[0].messages_received() << "/" << t[1].messages_received() << " messages; errors '"
+                      << t[0].error() << "' '" << t[1].error() << "'";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(t[i].error(), "");
+    for (uint64_t k = 0; k < kBytes; ++k)
+      ASSERT_EQ(t[i].receive_region()[k], static_cast<uint8_t>(k * 5 + 3 * (1 - i))) << "byte " << k;
+    // Every packet of 18 messages of 4 packets went once at least: a third on each channel's QP.
+    EXPECT_GE(t[i].counters().packets_sent, kBytes / 1024);
+    EXPECT_EQ(t[i].counters().messages_received, kBytes / kMsg);
+  }
+  EXPECT_GT(t[0].counters().retransmitted + t[1].counters().retransmitted, 0u) << "2% loss and nothing retransmitted";
+}
+
+// What channel 2's QP and source port carry, seen by a plain socket: the datagrams of messages
+// 2, 5, 8 ... and nothing else, from port 49154.
+TEST(UdpRcTransportChannels, EachChannelCarriesItsOwnMessagesFromItsOwnPort) {
+  constexpr uint32_t kMsg = 1024, kChannels = 3, kMessages = 9;
+  const util::IpAddr self = *util::parse_ip("127.0.6.1"), peer = *util::parse_ip("127.0.6.2");
+  RoceSocket sniff;
+  std::string err;
+  ASSERT_TRUE(sniff.open(peer, 2, &err)) << err;
+  UdpRcTransport t;
+  UdpRcConfig cfg;
+  cfg.local = self;
+  auto rc = [&](uint32_t c, uint32_t local, uint32_t remote) {
+    RcConfig r;
+    r.local_qpn = local + 0x10000 * c;
+    r.remote_qpn = remote + 0x10000 * c;
+    r.remote_ip = peer;
+    r.src_port = static_cast<uint16_t>(c == 0 ? wire::kRoceV2Port : 49152 + c);
+    r.mtu_payload = 1024;
+    r.window = kMessages;
+    return r;
+  };
+  cfg.send = rc(0, 0x100, 0x200);
+  cfg.receive = rc(0, 0x101, 0x201);
+  for (uint32_t c = 1; c < kChannels; ++c) cfg.channels.push_back({rc(c, 0x100, 0x200), rc(c, 0x101, 0x201)});
+  cfg.send_bytes = cfg.receive_bytes = kMessages * kMsg;
+  ASSERT_TRUE(t.open(cfg, &err)) << err;
+  for (uint32_t m = 0; m < kMessages; ++m) t.post_write(m * kMsg, kMsg, m * kMsg, m);
+  // The sniffer never ACKs: the requesters send again after their timeouts; each write counts once.
+  std::map<uint32_t, std::set<uint32_t>> imm_by_qpn;
+  std::map<uint32_t, std::set<uint16_t>> port_by_qpn;
+  size_t seen = 0;
+  Datagram d;
+  for (const uint64_t end = now_ns() + 5'000'000'000ull; seen < kMessages && now_ns() < end;) {
+    t.poll(0);
+    while (sniff.receive(&d)) {
+      ASSERT_TRUE(d.roce && d.layout.immdt);
+      const uint32_t qpn = wire::bth_of(d.frame.data(), d.layout).dest_qp();
+      imm_by_qpn[qpn].insert(wire::load_be32(d.frame.data() + d.layout.immdt));
+      port_by_qpn[qpn].insert(d.src_port);
+      seen = 0;
+      for (const auto& [q, imms] : imm_by_qpn) seen += imms.size();
+    }
+  }
+  for (uint32_t c = 0; c < kChannels; ++c) {
+    const uint32_t qpn = 0x200 + 0x10000 * c;
+    EXPECT_EQ(imm_by_qpn[qpn], (std::set<uint32_t>{c, c + 3, c + 6})) << "channel " << c;
+    EXPECT_EQ(port_by_qpn[qpn], std::set<uint16_t>{static_cast<uint16_t>(c == 0 ? wire::kRoceV2Port : 49152 + c)})
+        << "channel " << c;
   }
 }

@@ -112,12 +112,35 @@ bool UdpRcTransport::open(const UdpRcConfig& cfg, std::string* error) {
   recv_.assign(cfg.receive_bytes, 0);
   req_ = std::make_unique<RcRequester>(sock_, cfg.send);
   rsp_ = std::make_unique<RcResponder>(sock_, cfg.receive, recv_.data(), recv_.size(), region_va(key_, -1), key_.rkey);
+  for (const auto& [send, receive] : cfg.channels) {
+    if (!sock_.add_source_port(send.src_port, error) || !sock_.add_source_port(receive.src_port, error)) {
+      *error = "a channel's UDP source port: " + *error;
+      return false;
+    }
+    channels_.push_back(
+        {std::make_unique<RcRequester>(sock_, send),
+         std::make_unique<RcResponder>(sock_, receive, recv_.data(), recv_.size(), region_va(key_, -1), key_.rkey)});
+  }
   last_arrival_ns_ = now_ns();
   return true;
 }
 
 void UdpRcTransport::post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) {
-  req_->post_write(send_.data() + src_offset, len, region_va(remote_, -1) + dst_offset, remote_.rkey, imm);
+  // Message m of the receive region on channel m mod C: every rank posts the same offsets.
+  const uint64_t c = channels_.empty() || len == 0 ? 0 : dst_offset / len % (channels_.size() + 1);
+  RcRequester& req = c == 0 ? *req_ : *channels_[c - 1].req;
+  req.post_write(send_.data() + src_offset, len, region_va(remote_, -1) + dst_offset, remote_.rkey, imm);
+}
+
+bool UdpRcTransport::writes_done() const {
+  return req_->idle() &&
+         std::all_of(channels_.begin(), channels_.end(), [](const Channel& c) { return c.req->idle(); });
+}
+
+uint64_t UdpRcTransport::messages_received() const {
+  uint64_t n = rsp_->messages();
+  for (const Channel& c : channels_) n += c.rsp->messages();
+  return n;
 }
 
 RankEndpoint UdpRcTransport::local(unsigned rank) const {
@@ -149,6 +172,10 @@ bool UdpRcTransport::exchange(const RendezvousConfig& cfg, std::vector<RankEndpo
 bool UdpRcTransport::connect(const RankEndpoint& successor, const RankEndpoint& predecessor, std::string* error) {
   if (!rendezvous_) {
     *error = "connect() before exchange()";
+    return false;
+  }
+  if (!channels_.empty()) {
+    *error = "a job of channels among RDMA NICs (the exchange) is not built yet: one channel there";
     return false;
   }
   RcConfig& s = cfg_.send;
@@ -228,6 +255,10 @@ bool UdpRcTransport::drain(uint64_t t, bool* heard) {
     const bool ack = dg_.layout.aeth != 0;
     RcRequester* req = qpn == cfg_.send.local_qpn ? req_.get() : nullptr;
     RcResponder* rsp = qpn == cfg_.receive.local_qpn ? rsp_.get() : nullptr;
+    for (size_t i = 0; i < channels_.size() && !req && !rsp; ++i) {
+      if (qpn == cfg_.channels[i].first.local_qpn) req = channels_[i].req.get();
+      if (qpn == cfg_.channels[i].second.local_qpn) rsp = channels_[i].rsp.get();
+    }
     for (size_t i = 0; i < lanes_.size() && !req && !rsp; ++i) {
       if (qpn == lanes_[i]->send_cfg_.local_qpn) req = lanes_[i]->req_.get();
       if (qpn == lanes_[i]->recv_cfg_.local_qpn) rsp = lanes_[i]->rsp_.get();
@@ -248,6 +279,10 @@ bool UdpRcTransport::drain(uint64_t t, bool* heard) {
 void UdpRcTransport::progress(uint64_t t) {
   req_->progress(t);
   rsp_->progress(t);
+  for (Channel& c : channels_) {
+    c.req->progress(t);
+    c.rsp->progress(t);
+  }
   for (auto& lane : lanes_) {
     lane->req_->progress(t);
     lane->rsp_->progress(t);
@@ -256,6 +291,7 @@ void UdpRcTransport::progress(uint64_t t) {
 
 uint64_t UdpRcTransport::next_deadline_ns() const {
   uint64_t d = std::min(req_->next_deadline_ns(), rsp_->next_deadline_ns());
+  for (const Channel& c : channels_) d = std::min({d, c.req->next_deadline_ns(), c.rsp->next_deadline_ns()});
   for (auto& lane : lanes_) d = std::min({d, lane->req_->next_deadline_ns(), lane->rsp_->next_deadline_ns()});
   return d;
 }
@@ -296,6 +332,8 @@ std::string UdpRcTransport::description() const {
 const std::string& UdpRcTransport::error() const {
   if (!error_.empty()) return error_;
   if (req_->failed()) return req_->error();
+  for (const Channel& c : channels_)  // a channel that fails fails the rank's collective
+    if (c.req->failed()) return c.req->error();
   return no_error_;
 }
 
@@ -320,6 +358,7 @@ void UdpRcTransport::finish(uint64_t deadline_ns) {
 
 TransportCounters UdpRcTransport::counters() const {
   TransportCounters c = counters_of(*req_, *rsp_);
+  for (const Channel& ch : channels_) c += counters_of(*ch.req, *ch.rsp);
   c.rx_refused_qpn = refused_qpn_;  // the socket's, counted once
   c.rx_refused_early = refused_early_;
   return c;

@@ -46,6 +46,11 @@ struct UdpRcConfig {
   RcConfig receive;         // the responder: the predecessor's QP -> our receive QP
   uint64_t send_bytes = 0;  // sizes of the two regions
   uint64_t receive_bytes = 0;
+  // The job's channels beyond the first (docs/protocol.md section 22): for channel c = 1..C-1 its
+  // QP pair, send then receive, each with its own QPNs and UDP source port (RcConfig::src_port).
+  // They share the transport's regions and key: a write goes on channel (dst_offset / len) mod C,
+  // the same on every rank, and lands where it would on one connection.
+  std::vector<std::pair<RcConfig, RcConfig>> channels;
   // This rank's region key; nullopt: open() draws one (random_region_key). Given by a caller that
   // must publish it before it opens the transport (InaRank).
   std::optional<RegionKey> receive_key;
@@ -79,8 +84,8 @@ class UdpRcTransport final : public Transport {
   std::span<const uint8_t> receive_region() const override { return recv_; }
   void post_write(uint64_t src_offset, uint32_t len, uint64_t dst_offset, uint32_t imm) override;
   void poll(int wait_ms) override;
-  bool writes_done() const override { return req_->idle(); }
-  uint64_t messages_received() const override { return rsp_->messages(); }
+  bool writes_done() const override;
+  uint64_t messages_received() const override;
   uint64_t last_arrival_ns() const override { return last_arrival_ns_; }
   const std::string& error() const override;
   void finish(uint64_t deadline_ns) override;
@@ -127,6 +132,11 @@ class UdpRcTransport final : public Transport {
   std::vector<uint8_t> send_, recv_;
   std::unique_ptr<RcRequester> req_;
   std::unique_ptr<RcResponder> rsp_;
+  struct Channel {  // channel 1.. (UdpRcConfig::channels); channel 0 is req_ and rsp_
+    std::unique_ptr<RcRequester> req;
+    std::unique_ptr<RcResponder> rsp;
+  };
+  std::vector<Channel> channels_;
   Datagram dg_;
   uint64_t last_arrival_ns_ = 0;
   RegionKey key_;           // our receive regions'
