@@ -335,8 +335,8 @@ bool Engine::job_info(uint32_t id, JobInfo* out, uint16_t channel) const {
     // A rotated collective's: the least of its connections' (each goes at its own pace).
     const uint64_t released = j->rotated() ? *std::min_element(j->rot_rel.begin(), j->rot_rel.end())
                                            : (j->cursor - j->shard) >> j->shard_shift;
-    *out = JobInfo{j->spec.id,    j->spec.channel,   j->state,  j->error, released,
-                   j->held_count, j->retained_count, j->memory, j->mbufs, j->c};
+    *out = JobInfo{j->spec.id,        j->spec.channel, j->state, j->error, released,          j->held_count,
+                   j->retained_count, j->memory,       j->mbufs, j->c,     j->slot_completion};
     return true;
   }
   return false;

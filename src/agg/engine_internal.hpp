@@ -140,6 +140,7 @@ struct alignas(64) Engine::Job {
     bool partial_out = false;  // a leaf: its rack's partial is in the uplink's packet (released in order)
     uint32_t payload_crc = 0;
     uint32_t partial_crc = 0;  // a leaf: the CRC of the partial
+    uint64_t first_ns = 0;     // when the first rank's packet of this round arrived (slot_completion)
   };
 
   control::JobSpec spec;
@@ -181,6 +182,7 @@ struct alignas(64) Engine::Job {
     uint64_t arrived = 0;   // reduce-scatter: the contributions in; all-gather: the placeholders filled
     uint64_t waiting = 0;   // all-gather: the ranks whose placeholder waits for the copy
     uint64_t held_seq = 0;  // reduce-scatter: the held packet's sequence on its connection (rank shard - 1)
+    uint64_t first_ns = 0;  // when its first packet arrived (slot_completion)
     bool used = false;
     bool done = false;  // reduce-scatter: summed into the held packet; all-gather: every placeholder filled
     bool copy = false;  // all-gather: the owner's data is in the slot's buffer
@@ -228,6 +230,7 @@ struct alignas(64) Engine::Job {
   bool drop_logged = false;
   std::string first_unfit;  // why the first packet that broke the contract was dropped (refuse())
   EngineCounters c;
+  SlotCompletionHistogram slot_completion;  // a slot's first packet to its last rank's, per slot and round
 
   size_t index(uint64_t seq) const { return (seq >> shard_shift) % nslots; }
   Slot& slot(uint64_t seq) { return slots[index(seq)]; }

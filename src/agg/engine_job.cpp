@@ -98,6 +98,7 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   Job::Slot& slot = job.slot(seq);
   if (slot.state == SlotState::empty || slot.seq < seq) {
     open_epoch(job, seq);
+    slot.first_ns = now_ns;
   } else if (slot.seq > seq) {
     return drop(&job, pkt, &EngineCounters::stale);  // older than the slot's epoch: a duplicate the network made
   }
@@ -322,6 +323,7 @@ template <bool kSharded, bool kLeaf>
   if (completed) {
     slot.state = SlotState::complete;
     BUMP(job, slots_completed);
+    job.slot_completion.observe(elapsed(now_ns, slot.first_ns));
     job.last_progress_ns = now_ns;
     if constexpr (kSharded) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
     if constexpr (kLeaf) fill_total(job, seq);   // the total came down: no sum here

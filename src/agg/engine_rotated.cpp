@@ -80,6 +80,7 @@ void Engine::handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const
     slot = Job::RotSlot{};
     slot.g = at.g;
     slot.used = true;
+    slot.first_ns = now_ns;
   }
   e.h.hold(pkt, l, header_crc);
   e.seq = q;
@@ -109,6 +110,7 @@ void Engine::handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const
     }
     if (!slot.done && slot.arrived == rot_awaited(job, at.shard)) {
       rot_sum(job, at.g, at.shard);
+      job.slot_completion.observe(elapsed(now_ns, slot.first_ns));
       rot_release(job, (at.shard + n - 1) % n, now_ns, tx);
     }
   } else if (passes) {  // the owner's data: copied, and every placeholder waiting for it filled

@@ -26,6 +26,8 @@ control::JobStatus job_status(const JobInfo& info, const control::JobSpec* spec)
   s.memory_bytes = info.memory_bytes;
   s.mbuf_quota = info.mbuf_quota;
   s.counters = counter_list(info.counters);
+  s.slot_completion_counts.assign(info.slot_completion.counts.begin(), info.slot_completion.counts.end());
+  s.slot_completion_sum_ns = info.slot_completion.sum_ns;
   return s;
 }
 

@@ -127,6 +127,7 @@ agg::JobInfo JobOwnership::merge(const std::vector<agg::JobInfo>& parts) {
     m.memory_bytes += p.memory_bytes;
     m.mbuf_quota += p.mbuf_quota;
     m.counters.add(p.counters);
+    m.slot_completion.add(p.slot_completion);
   }
   return m;
 }

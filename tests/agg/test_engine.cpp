@@ -70,6 +70,56 @@ TEST_F(EngineTest, ACompleteSlotWaitsForEarlierIncompleteSlots) {
   for (uint64_t seq = 0; seq < 3; ++seq) expect_released(j, seq, {outs.begin() + 2 * seq, outs.begin() + 2 * seq + 2});
 }
 
+// ---- how long a slot waits for its last rank ------------------------------------------------
+
+// The histogram's bucket by a plain loop: the first bound 2^(10 + i) ns at or above the wait.
+unsigned bucket_by_loop(uint64_t ns) {
+  using H = agg::SlotCompletionHistogram;
+  for (unsigned i = 0; i < H::kBounds; ++i)
+    if (ns <= (uint64_t{1} << (10 + i))) return i;
+  return H::kBounds;
+}
+
+TEST(SlotCompletionHistogram, BucketsAgreeWithAPlainLoopAtEveryBound) {
+  using H = agg::SlotCompletionHistogram;
+  std::vector<uint64_t> waits = {0, 1, 2, 999, ~0ull, ~0ull - 1};
+  for (unsigned k = 0; k < 64; ++k)
+    for (const int64_t d : {-1, 0, 1}) waits.push_back((uint64_t{1} << k) + static_cast<uint64_t>(d));
+  for (const uint64_t w : waits) EXPECT_EQ(H::bucket_of(w), bucket_by_loop(w)) << w << " ns";
+  EXPECT_EQ(H::upper_bound_ns(0), 1024u);
+  EXPECT_EQ(H::upper_bound_ns(H::kBounds - 1), uint64_t{1} << 30);  // ~1.07 s
+  H a, b;
+  a.observe(1500);
+  a.observe(2'000'000'000);
+  b.observe(1000);
+  b.add(a);
+  EXPECT_EQ(b.count(), 3u);
+  EXPECT_EQ(b.sum_ns, 2'000'002'500u);
+  EXPECT_EQ(b.counts[0], 1u);
+  EXPECT_EQ(b.counts[1], 1u);
+  EXPECT_EQ(b.counts[H::kBounds], 1u);
+}
+
+TEST_F(EngineTest, ASlotsWaitRunsFromItsFirstRanksPacketToItsLast) {
+  JobFixture j(1, 3, Dtype::int32, 2 * 64, 64, 2);
+  add(j);
+  // Slot 0: ranks in 3 us apart, the last 10 us after the first (a duplicate in between changes
+  // nothing). Slot 1: all at once.
+  const uint64_t t0 = now;
+  ASSERT_TRUE(send(j.data_frame(0, 0)).empty());
+  now = t0 + 3'000;
+  ASSERT_TRUE(send(j.data_frame(1, 0)).empty());
+  ASSERT_TRUE(send(j.data_frame(0, 0)).empty());
+  now = t0 + 10'000;
+  expect_released(j, 0, send(j.data_frame(2, 0)));
+  for (unsigned r = 0; r < 3; ++r) send(j.data_frame(r, 1));
+  const agg::SlotCompletionHistogram h = info(1).slot_completion;
+  EXPECT_EQ(h.count(), 2u);
+  EXPECT_EQ(h.sum_ns, 10'000u);
+  EXPECT_EQ(h.counts[0], 1u);  // 0 ns
+  EXPECT_EQ(h.counts[4], 1u);  // 10 us: at most 2^14 ns
+}
+
 // ---- duplicates -----------------------------------------------------------------------------
 
 TEST_F(EngineTest, DuplicateWhileCollectingReplacesTheHeldPacketAndIsNotAddedTwice) {

@@ -109,6 +109,8 @@ class CollSim {
     for (auto& s : senders_) res.sender_timeouts += s.timeouts;
     EXPECT_TRUE(engine_->job_info(1, &res.info));
     res.counters = res.info.counters;
+    // Reduce-scatter slots are timed once each; all-gather slots (no sum) neither count nor are timed.
+    EXPECT_EQ(res.info.slot_completion.count(), res.counters.slots_completed);
     std::string err;
     EXPECT_TRUE(engine_->remove_job(1, &err)) << err;
     EXPECT_EQ(engine_->memory_in_use(), 0u);

@@ -132,6 +132,7 @@ class RackSim {
       agg::JobInfo info{};
       EXPECT_TRUE(engines_[e]->job_info(1, &info));
       EXPECT_EQ(info.state, agg::JobState::active) << "engine " << e << ": " << info.error;
+      EXPECT_EQ(info.slot_completion.count(), info.counters.slots_completed) << "engine " << e;
       (e == spine_ ? res.spine : res.leaves).add(info.counters);
       std::string err;
       EXPECT_TRUE(engines_[e]->remove_job(1, &err)) << err;

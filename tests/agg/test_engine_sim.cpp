@@ -99,6 +99,7 @@ class Sim {
       EXPECT_TRUE(e->job_info(1, &info));
       res.counters.add(info.counters);
       res.released_slots += info.released_slots;
+      EXPECT_EQ(info.slot_completion.count(), info.counters.slots_completed) << "each slot's wait once";
       EXPECT_EQ(info.state, agg::JobState::active) << info.error;
       std::string err;
       EXPECT_TRUE(e->remove_job(1, &err)) << err;

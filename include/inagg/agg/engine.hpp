@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "inagg/agg/dtype.hpp"
+#include "inagg/agg/slot_completion.hpp"
 #include "inagg/control/job.hpp"
 #include "inagg/wire/build.hpp"
 #include "inagg/wire/crc32.hpp"
@@ -190,6 +191,7 @@ struct JobInfo {
   size_t memory_bytes;
   size_t mbuf_quota;
   EngineCounters counters;
+  SlotCompletionHistogram slot_completion;  // how long its slots waited for their last rank
 };
 
 // One job spread over K engines, each on its own lcore (protocol.md section 4, "Slots sharded by

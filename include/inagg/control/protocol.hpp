@@ -80,6 +80,10 @@ struct JobStatus {
   uint64_t mbuf_quota = 0;
   std::optional<std::string> spec_digest;  // job_digest() of the spec it was added (or refused) with
   std::vector<Counter> counters;           // stats <id>: the job's counters, in the engine's order
+  // How long its slots waited for their last rank (agg::SlotCompletionHistogram's buckets): slots
+  // per bucket, not cumulative, and the waits' sum. Empty for a job no engine holds.
+  std::vector<uint64_t> slot_completion_counts;
+  uint64_t slot_completion_sum_ns = 0;
 };
 std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused", "binding"
 
