@@ -4,12 +4,18 @@
 
 #include <rte_ethdev.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <variant>
 
+#include "inagg/agg/slot_completion.hpp"
 #include "inagg/dataplane/appliance.hpp"
 
 namespace inagg::dataplane {
@@ -43,6 +49,21 @@ class Family {
     out_ << name_;
     if (!labels.empty()) out_ << '{' << labels << '}';
     out_ << ' ' << v << '\n';
+    return *this;
+  }
+  // A histogram's samples: name_bucket, name_sum, name_count.
+  Family& sample(std::string_view suffix, const std::string& labels, uint64_t v) {
+    out_ << name_ << suffix;
+    if (!labels.empty()) out_ << '{' << labels << '}';
+    out_ << ' ' << v << '\n';
+    return *this;
+  }
+  Family& sample(std::string_view suffix, const std::string& labels, double v) {
+    out_ << name_ << suffix;
+    if (!labels.empty()) out_ << '{' << labels << '}';
+    char buf[40];
+    std::snprintf(buf, sizeof buf, " %.17g\n", v);
+    out_ << buf;
     return *this;
   }
 
@@ -171,6 +192,72 @@ constexpr CounterExport kLcoreExports[] = {
     {"idle_sleeps", "idle_sleeps_total", ""},
 };
 
+// Where each job field (INAGG_JOB_FIELDS) goes. A label's values must stay few: free text, or a
+// value unique per job, would make a new series for every value, so those fields are left to the
+// log and `inagg-ctl list`.
+enum class JobFieldPlace : uint8_t {
+  job_label,     // the job_id label of every job family
+  state_set,     // inagg_job_state{state}: one sample per state, 1 for the current one
+  info_label,    // a label of inagg_job_info (a field with few values)
+  gauge,         // inagg_job_<field>
+  not_exported,  // said elsewhere, or not fit for a label (the comment says which)
+};
+struct JobFieldExport {
+  std::string_view field;
+  JobFieldPlace place;
+};
+constexpr JobFieldExport kJobFieldExports[] = {
+    {"id", JobFieldPlace::job_label},
+    {"state", JobFieldPlace::state_set},
+    {"dtype", JobFieldPlace::info_label},
+    {"workers", JobFieldPlace::gauge},
+    {"released_slots", JobFieldPlace::not_exported},  // inagg_job_slots_released_total counts the same
+    {"held_packets", JobFieldPlace::gauge},
+    {"retained_packets", JobFieldPlace::gauge},
+    {"memory_bytes", JobFieldPlace::gauge},
+    {"mbuf_quota", JobFieldPlace::gauge},
+    {"spec", JobFieldPlace::not_exported},   // a digest, unique per job
+    {"error", JobFieldPlace::not_exported},  // free text
+};
+
+std::optional<JobFieldPlace> find_job_field_place(std::string_view field) {
+  for (const JobFieldExport& e : kJobFieldExports)
+    if (e.field == field) return e.place;
+  return std::nullopt;
+}
+JobFieldPlace job_field_place(std::string_view field) {
+  return find_job_field_place(field).value_or(JobFieldPlace::not_exported);
+}
+
+// When this process started, in seconds since the Unix epoch, as Prometheus's client libraries
+// compute it: the boot time (btime in /proc/stat) plus the process's start in clock ticks after
+// boot (field 22 of /proc/self/stat). 0 when /proc cannot be read.
+double process_start_time() {
+  std::ifstream stat("/proc/self/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const size_t comm_end = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (comm_end == std::string::npos) return 0;
+  std::istringstream fields(line.substr(comm_end + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)  // fields 3 (state) to 22 (starttime)
+    if (!(fields >> field)) return 0;
+  std::ifstream system_stat("/proc/stat");
+  double boot = 0;
+  for (std::string key; system_stat >> key;) {
+    if (key == "btime") {
+      system_stat >> boot;
+      break;
+    }
+    std::getline(system_stat, line);
+  }
+  const long hz = sysconf(_SC_CLK_TCK);
+  char* end = nullptr;
+  const double ticks = std::strtod(field.c_str(), &end);
+  if (boot <= 0 || hz <= 0 || end == field.c_str()) return 0;
+  return boot + ticks / static_cast<double>(hz);
+}
+
 template <size_t N>
 const CounterExport* find_export(const CounterExport (&table)[N], std::string_view counter) {
   for (const CounterExport& e : table)
@@ -226,8 +313,19 @@ bool every_counter_exported(std::string* missing) {
     *missing += "lcore counter " #name "; ";
   INAGG_LCORE_COUNTERS(X)
 #undef X
+  control::for_each_job_field(control::JobStatus{},
+                              [&](std::string_view name, std::string_view, const control::JobFieldValue&) {
+                                if (!find_job_field_place(name)) *missing += "job field " + std::string(name) + "; ";
+                              });
   return missing->empty();
 }
+
+PrometheusRenderer::PrometheusRenderer(Appliance& app, std::string version, std::string revision, uint64_t tsc_hz)
+    : app_(app),
+      version_(std::move(version)),
+      revision_(std::move(revision)),
+      tsc_hz_(tsc_hz),
+      start_time_seconds_(process_start_time()) {}
 
 std::string PrometheusRenderer::render() {
   std::ostringstream o;
@@ -259,6 +357,14 @@ std::string PrometheusRenderer::render() {
   }
   port_family("inagg_port_rx_errors_total", "erroneous packets received", &rte_eth_stats::ierrors);
   port_family("inagg_port_tx_errors_total", "packets the port failed to send", &rte_eth_stats::oerrors);
+  {
+    Family f(o, "inagg_port_link_up", "1 while the port's link is up, 0 while it is down", "gauge");
+    for (size_t i = 0; i < ports.size(); ++i) {
+      rte_eth_link link{};
+      const bool up = rte_eth_link_get_nowait(ports[i].port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+      f.sample(port_labels(i), uint64_t{up});
+    }
+  }
   {
     Family f(o, "inagg_port_info",
              "the port's driver, MTU and how RoCE is steered: rte_flow RSS by UDP source port (rss), rte_flow to "
@@ -342,26 +448,48 @@ std::string PrometheusRenderer::render() {
       },
       engine_help);
 
-  // Per job, from the job description (INAGG_JOB_FIELDS): its text fields as labels of
-  // inagg_job_info, each numeric field a gauge family, each engine counter as the engine's. The
-  // job's label is job_id: Prometheus gives every target a `job` label of its own.
+  // Per job, from the job description (INAGG_JOB_FIELDS) as kJobFieldExports places its fields,
+  // then the engine's counters and the slots' waits. The job's label is job_id: Prometheus gives
+  // every target a `job` label of its own.
   const std::vector<control::JobStatus> jobs = app_.describe_jobs();
   auto job_label = [](const control::JobStatus& j) { return label("job_id", std::to_string(j.id)); };
+  auto field_text = [](const control::JobStatus& j, std::string_view field) {
+    std::string text;
+    control::for_each_job_field(j, [&](std::string_view name, std::string_view, const control::JobFieldValue& v) {
+      if (name != field) return;
+      const std::string* t = std::get_if<std::string>(&v);
+      text = t ? *t : std::to_string(std::get<uint64_t>(v));
+    });
+    return text;
+  };
   {
-    Family f(o, "inagg_job_info", "1 for a registered job, with its state (active or failed), dtype and why it failed",
-             "gauge");
+    std::string help = "1 for a registered job, with its";
+    for (const JobFieldExport& e : kJobFieldExports)
+      if (e.place == JobFieldPlace::info_label) help += " " + std::string(e.field);
+    Family f(o, "inagg_job_info", help + " (its state: inagg_job_state)", "gauge");
     for (const control::JobStatus& j : jobs) {
       std::string labels = job_label(j);
-      control::for_each_job_field(j, [&](std::string_view name, std::string_view, const control::JobFieldValue& v) {
-        if (const std::string* text = std::get_if<std::string>(&v)) labels += "," + label(name, *text);
-      });
+      for (const JobFieldExport& e : kJobFieldExports)
+        if (e.place == JobFieldPlace::info_label) labels += "," + label(e.field, field_text(j, e.field));
       f.sample(labels, uint64_t{1});
     }
+  }
+  {
+    std::string states;
+    for (const control::JobStatus::State s : control::kJobStates)
+      states += (states.empty() ? "" : ", ") + std::string(control::state_name(s));
+    Family f(o, "inagg_job_state",
+             "1 for the job's state, 0 for the others (" + states +
+                 "); why a job failed or what it waits for is in the log and inagg-ctl list",
+             "gauge");
+    for (const control::JobStatus& j : jobs)
+      for (const control::JobStatus::State s : control::kJobStates)
+        f.sample(job_label(j) + "," + label("state", control::state_name(s)), uint64_t{j.state == s});
   }
   if (!jobs.empty()) {
     control::for_each_job_field(
         jobs[0], [&](std::string_view name, std::string_view help, const control::JobFieldValue& v) {
-          if (name == "id" || !std::holds_alternative<uint64_t>(v)) return;
+          if (job_field_place(name) != JobFieldPlace::gauge || !std::holds_alternative<uint64_t>(v)) return;
           Family f(o, "inagg_job_" + std::string(name), help, "gauge");
           for (const control::JobStatus& j : jobs)
             control::for_each_job_field(j, [&](std::string_view n, std::string_view, const control::JobFieldValue& x) {
@@ -379,6 +507,28 @@ std::string PrometheusRenderer::render() {
         return v;
       },
       engine_help);
+  {
+    // Bucket bounds as exact decimals: 2^k ns has at most 10 significant digits in seconds.
+    using H = agg::SlotCompletionHistogram;
+    Family f(o, "inagg_job_slot_completion_seconds",
+             "how long a slot waited for its last rank: from the first rank's packet to the last rank's (allreduce "
+             "and reduce-scatter slots)",
+             "histogram");
+    for (const control::JobStatus& j : jobs) {
+      if (j.slot_completion_counts.size() != H::kBuckets) continue;  // no engine holds it (refused, binding)
+      uint64_t cumulative = 0;
+      for (unsigned i = 0; i < H::kBuckets; ++i) {
+        cumulative += j.slot_completion_counts[i];
+        char le[32] = "+Inf";
+        if (i < H::kBounds) std::snprintf(le, sizeof le, "%.10g", static_cast<double>(H::upper_bound_ns(i)) / 1e9);
+        f.sample("_bucket", job_label(j) + "," + label("le", le), cumulative);
+      }
+      f.sample("_sum", job_label(j), static_cast<double>(j.slot_completion_sum_ns) / 1e9);
+      f.sample("_count", job_label(j), cumulative);
+    }
+  }
+  Family(o, "process_start_time_seconds", "start time of the process since the Unix epoch", "gauge")
+      .sample("", start_time_seconds_);
   return o.str();
 }
 

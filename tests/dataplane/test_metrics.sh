@@ -2,8 +2,10 @@
 # inagg's Prometheus endpoint (--metrics): scraped twice while net_pcap loops a job's traffic, the
 # text parsed by the Prometheus project's own Python client (an independent parser of the format);
 # port, lcore, engine and job families present and named by Prometheus's conventions (promtool
-# check metrics passes), counters that move between the scrapes, the job's counters agreeing with
-# inagg-ctl; bad --metrics values refused clearly.
+# check metrics passes; no free-text label; the job's state a StateSet), counters that move between
+# the scrapes, the job's counters agreeing with inagg-ctl, the slots' wait histogram against bounds
+# computed here and the slots completed, the process's start against ps; every metric the Grafana
+# dashboard and docs/operations.md name served; bad --metrics values refused clearly.
 #   test_metrics.sh INAGG INAGG_CTL SRCDIR
 set -uo pipefail
 inagg=$1 ctl=$2 src=$3
@@ -26,11 +28,12 @@ aggregating() { local v; v=$("$ctl" --socket "$tmp/ctl.sock" stats 1 | awk '$1 =
 wait_for 10 "job 1 to aggregate" aggregating || fail "job 1 aggregated nothing"
 
 version=$("$inagg" --version | awk '{print $2; exit}')
-/usr/bin/python3 - "$url" "$ctl" "$tmp/ctl.sock" "$src/conf/grafana/inagg-dashboard.json" "$version" "$tmp/dashboard-rules.yml" <<'PY' || fail "metrics check"
-import json, re, subprocess, sys, time, urllib.request
+/usr/bin/python3 - "$url" "$ctl" "$tmp/ctl.sock" "$src/conf/grafana/inagg-dashboard.json" "$version" "$tmp/dashboard-rules.yml" \
+  "$pid" "$src/docs/operations.md" <<'PY' || fail "metrics check"
+import json, math, re, subprocess, sys, time, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
-url, ctl, sock, dashboard, version, rules_file = sys.argv[1:7]
+url, ctl, sock, dashboard, version, rules_file, pid, operations_md = sys.argv[1:9]
 raw_names = set()
 
 def scrape():
@@ -40,6 +43,7 @@ def scrape():
         assert ctype.startswith("text/plain; version=0.0.4"), ctype
         text = r.read().decode()
     raw_names.update(l.split("{")[0].split(" ")[0] for l in text.splitlines() if l and not l.startswith("#"))
+    raw_names.update(l.split(" ")[2] for l in text.splitlines() if l.startswith("# TYPE "))
     fams = {f.name: f for f in text_string_to_metric_families(text)}  # raises on a malformed line
     return fams
 
@@ -57,9 +61,17 @@ for fam in ("inagg_build_info", "inagg_port_rx_packets", "inagg_port_tx_packets"
             "inagg_port_rx_dropped_packets", "inagg_port_rx_errors", "inagg_port_tx_errors",
             "inagg_lcore_rx_packets", "inagg_lcore_loop_seconds", "inagg_lcore_dropped_packets",
             "inagg_engine_aggregated_packets", "inagg_engine_dropped_packets", "inagg_engine_contract_violations",
-            "inagg_job_info", "inagg_job_aggregated_packets", "inagg_job_slots_released", "inagg_job_naks_sent",
-            "inagg_job_resent_packets", "inagg_job_held_packets"):
+            "inagg_job_info", "inagg_job_state", "inagg_job_aggregated_packets", "inagg_job_slots_released",
+            "inagg_job_naks_sent", "inagg_job_resent_packets", "inagg_job_held_packets",
+            "inagg_job_slot_completion_seconds", "inagg_port_link_up", "process_start_time_seconds"):
     assert fam in b, f"family {fam} missing; have {sorted(b)[:10]}..."
+# One family per meaning: the release cursor's gauge is gone beside the counter of released slots.
+assert "inagg_job_released_slots" not in b, "inagg_job_released_slots duplicates inagg_job_slots_released_total"
+# Labels of few values: no free text (why a job failed) nor a per-job digest on any series.
+for f in b.values():
+    for s in f.samples:
+        assert not {"error", "spec"} & set(s.labels), (f.name, s.labels)
+assert [set(s.labels) for s in b["inagg_job_info"].samples] == [{"job_id", "dtype"}], b["inagg_job_info"].samples
 # Prometheus's conventions: counters end in _total; no cycles (seconds are the base unit), no
 # ratio computed at scrape, one family per quantity (drops by a reason label, not a family each).
 for f in b.values():
@@ -76,7 +88,30 @@ assert a["inagg_port_rx_packets"].type == "counter" and b["inagg_job_held_packet
 # The loop's seconds grow, busy while it aggregates; each state once per lcore.
 busy = lambda f: sum(s.value for s in f["inagg_lcore_loop_seconds"].samples if s.labels["state"] == "busy")
 assert busy(b) > busy(a) > 0, (busy(a), busy(b))
-assert value(b, "inagg_job_info", job_id="1", state="active") == 1
+# The job's state as a StateSet: one sample per state, 1 for the current one.
+states = {s.labels["state"]: s.value for s in b["inagg_job_state"].samples if s.labels["job_id"] == "1"}
+assert states == {"active": 1, "failed": 0, "refused": 0, "binding": 0}, states
+assert value(b, "inagg_job_info", job_id="1", dtype="fp32") == 1
+# The slots' waits for their last rank: the buckets' bounds are 2^(10+i) ns (computed here, not
+# read from inagg), cumulative, +Inf equal to the count, which is every slot completed (one
+# snapshot of the job gives both); the count grows while traffic flows.
+def histogram(fams):
+    f = fams["inagg_job_slot_completion_seconds"]
+    assert f.type == "histogram", f.type
+    buckets = [(float(s.labels["le"]), s.value) for s in f.samples if s.name.endswith("_bucket") and s.labels["job_id"] == "1"]
+    count = next(s.value for s in f.samples if s.name.endswith("_count") and s.labels["job_id"] == "1")
+    total = next(s.value for s in f.samples if s.name.endswith("_sum") and s.labels["job_id"] == "1")
+    return buckets, count, total
+buckets, count, wait_sum = histogram(b)
+assert [le for le, _ in buckets] == [2 ** (10 + i) / 1e9 for i in range(21)] + [math.inf], [le for le, _ in buckets]
+assert all(x <= y for (_, x), (_, y) in zip(buckets, buckets[1:])) and buckets[-1][1] == count, buckets
+assert count == value(b, "inagg_job_slots_completed", job_id="1") and 0 <= wait_sum <= count * 2 ** 30 / 1e9, (count, wait_sum)
+assert count > histogram(a)[1] > 0, (histogram(a)[1], count)
+# process_start_time_seconds against ps's elapsed time of the appliance's process.
+etimes = int(subprocess.run(["ps", "-o", "etimes=", "-p", pid], capture_output=True, text=True, check=True).stdout)
+started = value(b, "process_start_time_seconds")
+assert abs(started - (time.time() - etimes)) < 3, (started, time.time() - etimes)
+assert value(b, "inagg_port_link_up", port="0") == 1 and value(b, "inagg_port_link_up", port="1") == 1
 ja, jb = value(a, "inagg_job_aggregated_packets", job_id="1"), value(b, "inagg_job_aggregated_packets", job_id="1")
 assert jb >= ja > 0, (ja, jb)
 # Drop reasons: one sample per reason, and the same reasons per job as for the engine.
@@ -111,9 +146,25 @@ with open(rules_file, "w") as f:
     for k, e in enumerate(exprs):
         q = e.replace("$__rate_interval", "1m").replace("$job_id", ".*").replace("$instance", ".*").replace("$job", ".*")
         f.write(f"  - record: inagg:dashboard_{k}\n    expr: {json.dumps(q)}\n")
+# Every metric docs/operations.md names is served ({a,b} alternatives expanded, a label list at the
+# end of a name left out, inagg_job_* and the like skipped).
+def doc_names(text):
+    for span in re.findall(r"`((?:inagg|process)_[^`]*)`", text):
+        name = re.sub(r"\{[^{}]*\}$", "", span)
+        if "*" in name:
+            continue
+        names = [name]
+        while any("{" in n for n in names):
+            names = [n[:n.index("{")] + alt + n[n.index("}") + 1:] for n in names for alt in n[n.index("{") + 1:n.index("}")].split(",")]
+        yield from (n for n in names if re.fullmatch(r"[a-z_][a-z0-9_]*[a-z0-9]", n))
+documented = set(doc_names(open(operations_md).read()))
+assert "inagg_job_slot_completion_seconds" in documented and "inagg_port_rx_bytes_total" in documented, sorted(documented)
+undocumented = documented - raw_names
+assert not undocumented, f"docs/operations.md names metrics inagg does not serve: {sorted(undocumented)}"
 print(f"ok: {len(b)} metric families, the dashboard's {len(asked)} metrics all served; port 0 rx "
       f"{value(a, 'inagg_port_rx_packets', port='0'):.0f} -> {value(b, 'inagg_port_rx_packets', port='0'):.0f}; "
-      f"job 1 aggregated {jb:.0f} (inagg-ctl: {ctl_agg})")
+      f"job 1 aggregated {jb:.0f} (inagg-ctl: {ctl_agg}); {count:.0f} slots timed, {wait_sum / count * 1e6:.1f} us on "
+      f"average; the {len(documented)} metrics docs/operations.md names all served")
 PY
 # The Prometheus project's own linter on a live scrape. promtool comes from Debian's prometheus
 # package, unpacked (not installed: that would start a Prometheus server) into a cache directory.

@@ -86,6 +86,10 @@ struct JobStatus {
   uint64_t slot_completion_sum_ns = 0;
 };
 std::string_view state_name(JobStatus::State state);  // "active", "failed", "refused", "binding"
+// Every state, in the enum's order (the metrics' inagg_job_state shows each; a state added above
+// belongs here too).
+inline constexpr JobStatus::State kJobStates[] = {JobStatus::State::active, JobStatus::State::failed,
+                                                  JobStatus::State::refused, JobStatus::State::binding};
 
 // A job's fields, in the order every form shows them under these names: `list` (name=value),
 // `stats <id>` (name value), the appliance's stats print (format_job_summary), DPDK telemetry's

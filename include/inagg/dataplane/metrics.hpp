@@ -14,26 +14,29 @@ namespace inagg::dataplane {
 class Appliance;
 
 // Renders every figure of `app` with Prometheus's naming conventions (units in the name, `_total`
-// on counters, one family per quantity with a `reason` label where it has several causes):
-// inagg_build_info; per port packets, bytes, drops by reason, errors; per lcore its counters and
-// the seconds its loop spent busy and idle; engine totals; per job (label `job_id`) its state as
-// inagg_job_info, its gauges and the engine's counters. Reads only what the Appliance's
-// thread-safe accessors and rte_eth_stats_get give; keeps no state between scrapes (ratios are
-// the query's to compute, e.g. rate(inagg_lcore_loop_seconds_total{state="busy"}[...])).
+// on counters, one family per quantity with a `reason` label where it has several causes, labels
+// with few values): inagg_build_info and process_start_time_seconds; per port packets, bytes,
+// drops by reason, errors; per lcore its counters and the seconds its loop spent busy and idle;
+// engine totals; per job (label `job_id`) inagg_job_info, its state as inagg_job_state (a
+// StateSet), its gauges, the engine's counters and how long its slots waited for their last rank
+// (inagg_job_slot_completion_seconds). Reads only what the Appliance's thread-safe accessors and
+// rte_eth_stats_get give; keeps no state between scrapes (ratios are the query's to compute, e.g.
+// rate(inagg_lcore_loop_seconds_total{state="busy"}[...])).
 class PrometheusRenderer {
  public:
-  PrometheusRenderer(Appliance& app, std::string version, std::string revision, uint64_t tsc_hz)
-      : app_(app), version_(std::move(version)), revision_(std::move(revision)), tsc_hz_(tsc_hz) {}
+  PrometheusRenderer(Appliance& app, std::string version, std::string revision, uint64_t tsc_hz);
   std::string render();
 
  private:
   Appliance& app_;
   std::string version_, revision_;
   uint64_t tsc_hz_;
+  double start_time_seconds_;  // process_start_time_seconds, read once
 };
 
-// True when every engine and lcore counter has its place in a metric family; otherwise *missing
-// names those that have none (a counter added to the engine must be given one).
+// True when every engine and lcore counter has its place in a metric family and every job field
+// (INAGG_JOB_FIELDS) its place among the job families or a reason not to be there; otherwise
+// *missing names those that have none (a counter or field added must be given one).
 bool every_counter_exported(std::string* missing);
 
 // A minimal HTTP server for GET /metrics on its own thread.
