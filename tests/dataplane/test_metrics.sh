@@ -166,20 +166,10 @@ print(f"ok: {len(b)} metric families, the dashboard's {len(asked)} metrics all s
       f"job 1 aggregated {jb:.0f} (inagg-ctl: {ctl_agg}); {count:.0f} slots timed, {wait_sum / count * 1e6:.1f} us on "
       f"average; the {len(documented)} metrics docs/operations.md names all served")
 PY
-# The Prometheus project's own linter on a live scrape. promtool comes from Debian's prometheus
-# package, unpacked (not installed: that would start a Prometheus server) into a cache directory.
-promtool=$(command -v promtool || true)
-if [ -z "$promtool" ]; then
-  cache="${XDG_CACHE_HOME:-$HOME/.cache}/inagg/prometheus"
-  if [ ! -x "$cache/usr/bin/promtool" ]; then
-    mkdir -p "$tmp/deb" "$cache" || fail "cache directory $cache"
-    (cd "$tmp/deb" && apt-get download prometheus >"$tmp/deb.log" 2>&1) ||
-      fail "apt-get download prometheus (for promtool): $(tail -n 3 "$tmp/deb.log")"
-    dpkg-deb -x "$tmp"/deb/prometheus_*.deb "$tmp/deb/root" || fail "unpacking prometheus's package"
-    install -D -m 0755 "$tmp/deb/root/usr/bin/promtool" "$cache/usr/bin/promtool" || fail "copying promtool"
-  fi
-  promtool="$cache/usr/bin/promtool"
-fi
+# The Prometheus project's own linter on a live scrape (promtool: tests/lib/promtool.sh).
+# shellcheck source=../lib/promtool.sh
+. "$src/tests/lib/promtool.sh"
+promtool=$(find_promtool) || fail "promtool: install the prometheus package (scripts/packages.txt names it)"
 /usr/bin/python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" \
   "$url" >"$tmp/scrape.txt" || fail "scrape for promtool"
 lint=$("$promtool" check metrics <"$tmp/scrape.txt" 2>&1) || fail "promtool check metrics: $lint"
