@@ -76,6 +76,7 @@ contents=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\./|/|')
 for f in /usr/bin/inagg /usr/bin/inagg-ctl /usr/bin/inagg-worker /usr/bin/inagg-xdp /usr/bin/inagg-decode \
   /etc/inagg/inagg.conf /etc/inagg/inagg.env /usr/share/inagg/examples/jobs/example-fp32-4workers.job \
   /usr/share/inagg/examples/xdp/head-4workers.job /usr/share/inagg/examples/grafana/inagg-dashboard.json \
+  /usr/share/inagg/examples/prometheus/inagg-rules.yml \
   /usr/share/man/man8/inagg.8.gz /usr/share/man/man1/inagg-ctl.1.gz /usr/share/man/man1/inagg-worker.1.gz \
   /usr/share/man/man1/inagg-xdp.1.gz /usr/share/man/man1/inagg-decode.1.gz \
   /lib/systemd/system/inagg@.service /usr/libexec/inagg/inagg-hugepages /usr/lib/sysusers.d/inagg.conf /usr/lib/udev/rules.d/60-inagg-vfio.rules \
