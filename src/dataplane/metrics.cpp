@@ -37,21 +37,9 @@ class Family {
     }
     out_ << "\n# TYPE " << name << ' ' << type << '\n';
   }
-  Family& sample(const std::string& labels, double v) {
-    out_ << name_;
-    if (!labels.empty()) out_ << '{' << labels << '}';
-    char buf[40];
-    std::snprintf(buf, sizeof buf, " %.17g\n", v);
-    out_ << buf;
-    return *this;
-  }
-  Family& sample(const std::string& labels, uint64_t v) {
-    out_ << name_;
-    if (!labels.empty()) out_ << '{' << labels << '}';
-    out_ << ' ' << v << '\n';
-    return *this;
-  }
-  // A histogram's samples: name_bucket, name_sum, name_count.
+  Family& sample(const std::string& labels, double v) { return sample("", labels, v); }
+  Family& sample(const std::string& labels, uint64_t v) { return sample("", labels, v); }
+  // With a suffix: a histogram's samples (name_bucket, name_sum, name_count).
   Family& sample(std::string_view suffix, const std::string& labels, uint64_t v) {
     out_ << name_ << suffix;
     if (!labels.empty()) out_ << '{' << labels << '}';
@@ -231,7 +219,7 @@ JobFieldPlace job_field_place(std::string_view field) {
 
 // When this process started, in seconds since the Unix epoch, as Prometheus's client libraries
 // compute it: the boot time (btime in /proc/stat) plus the process's start in clock ticks after
-// boot (field 22 of /proc/self/stat). 0 when /proc cannot be read.
+// boot (field 22 of /proc/self/stat). 0 when /proc cannot be read (the family is left out then).
 double process_start_time() {
   std::ifstream stat("/proc/self/stat");
   std::string line;
@@ -527,8 +515,9 @@ std::string PrometheusRenderer::render() {
       f.sample("_count", job_label(j), cumulative);
     }
   }
-  Family(o, "process_start_time_seconds", "start time of the process since the Unix epoch", "gauge")
-      .sample("", start_time_seconds_);
+  if (start_time_seconds_ > 0)
+    Family(o, "process_start_time_seconds", "start time of the process since the Unix epoch", "gauge")
+        .sample("", start_time_seconds_);
   return o.str();
 }
 

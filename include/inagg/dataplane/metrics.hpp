@@ -19,9 +19,9 @@ class Appliance;
 // drops by reason, errors; per lcore its counters and the seconds its loop spent busy and idle;
 // engine totals; per job (label `job_id`) inagg_job_info, its state as inagg_job_state (a
 // StateSet), its gauges, the engine's counters and how long its slots waited for their last rank
-// (inagg_job_slot_completion_seconds). Reads only what the Appliance's thread-safe accessors and
-// rte_eth_stats_get give; keeps no state between scrapes (ratios are the query's to compute, e.g.
-// rate(inagg_lcore_loop_seconds_total{state="busy"}[...])).
+// (inagg_job_slot_completion_seconds). Reads only what the Appliance's thread-safe accessors,
+// rte_eth_stats_get and rte_eth_link_get_nowait give; keeps no state between scrapes (ratios are
+// the query's to compute, e.g. rate(inagg_lcore_loop_seconds_total{state="busy"}[...])).
 class PrometheusRenderer {
  public:
   PrometheusRenderer(Appliance& app, std::string version, std::string revision, uint64_t tsc_hz);
