@@ -1,6 +1,8 @@
 // How long a job's slots wait for their last rank: from the first rank's packet of a slot to the
 // last rank's, the straggler signal. A histogram with fixed log-spaced buckets, so that one lcore's
-// copy and another's add up and Prometheus can sum them over appliances.
+// copy and another's add up and Prometheus can sum them over appliances. Times are the engine's
+// clock, the now_ns its caller gives (the datapath reads the TSC once per burst): two packets of
+// one burst are 0 ns apart.
 #pragma once
 
 #include <algorithm>
