@@ -139,7 +139,7 @@ agg_bps=$(awk '/^stats t=/ {t = substr($2, 3); n++; T[n] = t}
 grep -q "job 1: active" "$tmp/agg.log" || echo "warning: the aggregation job did not stay active" >&2
 # Job ownership across lcores: rank r's stream on queue (r / 2) of port (r mod 2), so the lcore
 # that does not own the job receives half its packets and hands them over through its ring.
-/usr/bin/python3 scripts/gen-pcap --out "$tmp/ho" --workers 4 --payload 4096 --message 65536 --messages 8 --replay --background 0 --ports 4 >/dev/null
+/usr/bin/python3 scripts/gen-pcap --out "$tmp/ho" --workers 4 --payload 4096 --message 65536 --messages 8 --replay --background 0 --ports 4 --appliance-ports 2 >/dev/null
 run_inagg handover "(0,2)@0,1@1" \
   --vdev="net_pcap0,rx_pcap=$tmp/ho/port0.pcap,rx_pcap=$tmp/ho/port2.pcap,tx_pcap=/dev/null,tx_pcap=/dev/null,infinite_rx=1" \
   --vdev="net_pcap1,rx_pcap=$tmp/ho/port1.pcap,rx_pcap=$tmp/ho/port3.pcap,tx_pcap=/dev/null,tx_pcap=/dev/null,infinite_rx=1" \

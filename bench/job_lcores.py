@@ -140,7 +140,8 @@ def main():
         gen = ["/usr/bin/python3", "scripts/gen-pcap", "--workers", "4", "--payload", "4096", "--message", "65536",
                "--messages", "8", "--replay", "--background", "0"]
         subprocess.run(gen + ["--out", f"{d}/one"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(gen + ["--out", f"{d}/two", "--ports", "4"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(gen + ["--out", f"{d}/two", "--ports", "4", "--appliance-ports", "2"], check=True,
+                       stdout=subprocess.DEVNULL)
         subprocess.run(gen + ["--out", f"{d}/ch2", "--channels", "2", "--queues", "2"], check=True,
                        stdout=subprocess.DEVNULL)
         split_by_sequence(f"{d}/one", f"{d}/psn")

@@ -33,7 +33,11 @@ std::string RackPlan::job_text() const {
     std::snprintf(buf, sizeof buf, "collective = %s\nchunk = %u\n", control::collective_name(collective), chunk);
     t += buf;
   }
-  if (exchanged) {
+  if (channels > 1) {
+    std::snprintf(buf, sizeof buf, "channels = %u\n", channels);
+    t += buf;
+  }
+  if (exchanged) {  // (one channel: Rank refuses channels with an exchange)
     for (unsigned r = 0; r < workers; ++r) {
       const RankConnection &c = connections[r], &s = connections[(r + 1) % workers];
       std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(c.ip).c_str(), c.send_qpn,
@@ -42,11 +46,17 @@ std::string RackPlan::job_text() const {
     }
     return t;
   }
-  for (unsigned r = 0; r < workers; ++r) {
-    const unsigned s = (r + 1) % workers;
-    std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(ip_of(r)).c_str(), send_qpn(r),
-                  util::ip_text(ip_of(s)).c_str(), recv_qpn(s), start_psn(r));
-    t += buf;
+  for (unsigned ch = 0; ch < channels; ++ch) {  // channel by channel, as the job file reads them
+    if (channels > 1) {
+      std::snprintf(buf, sizeof buf, "# channel %u\n", ch);
+      t += buf;
+    }
+    for (unsigned r = 0; r < workers; ++r) {
+      const unsigned s = (r + 1) % workers;
+      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(ip_of(r)).c_str(),
+                    send_qpn(r, ch), util::ip_text(ip_of(s)).c_str(), recv_qpn(s, ch), start_psn(r, ch));
+      t += buf;
+    }
   }
   return t;
 }
@@ -76,6 +86,17 @@ UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry
   rs.recv_start_psn = start_psn(predecessor());
   c.send_bytes = send_bytes;
   c.receive_bytes = receive_bytes;
+  for (unsigned ch = 1; !ring && ch < channels; ++ch) {
+    RcConfig send = rq, receive = rs;
+    send.local_qpn = send_qpn(rank, ch);
+    send.remote_qpn = recv_qpn(successor(), ch);
+    send.send_start_psn = start_psn(rank, ch);
+    receive.local_qpn = recv_qpn(rank, ch);
+    receive.remote_qpn = send_qpn(predecessor(), ch);
+    receive.recv_start_psn = start_psn(predecessor(), ch);
+    send.src_port = receive.src_port = channel_port(ch);
+    c.channels.push_back({send, receive});
+  }
   return c;
 }
 

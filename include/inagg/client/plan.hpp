@@ -29,6 +29,15 @@ struct RackPlan {
   size_t cwnd_min_bytes = 16 * 1024;                                // the congestion window's floor (RcConfig); 0: none
   control::Collective collective = control::Collective::allreduce;  // what the job's connections carry
   uint32_t chunk = 1;                                               // a rotated collective's messages per chunk
+  // RC connections per rank to its successor (docs/protocol.md section 22): channel c's QPNs are
+  // kChannelQpnStep x c above channel 0's, its first PSN as far above, its UDP source port
+  // kChannelPortBase + c (channel 0's is 4791); message m of a collective goes on channel m mod C.
+  unsigned channels = 1;
+  static constexpr uint32_t kChannelQpnStep = 0x10000;
+  static constexpr uint16_t kChannelPortBase = 49152;
+  static uint16_t channel_port(unsigned c) {
+    return c == 0 ? uint16_t{4791} : static_cast<uint16_t>(kChannelPortBase + c);
+  }
 
   util::IpAddr ip_of(unsigned r) const { return util::IpAddr::v4(ip_base.v4_host_order() + r + 1); }
   unsigned successor() const { return (rank + 1) % workers; }
@@ -41,6 +50,9 @@ struct RackPlan {
   static uint32_t ring_send_qpn(unsigned r) { return 0x300 + r; }
   static uint32_t ring_recv_qpn(unsigned r) { return 0x400 + r; }
   static uint32_t start_psn(unsigned r) { return (0xfff000u + 101u * r) & 0xffffff; }
+  static uint32_t send_qpn(unsigned r, unsigned c) { return send_qpn(r) + kChannelQpnStep * c; }
+  static uint32_t recv_qpn(unsigned r, unsigned c) { return recv_qpn(r) + kChannelQpnStep * c; }
+  static uint32_t start_psn(unsigned r, unsigned c) { return (start_psn(r) + kChannelQpnStep * c) & 0xffffff; }
 
   // The connections a transport made (Transport::job_connections(): the device's QPNs, the ranks'
   // GIDs), one per rank; empty: the plan's own addresses, QPNs and PSNs above.
@@ -49,7 +61,8 @@ struct RackPlan {
   // The appliance's job file for this job (what `inagg-worker --print-job` prints and rank 0 adds).
   std::string job_text() const;
 
-  // The software transport's two connections (ring: the ring QPs), with regions of the given sizes.
+  // The software transport's two connections (ring: the ring QPs), with regions of the given sizes;
+  // ina's with every channel's beyond the first (UdpRcConfig::channels).
   UdpRcConfig rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes,
                         uint64_t receive_bytes) const;
 };
