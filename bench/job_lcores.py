@@ -12,10 +12,11 @@ net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in ev
           spreads connections): half of each lcore's packets are the other shard's and cross once
   handover  the by-rank queues, --job-lcores 1: the lcore that does not own the job hands its
           packets to the owner
-  channels2  the same n = 4, 4 KiB job as two channels (docs/protocol.md section 22: every rank two
+  channels2  the n = 4, 4 KiB job as two channels (docs/protocol.md section 22: every rank two
           connections, message m on channel m mod 2, each channel an engine job of its own on its own
-          lcore), channel c's packets on queue c of each port as RSS by UDP source port would put
-          them: nothing shared, no packet handed between lcores (the handovers are counted)
+          lcore), each channel as the one-channel job (8 messages, window 8), channel c's packets on
+          queue c of each port as RSS by UDP source port would put them: nothing shared, no packet
+          handed between lcores (the handovers are counted)
 
 The two-lcore runs put lcore 2 on CPU 0 with the control thread (which sleeps between 1 s stats
 prints), as bench/run appliance does for forwarding. Figures per configuration: aggregated input
@@ -142,7 +143,9 @@ def main():
         subprocess.run(gen + ["--out", f"{d}/one"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(gen + ["--out", f"{d}/two", "--ports", "4", "--appliance-ports", "2"], check=True,
                        stdout=subprocess.DEVNULL)
-        subprocess.run(gen + ["--out", f"{d}/ch2", "--channels", "2", "--queues", "2"], check=True,
+        # Each channel as the one-channel job: 8 messages in a window of 8, so that every engine
+        # job holds as many slots (the capture has twice the messages, half on each channel).
+        subprocess.run(gen + ["--out", f"{d}/ch2", "--channels", "2", "--queues", "2", "--messages", "16"], check=True,
                        stdout=subprocess.DEVNULL)
         split_by_sequence(f"{d}/one", f"{d}/psn")
         one = [f"--vdev=net_pcap0,rx_pcap={d}/one/port0.pcap,infinite_rx=1",
