@@ -1,8 +1,7 @@
-// inagg's Python extension (_inagg): one rank of an ina allreduce job, on the client library
-// (inagg::client) exactly as inagg-worker --mode ina uses it: the rack plan (RackPlan), the
-// software RoCEv2 RC transport (UdpRcTransport), the job's registration on the appliance
-// (ControlClient) and ina_allreduce over the caller's own memory. python/inagg/__init__.py wraps it
-// (torch tensors go through allreduce_ptr); docs/training.md.
+// inagg's Python extension (_inagg): one rank of an ina allreduce job, a client::Rank (rank.hpp)
+// as inagg-worker --mode ina runs it: the rack plan, the software RoCEv2 transport, the job's
+// registration on the appliance and the allreduce over the caller's own memory.
+// python/inagg/__init__.py wraps it (torch tensors go through allreduce_ptr); docs/training.md.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -20,14 +19,9 @@
 #include <string>
 #include <thread>
 
-#include "inagg/client/algorithms.hpp"
-#include "inagg/client/clock.hpp"
-#include "inagg/client/control_client.hpp"
-#include "inagg/client/transport/udp_transport.hpp"
-#include "inagg/client/worker.hpp"
-#include "inagg/control/socket.hpp"
+#include "inagg/client/rank.hpp"
+#include "inagg/control/protocol.hpp"
 #include "inagg/util/dtype.hpp"
-#include "inagg/util/hmac.hpp"
 
 namespace py = pybind11;
 
@@ -59,123 +53,61 @@ struct CommunicatorOptions {
   bool insecure_exchange = false;
 };
 
-// inagg-worker's option checks speak of its flags; say the keyword arguments' names instead.
-std::string keyword_names(std::string why) {
-  static const std::pair<const char*, const char*> names[] = {{"--workers", "world_size"}, {"--message", "message"},
-                                                              {"--payload", "payload"},    {"--dtype", "dtype"},
-                                                              {"--ip-base", "ip_base"},    {"--rank", "rank"}};
-  for (const auto& [flag, keyword] : names)
-    for (size_t at; (at = why.find(flag)) != std::string::npos;) why.replace(at, std::string(flag).size(), keyword);
-  return "inagg.Communicator: " + why;
+// The rank's options as this module's keyword arguments name them (validate()'s sentences).
+const client::RankOptionNames& keyword_names() {
+  static const client::RankOptionNames names = [] {
+    client::RankOptionNames n;
+    n.ranks = "world_size";
+    n.stall_s = "timeout_s";
+    n.exchange_secret_file = "exchange_secret_file=";
+    n.insecure_exchange = "insecure_exchange=True";
+    n.meeting = "the ranks' meeting (control=)";
+    n.exchange_secret_hint =
+        ", or store= (a store every rank shares, e.g. torch.distributed's: rank 0 puts a random secret in it)";
+    return n;
+  }();
+  return names;
 }
 
 class Communicator {
  public:
   // Opens the transport and, with a control socket, registers the job (rank 0 adds it; every rank
-  // waits until it is active). Runs without the GIL.
+  // waits until it is active) and meets the other ranks. Runs without the GIL.
   explicit Communicator(const CommunicatorOptions& o) : o_(o) {
-    // The job's parameters and the rack plan, checked and filled as inagg-worker does.
-    client::WorkerOptions w;
-    w.rank = o.rank;
-    w.rank_given = true;
-    w.workers = o.world_size;
-    w.dtype_name = o.dtype;
-    w.message = o.message;
-    w.payload = o.payload;
-    w.window = o.window;
-    w.ip_base = o.ip_base;
-    w.job_id = o.job_id;
-    if (std::string why = client::check_job_options(w); !why.empty()) throw std::invalid_argument(keyword_names(why));
-    o_.payload = w.payload;  // auto resolved
-    if (o.rank >= o.world_size) throw std::invalid_argument("inagg.Communicator: rank must be below world_size");
-    if (o.window == 0) throw std::invalid_argument("inagg.Communicator: window must be at least 1");
-    if (!(o.ack_timeout_ms > 0) || !(o.timeout_s > 0))
-      throw std::invalid_argument("inagg.Communicator: ack_timeout_ms and timeout_s must be positive");
-    if (o.chunk_bytes == 0) throw std::invalid_argument("inagg.Communicator: chunk_bytes must be positive");
-    plan_ = w.rack;
-    geometry_ = {plan_.dtype, o.world_size, o.message, client::Mode::ina};
-    // The regions hold chunk_bytes rounded up to whole messages; a chunk is the data those
-    // messages carry besides their tallies (ina_allreduce).
-    chunk_ = geometry_.padded(o.chunk_bytes) / o.message * geometry_.data_per_message();
-    client::UdpRcConfig c = plan_.rc_config(false, o.ack_timeout_ms, o.retry, geometry_.send_bytes(chunk_),
-                                            geometry_.receive_bytes(chunk_));
-    // Ranks that never meet (no control socket: someone else registers the job) cannot tell each
-    // other a random region key: they share the fixed one, and only their peers' addresses guard
-    // their receive regions. With a control socket the meeting below carries each rank's own.
-    if (o.control.empty()) c.receive_key = client::UdpRcTransport::kUnmetKey;
-    std::string error;
-    if (!transport_.open(c, &error))
-      throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
-    const uint64_t timeout_ns = static_cast<uint64_t>(o.timeout_s * 1e9);
-    // The ranks' meeting's secret (with a control socket), before anything is registered.
-    std::string meeting_secret;
-    if (!o.control.empty()) {
-      std::string why;
-      if (std::getenv(client::kExchangeSecretEnv) || !o.exchange_secret_file.empty()) {
-        if (!util::load_secret(client::kExchangeSecretEnv, o.exchange_secret_file, &meeting_secret, &why))
-          throw std::invalid_argument("inagg.Communicator: the ranks' meeting secret: " + why);
-      } else if (!o.exchange_secret.empty()) {
-        meeting_secret = o.exchange_secret;
-      } else if (!o.insecure_exchange) {
-        throw std::invalid_argument(
-            std::string("inagg.Communicator: the ranks' meeting (control=) needs the job's secret, the same on every "
-                        "rank: set $") +
-            client::kExchangeSecretEnv +
-            " where the job is launched, or give exchange_secret_file= (mode 0600) or store= (a store every rank "
-            "shares, e.g. torch.distributed's: rank 0 puts a random secret in it); insecure_exchange=True meets "
-            "without one, on a lab network of your own only");
-      }
-    }
-    if (o.control.rfind(control::kTcpScheme, 0) == 0 &&
-        !control::load_secret_file(o.control_secret_file, &credential_, &error))
-      throw std::invalid_argument(
-          "inagg.Communicator: control " + o.control +
-          " needs a tenant's credential (control_secret_file or $INAGG_CONTROL_SECRET): " + error);
-    if (!o.control.empty()) {
-      const client::ControlClient control(o.control, 5000, credential_);
-      const client::Registration r =
-          control.register_job(o.rank == 0, plan_.job_text(), o.job_id, client::now_ns() + timeout_ns, 20, o.rank);
-      switch (r.outcome) {
-        case client::Registration::Outcome::active:
-          break;
-        case client::Registration::Outcome::unreachable:
-          throw InaggError("the appliance cannot be reached: " + r.reason);
-        case client::Registration::Outcome::refused:
-          throw InaggError("the appliance refused job " + std::to_string(o.job_id) + ": " +
-                           r.reason.substr(0, r.reason.find('\n')));
-        case client::Registration::Outcome::not_active:
-          throw InaggError("job " + std::to_string(o.job_id) + " did not become active on " + o.control + " within " +
-                           std::to_string(o.timeout_s) + " s (is rank 0 running?)");
-      }
-    }
-    // Through the appliance, a rank that sends long before the others waits for them without an ACK
-    // (the appliance holds its packets): the ranks meet at rank 0 first, as inagg-worker's do
-    // (UdpRcTransport::meet), and barrier() lets a caller meet them again after unequal work.
-    if (!o.control.empty()) {
-      if (o.exchange_port == 0 || o.exchange_port > 65535)
-        throw std::invalid_argument("inagg.Communicator: exchange_port must be a TCP port");
-      client::RendezvousConfig rc;
-      rc.rank = o.rank;
-      rc.workers = o.world_size;
-      rc.host = plan_.ip_of(0);
-      rc.port = static_cast<uint16_t>(o.exchange_port);
-      rc.deadline_ns = client::now_ns() + timeout_ns;
-      rc.insecure = o.insecure_exchange;
-      rc.secret = meeting_secret;
-      // The receive side opens only now, the job active: nothing written before is taken.
-      if (!transport_.meet(rc, &error) || !transport_.open_receive(&error) ||
-          !transport_.barrier("the first allreduce", &error))
-        throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
-      met_ = true;
-    } else {
-      transport_.set_successor_key(client::UdpRcTransport::kUnmetKey);
-      if (!transport_.open_receive(&error))
-        throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + error);
-    }
-    // No deadline for the whole job (a communicator lives as long as training does); an allreduce
-    // fails when nothing at all arrives for timeout_s, or when the RC requester gives up.
-    exchange_ =
-        std::make_unique<client::RingExchange>(transport_, o.message, std::numeric_limits<uint64_t>::max(), timeout_ns);
+    client::RankOptions r;
+    r.geometry.ranks = o.world_size;
+    r.geometry.rank = o.rank;
+    r.geometry.dtype = o.dtype;
+    r.geometry.message = o.message;
+    r.geometry.payload = o.payload;
+    r.geometry.window = o.window;
+    r.geometry.chunk_bytes = o.chunk_bytes;
+    r.ip_base = o.ip_base;
+    r.ack_timeout_ms = o.ack_timeout_ms;
+    r.retry = o.retry;
+    // No deadline for the whole job (a communicator lives as long as training does); an
+    // allreduce fails when nothing at all arrives for timeout_s, or when the RC requester gives up.
+    r.timeout_s = o.timeout_s;
+    r.stall_s = o.timeout_s;
+    r.control = o.control;
+    r.control_secret_file = o.control_secret_file;
+    r.job_id = o.job_id;
+    // Through the appliance, a rank that sends long before the others waits for them without an
+    // ACK (the appliance holds its packets): with a control socket the ranks meet at rank 0, as
+    // inagg-worker's do, and barrier() lets a caller meet them again after unequal work. Without
+    // one (someone else registers the job) they never meet.
+    r.meet = !o.control.empty();
+    r.exchange_port = o.exchange_port;
+    r.exchange_secret_file = o.exchange_secret_file;
+    r.exchange_secret = o.exchange_secret;
+    r.insecure_exchange = o.insecure_exchange;
+    if (std::string why = r.validate(keyword_names()); !why.empty())
+      throw std::invalid_argument("inagg.Communicator: " + why);
+    o_.payload = r.geometry.payload;  // auto resolved
+    rank_ = std::make_unique<client::Rank>(r);
+    met_ = r.meet;
+    if (rank_->start() != 0 || (met_ && !rank_->barrier("the first allreduce")))
+      throw InaggError("inagg.Communicator: rank " + std::to_string(o.rank) + ": " + rank_->error());
     server_ = std::thread([this] { serve(); });
   }
 
@@ -192,9 +124,9 @@ class Communicator {
   }
 
   const CommunicatorOptions& options() const { return o_; }
-  std::string dtype() const { return std::string(util::dtype_name(plan_.dtype)); }
-  std::string job_text() const { return plan_.job_text(); }
-  size_t element() const { return geometry_.element(); }
+  std::string dtype() const { return std::string(util::dtype_name(rank_->dtype())); }
+  std::string job_text() const { return rank_->job_text(o_.job_id); }
+  size_t element() const { return rank_->element(); }
 
   // Sums `bytes` (whole elements) at `data` over every rank, in place, chunk by chunk. Runs
   // without the GIL; one allreduce at a time.
@@ -204,23 +136,8 @@ class Communicator {
     std::unique_lock lock(mutex_);
     --waiting_;
     if (closed_) throw InaggError("inagg.Communicator: closed");
-    if (!error_.empty()) throw InaggError(error_);
-    for (uint64_t off = 0; off < bytes; off += chunk_) {
-      const uint64_t n = std::min(chunk_, bytes - off);
-      if (client::Outcome r = client::ina_allreduce(*exchange_, geometry_, data + off, n); !r.ok()) {
-        const client::TransportCounters t = transport_.counters();
-        error_ = "inagg: rank " + std::to_string(o_.rank) + ", allreduce " + std::to_string(allreduces_ + 1) + " (" +
-                 std::to_string(bytes) + " bytes of " + dtype() + "): " + r.error +
-                 " [this rank so far: " + std::to_string(t.packets_sent) + " packets sent, " +
-                 std::to_string(t.retransmitted) + " again, " + std::to_string(t.timeouts) + " ACK timeouts, " +
-                 std::to_string(t.naks_received) + " NAKs; " + std::to_string(t.accepted) + " received, " +
-                 std::to_string(t.duplicates) + " duplicates]";
-        throw InaggError(error_);
-      }
-      messages_ += geometry_.messages_of(n);
-    }
-    ++allreduces_;
-    bytes_ += bytes;
+    if (!rank_->allreduce(data, data, bytes))
+      throw InaggError("inagg: rank " + std::to_string(o_.rank) + ", " + rank_->error());
   }
 
   // Every rank of the job meets here (see the constructor); needs a control socket.
@@ -231,8 +148,7 @@ class Communicator {
     --waiting_;
     if (closed_) throw InaggError("inagg.Communicator: closed");
     if (!met_) throw InaggError("inagg.Communicator: barrier() needs a communicator made with control=");
-    std::string error;
-    if (!transport_.barrier(what, &error)) throw InaggError("inagg: rank " + std::to_string(o_.rank) + ": " + error);
+    if (!rank_->barrier(what)) throw InaggError("inagg: rank " + std::to_string(o_.rank) + ": " + rank_->error());
   }
 
   void close() {
@@ -242,7 +158,7 @@ class Communicator {
     --waiting_;
     if (closed_) return;
     closed_ = true;
-    transport_.finish(client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9));
+    rank_->finish();  // answers until the predecessor is quiet; a failure was raised by its allreduce
   }
 
   std::map<std::string, uint64_t> counters() const {
@@ -250,10 +166,10 @@ class Communicator {
     const WakeServer wake{cv_};
     std::unique_lock lock(mutex_);
     --waiting_;
-    const client::TransportCounters t = transport_.counters();
-    return {{"allreduces", allreduces_},
-            {"bytes", bytes_},
-            {"messages", messages_},
+    const client::TransportCounters t = rank_->transport_counters().value_or(client::TransportCounters{});
+    return {{"allreduces", rank_->collectives()},
+            {"bytes", rank_->bytes()},
+            {"messages", rank_->messages()},
             {"packets_sent", t.packets_sent},
             {"retransmitted", t.retransmitted},
             {"timeouts", t.timeouts},
@@ -271,8 +187,7 @@ class Communicator {
   std::string control_request(const std::string& text) const {
     if (o_.control.empty()) throw InaggError("inagg.Communicator: no control socket was given");
     std::string reply, error;
-    if (!client::ControlClient(o_.control, 5000, credential_).request(text, &reply, &error))
-      throw InaggError("inagg: " + error);
+    if (!rank_->control_request(text, &reply, &error)) throw InaggError("inagg: " + error);
     if (control::is_error_reply(reply))
       throw InaggError("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));
     return reply;
@@ -287,9 +202,9 @@ class Communicator {
   };
 
   // Between allreduces the transport keeps running, as a NIC does while its host computes and as
-  // inagg-worker does (Worker::serve): the predecessor's retransmissions and the appliance's
-  // resends are acknowledged, our own retransmissions go out. One caller drives a transport, so
-  // the thread polls it under the mutex, 1 ms at a time, and steps aside while anyone waits.
+  // inagg-worker does (Rank::serve): the predecessor's retransmissions and the appliance's
+  // resends are acknowledged, our own retransmissions go out. One caller drives a rank, so the
+  // thread serves it under the mutex, 1 ms at a time, and steps aside while anyone waits.
   void serve() {
     std::unique_lock lock(mutex_);
     while (!stop_) {
@@ -297,26 +212,19 @@ class Communicator {
         cv_.wait(lock, [&] { return stop_ || (waiting_ == 0 && !closed_); });
         continue;
       }
-      transport_.poll(1);
+      rank_->serve(1);
     }
   }
 
   CommunicatorOptions o_;
-  client::RackPlan plan_;
-  client::Geometry geometry_;
-  uint64_t chunk_ = 0;
-  client::UdpRcTransport transport_;
-  std::unique_ptr<client::RingExchange> exchange_;
-  std::string credential_;    // tcp:// control: the tenant's credential
-  mutable std::mutex mutex_;  // the transport, the counters, closed_, error_, stop_
+  std::unique_ptr<client::Rank> rank_;
+  mutable std::mutex mutex_;  // the rank, closed_, stop_
   mutable std::condition_variable cv_;
   mutable std::atomic<int> waiting_{0};  // callers waiting for the mutex
   std::thread server_;
   bool stop_ = false;
   bool closed_ = false;
   bool met_ = false;  // the ranks met at rank 0 (a control socket was given): barrier() works
-  std::string error_;
-  uint64_t allreduces_ = 0, bytes_ = 0, messages_ = 0;
 };
 
 // `stats ID`'s reply ("name value" per line) as a dict: numbers as int, the rest (state, error)

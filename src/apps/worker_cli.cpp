@@ -54,13 +54,50 @@ std::optional<unsigned> from_environment(std::initializer_list<const char*> name
 
 }  // namespace
 
+const RankOptionNames& option_names() {
+  static const RankOptionNames names = [] {
+    RankOptionNames n;
+    n.ranks = "--workers";
+    n.rank = "--rank";
+    n.dtype = "--dtype";
+    n.message = "--message";
+    n.payload = "--payload";
+    n.window = "--window";
+    n.collective = "--collective";
+    n.chunk = "--chunk";
+    n.mode = "--mode";
+    n.transport = "--transport";
+    n.ip_base = "--ip-base";
+    n.ack_timeout_ms = "--ack-timeout-ms";
+    n.timeout_s = "--timeout (-T)";
+    n.exchange = "--exchange";
+    n.exchange_port = "--exchange-port";
+    n.exchange_secret_file = "--exchange-secret-file";
+    n.insecure_exchange = "--insecure-exchange";
+    n.qp_timeout = "--qp-timeout";
+    n.control = "--register";
+    n.control_secret_file = "--control-secret-file";
+    n.job_id = "--job-id";
+    n.xdp_heads = "--xdp-heads";
+    n.xdp_mcast = "--xdp-mcast";
+    n.xdp_key_file = "--xdp-key-file";
+    n.xdp_scale = "--xdp-scale";
+    n.xdp_timeout_ms = "--xdp-timeout-ms";
+    n.racks = "--racks";
+    return n;
+  }();
+  return names;
+}
+
 int usage(const std::string& why) {
   std::cerr << "inagg-worker: " << why << "\n";
   return 2;
 }
 
 int parse_command_line(int argc, char** argv, CommandLine* cl) {
-  WorkerOptions& o = cl->o;
+  RankOptions& o = cl->o;
+  Sweep& sw = cl->sweep;
+  o.geometry.dtype = "float";  // nccl-tests' name of the default
   std::string& rank_from = cl->rank_from;
   std::string& workers_from = cl->workers_from;
   std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype, payload = "auto", racks;
@@ -72,17 +109,17 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "maxbytes,e", po::value<std::string>(&maxbytes)->default_value(maxbytes), "largest size")(
       "stepbytes,i", po::value<std::string>(&stepbytes)->default_value(stepbytes),
       "increment between sizes when --stepfactor is not above 1")(
-      "stepfactor,f", po::value<unsigned>(&o.factor)->default_value(o.factor), "size multiplier between rows (>1)")(
-      "iters,n", po::value<unsigned>(&o.iters)->default_value(o.iters), "timed iterations per size and placement")(
-      "warmup_iters,w", po::value<unsigned>(&o.warmup)->default_value(o.warmup),
+      "stepfactor,f", po::value<unsigned>(&sw.factor)->default_value(sw.factor), "size multiplier between rows (>1)")(
+      "iters,n", po::value<unsigned>(&sw.iters)->default_value(sw.iters), "timed iterations per size and placement")(
+      "warmup_iters,w", po::value<unsigned>(&sw.warmup)->default_value(sw.warmup),
       "untimed iterations per size (--warmup is taken too)")(
-      "check,c", po::value<unsigned>(&o.check)->default_value(o.check),
+      "check,c", po::value<unsigned>(&sw.check)->default_value(sw.check),
       "checked iterations per size and placement, after the timed ones: every element against the reference "
       "(the appliance's rank-ordered sum for ina, the ring's hop order for ring, the fixed-point sum for xdp); 0: "
       "none, #wrong shows N/A; a bare --check means 1")(
-      "datatype,d", po::value<std::string>(&o.dtype_name)->default_value(o.dtype_name),
+      "datatype,d", po::value<std::string>(&o.geometry.dtype)->default_value(o.geometry.dtype),
       "float (float32, fp32), half (float16, fp16), bfloat16 (bf16) or int32 (int); --dtype is taken too")(
-      "op,o", po::value<std::string>(&o.op)->default_value(o.op), "reduction: sum (the only one the appliance does)")(
+      "op,o", po::value<std::string>(&sw.op)->default_value(sw.op), "reduction: sum (the only one the appliance does)")(
       "ngpus,g", po::value<unsigned>(&ngpus)->default_value(1), "GPUs per thread: 1 (one rank per process)")(
       "nthreads,t", po::value<unsigned>(&nthreads)->default_value(1), "threads per process: 1")(
       "agg_iters,m", po::value<unsigned>(&agg_iters)->default_value(1), "operations per iteration: 1")(
@@ -99,27 +136,28 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "give up after this many seconds (0: no limit)");
   po::options_description own("inagg-worker's own options");
   own.add_options()("help,h", "show this help")("version", "print the version and exit")(
-      "rank", po::value<unsigned>(&o.rank), "this worker's rank, 0..N-1")("workers", po::value<unsigned>(&o.workers),
-                                                                          "number of workers N (2..64)")(
+      "rank", po::value<unsigned>(&o.geometry.rank), "this worker's rank, 0..N-1")(
+      "workers", po::value<unsigned>(&o.geometry.ranks), "number of workers N (2..64)")(
       "ip-base", po::value<std::string>(&o.ip_base)->default_value(o.ip_base),
       "rank r uses IPv4 address ip-base + r + 1")("dtype", po::value<std::string>(&old_dtype), "same as --datatype")(
-      "in-place", po::value<bool>(&o.in_place)->default_value(o.in_place),
+      "in-place", po::value<bool>(&sw.in_place)->default_value(sw.in_place),
       "0: run the out-of-place placement only (the in-place columns stay blank)")(
-      "mode", po::value<std::string>(&o.mode_name)->default_value(o.mode_name),
+      "mode", po::value<std::string>(&o.mode)->default_value(o.mode),
       "ina (through the appliance), ring (ring allreduce), xdp (the XDP tier), auto (ina, falling over to xdp)")(
-      "collective", po::value<std::string>(&o.collective_name)->default_value(o.collective_name),
+      "collective", po::value<std::string>(&o.geometry.collective)->default_value(o.geometry.collective),
       "allreduce, or (mode ina) reduce_scatter or all_gather in one pass through the appliance (rotated chunks; the "
       "sizes are the whole buffer, as reduce_scatter_perf and all_gather_perf give them)")(
-      "chunk", po::value<uint32_t>(&o.chunk)->default_value(o.chunk),
+      "chunk", po::value<uint32_t>(&o.geometry.chunk)->default_value(o.geometry.chunk),
       "reduce_scatter/all_gather: messages per chunk of the rotated schedule")(
       "payload", po::value<std::string>(&payload)->default_value(payload),
       "path MTU payload P, bytes; auto: as an RDMA NIC chooses it, the largest of 4096, 2048, 1024, 512, 256 up to "
       "the MTU of the interface holding this rank's address less 96 bytes of headers, that divides --message (4096 on "
       "the virtual rack's MTU 4200 links, 1024 on 1500); as if the MTU were 1500 when no interface here holds it "
       "(--print-job outside the rank's namespace). An explicit P must fit that MTU (P + 64 bytes). Every rank must use "
-      "the same P: give it when links differ")("message", po::value<uint32_t>(&o.message)->default_value(o.message),
-                                               "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
-      "window", po::value<unsigned>(&o.window)->default_value(o.window), "messages in flight per QP")(
+      "the same P: give it when links differ")(
+      "message", po::value<uint32_t>(&o.geometry.message)->default_value(o.geometry.message),
+      "RDMA WRITE message size M (multiple of P); a size's tail is padded")(
+      "window", po::value<unsigned>(&o.geometry.window)->default_value(o.geometry.window), "messages in flight per QP")(
       "ack-timeout-ms", po::value<double>(&o.ack_timeout_ms)->default_value(o.ack_timeout_ms),
       "RC ACK timeout: the retransmission timeout's ceiling (it follows the round trip below that); (--retry + 1) "
       "x this is how long a rank waits for an ACK while the appliance holds its packets for a rank that is not "
@@ -134,9 +172,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "the congestion window's floor, KiB: a NAK halves the packets in flight, a timeout cuts them to this, and "
       "they grow back as TCP Reno's window does, since go-back-N resends all of them; 0: no congestion window (the "
       "message window alone)")("retry", po::value<unsigned>(&o.retry)->default_value(o.retry), "RC retry count")(
-      "seed", po::value<uint32_t>(&o.seed)->default_value(o.seed), "seed of the inputs")(
+      "seed", po::value<uint32_t>(&sw.seed)->default_value(sw.seed), "seed of the inputs")(
       "job-id", po::value<uint32_t>(&o.job_id)->default_value(o.job_id), "the appliance job id (ina mode)")(
-      "transport", po::value<std::string>(&o.transport_name)->default_value(o.transport_name),
+      "transport", po::value<std::string>(&o.transport)->default_value(o.transport),
       "ina/ring: udp (the software RoCE endpoint over a kernel UDP socket) or verbs (rdma-core: an RDMA NIC or "
       "Soft-RoCE; the ranks exchange their QPs over TCP with rank 0 first)")(
       "ib-dev", po::value<std::string>(&o.verbs.device)->value_name("DEV"),
@@ -161,7 +199,7 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "insecure-exchange", po::bool_switch(&o.insecure_exchange),
       "a lab network of your own only: the ranks meet without a secret (not authenticated: any host that reaches rank "
       "0's --exchange-port can join the job as a rank or answer as rank 0); every rank warns on stderr")(
-      "register", po::value<std::string>(&o.register_socket),
+      "register", po::value<std::string>(&o.control),
       "ina mode: rank 0 adds the job through this inagg control socket (a path, or tcp://HOST:PORT: the appliance's "
       "--control-tcp), and every rank waits until the job is active before sending")(
       "control-secret-file", po::value<std::string>(&o.control_secret_file)->value_name("FILE"),
@@ -193,7 +231,7 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "racks", po::value<std::string>(&racks)->value_name("R0,R1,.."),
       "ina: the rack of every rank when a leaf appliance per rack and a spine sum the job (as given to inagg-ctl "
       "split): -c's reference then sums each rack's ranks first, as the leaves do, and the racks' partials after")(
-      "corrupt-input", po::value<unsigned>(&o.corrupt)->default_value(0),
+      "corrupt-input", po::value<unsigned>(&sw.corrupt)->default_value(0),
       "testing the check only: alter this many elements of this rank's input in the checked iterations, after the "
       "reference was made, so that every rank's #wrong must count them");
   po::options_description d(
@@ -218,11 +256,11 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
     return 0;
   }
   if (vm.count("dtype")) {
-    if (!vm["datatype"].defaulted() && o.dtype_name != old_dtype)
+    if (!vm["datatype"].defaulted() && o.geometry.dtype != old_dtype)
       return usage("--dtype and --datatype (-d) disagree; give one");
-    o.dtype_name = old_dtype;
+    o.geometry.dtype = old_dtype;
   }
-  if (o.dtype_name == "all" || o.op == "all")
+  if (o.geometry.dtype == "all" || sw.op == "all")
     return usage(
         "-d all and -o all are not supported: the appliance runs a job of one datatype and sums; run "
         "inagg-worker once per datatype");
@@ -238,9 +276,9 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
     const char* name;
     std::string* text;
     uint64_t* out;
-  } sizes[] = {{"minbytes", &minbytes, &o.min_bytes},
-               {"maxbytes", &maxbytes, &o.max_bytes},
-               {"stepbytes", &stepbytes, &o.step_bytes}};
+  } sizes[] = {{"minbytes", &minbytes, &sw.min_bytes},
+               {"maxbytes", &maxbytes, &sw.max_bytes},
+               {"stepbytes", &stepbytes, &sw.step_bytes}};
   for (const auto& s : sizes) {
     const std::optional<uint64_t> v = nccl::parse_size(*s.text);
     if (!v)
@@ -250,61 +288,75 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
     *s.out = *v;
   }
   if (payload == "auto") {
-    o.payload = 0;
+    o.geometry.payload = 0;
   } else {
     const std::optional<uint64_t> p = nccl::parse_size(payload);
     if (!p || *p == 0 || *p > 65536)
       return usage(
           "--payload must be auto or a number of bytes (256, 512, 1024, 2048 or 4096 as RoCE's path MTUs); got '" +
           payload + "'");
-    o.payload = static_cast<uint32_t>(*p);
+    o.geometry.payload = static_cast<uint32_t>(*p);
   }
   if (o.timeout_s == 0) o.timeout_s = 1e7;  // nccl-tests' -T 0: no limit
   if (!vm.count("rank"))
     if (const auto r = from_environment({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, &rank_from)) {
-      o.rank = *r;
+      o.geometry.rank = *r;
       vm.insert({"rank", po::variable_value(*r, false)});
     }
   if (!vm.count("workers"))
     if (const auto n = from_environment({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, &workers_from))
-      o.workers = *n;
+      o.geometry.ranks = *n;
   o.rank_given = vm.count("rank") > 0;
-  if (!nccl::parse_type(o.dtype_name))
-    return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.dtype_name + "'");
-  if (const std::string e = check_job_options(o); !e.empty()) return usage(e);
+  if (!nccl::parse_type(o.geometry.dtype))
+    return usage("--datatype (-d) must be " + std::string(nccl::kTypesAccepted) + "; got '" + o.geometry.dtype + "'");
+  if (const std::string e = o.validate_job(option_names()); !e.empty()) return usage(e);
+  // The rank's regions carry the sweep's largest size: every size goes in one piece.
+  o.geometry.chunk_bytes = o.chunk_bytes_for(sw.max_bytes);
   if (!racks.empty()) {
     std::string why;
     const std::optional<std::vector<unsigned>> r = control::parse_rack_list(racks, &why);
     if (!r) return usage("--racks: " + why);
     o.rack_of = *r;
-    if (o.rack_of.size() != o.workers)
-      return usage("--racks names " + std::to_string(o.rack_of.size()) + " racks for " + std::to_string(o.workers) +
-                   " workers: give every rank's");
+    if (o.rack_of.size() != o.geometry.ranks)
+      return usage("--racks names " + std::to_string(o.rack_of.size()) + " racks for " +
+                   std::to_string(o.geometry.ranks) + " workers: give every rank's");
   }
-  if (vm.count("print-job") && (o.transport_name == "verbs" || o.exchange))
+  if (vm.count("print-job") && (o.transport == "verbs" || o.exchange))
     return usage(
         "--print-job with --transport verbs or --exchange: the QPNs are the device's, known only once the ranks have "
         "exchanged "
         "them; rank 0 registers them itself (--register)");
   if (vm.count("print-job")) {
-    std::fputs(o.rack.job_text().c_str(), stdout);
+    std::fputs(o.resolved.rack.job_text().c_str(), stdout);
     return 0;
   }
-  if (const std::string e = check_run_options(o); !e.empty()) return usage(e);
+  if (sw.op != "sum")
+    return usage("--op (-o) '" + sw.op + "' is not supported: the appliance and the XDP tier only sum (-o sum)");
+  if (sw.max_bytes < sw.min_bytes)
+    return usage("--maxbytes (-e) " + std::to_string(sw.max_bytes) + " is below --minbytes (-b) " +
+                 std::to_string(sw.min_bytes));
+  if (sw.factor < 2 && sw.step_bytes == 0)
+    return usage("the sizes never grow: give --stepfactor (-f) >= 2 or --stepbytes (-i) > 0");
+  if (sw.factor >= 2 && sw.min_bytes == 0) return usage("with --stepfactor (-f), --minbytes (-b) must be above 0");
+  if (sw.iters == 0) return usage("--iters (-n) must be at least 1");
+  if (sw.max_bytes > (64ull << 30)) return usage("--maxbytes (-e) above 64G is not supported");
+  if (const std::string e = o.validate(option_names()); !e.empty()) return usage(e);
+  if (o.geometry.collective != "allreduce" && sw.max_bytes / util::dtype_size(o.resolved.dtype) / o.geometry.ranks == 0)
+    return usage("--collective " + o.geometry.collective + ": --maxbytes (-e) holds less than one element per rank");
   if (const std::string& f = cl->output_file; !f.empty() && !f.ends_with(".json") && !f.ends_with(".csv"))
     return usage("--output-file " + f + ": the name must end in .json or .csv (it chooses the format)");
 
   // The buffers hold several times -e: input, output, the transport's two regions, and with -c
   // every rank's input and the sum for the reference. Refused up front when the host cannot hold
   // them, rather than failing on the way (or being killed for it).
-  const double need = static_cast<double>(o.max_bytes) * (4 + (o.check ? o.workers + 2 : 0));
+  const double need = static_cast<double>(sw.max_bytes) * (4 + (sw.check ? o.geometry.ranks + 2 : 0));
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (have > 0 && need > have)
-    return usage("-e/--maxbytes " + std::to_string(o.max_bytes) + " needs about " +
+    return usage("-e/--maxbytes " + std::to_string(sw.max_bytes) + " needs about " +
                  std::to_string(static_cast<uint64_t>(need / (1 << 20))) + " MiB of buffers (" +
-                 (o.check ? "with -c, every rank's input for the reference" : "input, output, transport regions") +
+                 (sw.check ? "with -c, every rank's input for the reference" : "input, output, transport regions") +
                  ") but this host has " + std::to_string(static_cast<uint64_t>(have / (1 << 20))) + " MiB: lower -e" +
-                 (o.check ? " or give -c 0" : ""));
+                 (sw.check ? " or give -c 0" : ""));
   return -1;
 }
 

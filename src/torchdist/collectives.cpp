@@ -62,8 +62,9 @@ void ProcessGroupInagg::sum(at::Tensor& t, bool appliance, bool average) {
     // In place on contiguous memory; otherwise through a contiguous copy (the route must not
     // depend on a tensor's layout, which may differ between ranks).
     at::Tensor flat = t.is_contiguous() ? t : t.contiguous();
-    std::string error;
-    if (!rank_->allreduce(static_cast<uint8_t*>(flat.data_ptr()), flat.numel() * flat.element_size(), &error)) {
+    auto* data = static_cast<uint8_t*>(flat.data_ptr());
+    if (!rank_->allreduce(data, data, flat.numel() * flat.element_size())) {
+      const std::string& error = rank_->error();
       remove_job("an allreduce through the appliance failed: " + error);
       throw std::runtime_error("inagg rank " + std::to_string(getRank()) + ": " + error);
     }
@@ -96,12 +97,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupInagg::allreduce(std::vector<at::Tens
 }
 
 void ProcessGroupInagg::one_pass(bool reduce_scatter, const at::Tensor& in, at::Tensor& out, uint64_t shard_bytes) {
-  std::string error;
   const auto* src = static_cast<const uint8_t*>(in.data_ptr());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  const bool ok = reduce_scatter ? rank_->reduce_scatter(src, dst, shard_bytes, &error)
-                                 : rank_->all_gather(src, dst, shard_bytes, &error);
+  const bool ok =
+      reduce_scatter ? rank_->reduce_scatter(src, dst, shard_bytes) : rank_->all_gather(src, dst, shard_bytes);
   if (!ok) {
+    const std::string& error = rank_->error();
     remove_job(std::string(reduce_scatter ? "a reduce_scatter" : "an all_gather") +
                " through the appliance failed: " + error);
     throw std::runtime_error("inagg rank " + std::to_string(getRank()) + ": " + error);

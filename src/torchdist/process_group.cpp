@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "inagg/client/clock.hpp"
-#include "inagg/client/control_client.hpp"
+#include "inagg/client/rank.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/dtype.hpp"
@@ -115,26 +115,33 @@ ProcessGroupInagg::ProcessGroupInagg(const c10::intrusive_ptr<c10d::Store>& stor
 
 void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) {
   const int rank = getRank(), size = getSize();
-  rank_ = std::make_unique<client::InaRank>();
   std::string why;
   // 1. Endpoints: this rank's address from its own interface.
   std::string mine;
   const std::optional<util::IpAddr> address = address_of(o_, &why);
   if (address) {
-    client::InaRankOptions r;
-    r.rank = static_cast<unsigned>(rank);
-    r.workers = static_cast<unsigned>(size);
+    client::RankOptions r;
+    r.geometry.ranks = static_cast<unsigned>(size);
+    r.geometry.rank = static_cast<unsigned>(rank);
+    r.geometry.dtype = o_.dtype;
+    r.geometry.message = o_.message;
+    r.geometry.payload = o_.payload;
+    r.geometry.window = o_.window;
+    r.geometry.chunk_bytes = o_.chunk_bytes;
     r.address = *address;
-    r.dtype = o_.dtype;
-    r.message = o_.message;
-    r.payload = o_.payload;
-    r.window = o_.window;
     r.ack_timeout_ms = o_.ack_timeout_ms;
     r.retry = o_.retry;
-    r.chunk_bytes = o_.chunk_bytes;
+    r.timeout_s = o_.timeout_s;
     r.stall_s = o_.timeout_s;
-    r.collectives = true;
-    why = rank_->configure(r);
+    r.control = o_.control;
+    r.control_secret_file = o_.control_secret_file;
+    r.job_id = o_.job_id;
+    r.lanes = true;
+    why = r.validate();
+    if (why.empty()) {
+      rank_ = std::make_unique<client::Rank>(r);
+      why = rank_->error();
+    }
   }
   mine = why.empty() ? client::format_endpoint(rank_->endpoint()) : kError + why;
   std::vector<client::RankEndpoint> all;
@@ -145,17 +152,11 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
   }
   // 2. Every rank binds its transport (UDP 4791 at its address) before anyone registers or sends;
   // its receive side stays closed until step 4.
-  const bool opened = rank_->open(all, &why);
-  all_publish(*store, rank, size, "open", opened ? "ok" : kError + why, timeout);
+  const bool opened = rank_->open(all);
+  all_publish(*store, rank, size, "open", opened ? "ok" : kError + rank_->error(), timeout);
   // 3. Rank 0 registers the job and says when it is active.
-  if (o_.control.rfind(control::kTcpScheme, 0) == 0 &&
-      !control::load_secret_file(o_.control_secret_file, &credential_, &why) && rank == 0)
-    why = "control " + o_.control +
-          " needs a tenant's credential (INAGG_CONTROL_SECRET_FILE, or $INAGG_CONTROL_SECRET): " + why;
-  else
-    why.clear();
   if (rank == 0) {
-    if (why.empty()) why = register_job();
+    why = register_job();
     store->set("job", bytes_of(why.empty() ? std::to_string(job_id_) + " " + std::to_string(rs_job_id_) + " " +
                                                  std::to_string(ag_job_id_)
                                            : kError + why));
@@ -177,8 +178,8 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
   }
   // 4. The jobs are active: every rank opens its receive side (nothing written before is taken),
   // and nobody sends before every rank has.
-  const bool receiving = rank_->open_receive(&why);
-  all_publish(*store, rank, size, "receiving", receiving ? "ok" : kError + why, timeout);
+  const bool receiving = rank_->open_receive();
+  all_publish(*store, rank, size, "receiving", receiving ? "ok" : kError + rank_->error(), timeout);
 }
 
 // The allreduce's job, then the reduce-scatter's and the all-gather's: an appliance that refuses
@@ -198,7 +199,6 @@ std::string ProcessGroupInagg::register_job() {
 }
 
 std::string ProcessGroupInagg::register_one(control::Collective c, uint32_t* id) {
-  const client::ControlClient control(o_.control, 5000, credential_);
   std::string why;
   const auto digest_of = [&](uint32_t i) {
     const std::optional<control::JobSpec> spec = control::parse_job(rank_->job_text(i, c), &why);
@@ -213,37 +213,22 @@ std::string ProcessGroupInagg::register_one(control::Collective c, uint32_t* id)
     if (!d) return "the job's description does not parse: " + why;
     *id = 1 + static_cast<uint32_t>(std::stoul(d->substr(0, 8), nullptr, 16) % 0x7ffffffeu);  // its first 32 bits
   }
-  const std::string text = rank_->job_text(*id, c);
   const std::optional<std::string> own = digest_of(*id);
   if (!own) return "the job's description does not parse: " + why;
   // A job with this very description can only be one that an earlier run on these addresses left
   // (its ranks were killed): this run's ranks hold UDP 4791 at every one of them. It goes.
-  const std::optional<control::JobListLine> left = control.job_state(*id, &why);
+  const std::optional<control::JobListLine> left = rank_->job_state(*id, &why);
   if (!left && !why.empty()) return "the appliance cannot be reached at " + o_.control + ": " + why;
   if (left && left->spec_digest == own) {
     std::string reply;
-    control.request("remove " + std::to_string(*id) + "\n", &reply, &why);
+    rank_->control_request("remove " + std::to_string(*id) + "\n", &reply, &why);
     std::fprintf(stderr, "inagg rank 0: removed job %u (%s), left by an earlier run on these addresses\n", *id,
                  left->state.c_str());
   }
-  const client::Registration r =
-      control.register_job(true, text, *id, client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9), 20, 0u);
-  switch (r.outcome) {
-    case client::Registration::Outcome::active:
-      return "";
-    case client::Registration::Outcome::unreachable:
-      return "the appliance cannot be reached at " + o_.control + ": " + r.reason;
-    case client::Registration::Outcome::refused: {
-      std::string reason = r.reason.substr(0, r.reason.find('\n'));
-      if (reason.find("already belongs to job") != std::string::npos)
-        reason += " (a job an earlier run on these addresses left with other parameters? remove it with inagg-ctl)";
-      return "the appliance refused job " + std::to_string(*id) + ": " + reason;
-    }
-    case client::Registration::Outcome::not_active:
-      break;
-  }
-  return "job " + std::to_string(*id) + " did not become active on " + o_.control + " within " +
-         std::to_string(o_.timeout_s) + " s";
+  why = rank_->register_job(*id, c, true);
+  if (why.find("already belongs to job") != std::string::npos)
+    why += " (a job an earlier run on these addresses left with other parameters? remove it with inagg-ctl)";
+  return why;
 }
 
 ProcessGroupInagg::~ProcessGroupInagg() {
@@ -289,9 +274,9 @@ void ProcessGroupInagg::serve() {
           continue;
         }
         lock.unlock();
-        rank_->poll(1);  // answers the peers between calls, as a NIC does
+        rank_->serve(1);  // answers the peers between calls, as a NIC does
         const std::lock_guard snap(snapshot_mutex_);
-        snapshot_ = rank_->transport_counters();
+        snapshot_ = rank_->transport_counters().value_or(client::TransportCounters{});
         continue;
       }
       t = std::move(queue_.front());
@@ -306,14 +291,14 @@ void ProcessGroupInagg::serve() {
     }
     if (rank_) {
       const std::lock_guard snap(snapshot_mutex_);
-      snapshot_ = rank_->transport_counters();
+      snapshot_ = rank_->transport_counters().value_or(client::TransportCounters{});
     }
     t.work->complete(error);
   }
 }
 
 void ProcessGroupInagg::wait_gloo(const c10::intrusive_ptr<c10d::Work>& work) {
-  while (rank_ && !work->isCompleted()) rank_->poll(1);
+  while (rank_ && !work->isCompleted()) rank_->serve(1);
   try {
     work->wait();
   } catch (const std::exception& e) {
@@ -328,8 +313,7 @@ void ProcessGroupInagg::remove_job(const std::string& why) {
   for (const uint32_t id : {job_id_, rs_job_id_, ag_job_id_}) {
     if (id == 0) continue;
     std::string reply, error;
-    const bool ok = client::ControlClient(o_.control, 5000, credential_)
-                        .request("remove " + std::to_string(id) + "\n", &reply, &error);
+    const bool ok = rank_->control_request("remove " + std::to_string(id) + "\n", &reply, &error);
     if (o_.debug || !ok)
       note("job " + std::to_string(id) + " removed from the appliance after: " + why +
            (ok ? " (" + reply.substr(0, reply.find('\n')) + ")" : " (the removal failed: " + error + ")"));
@@ -340,7 +324,9 @@ void ProcessGroupInagg::note(const std::string& what) const {
   std::fprintf(stderr, "inagg rank %d: %s\n", getRank(), what.c_str());
 }
 
-std::string ProcessGroupInagg::address() const { return rank_ ? util::ip_text(rank_->options().address) : ""; }
+std::string ProcessGroupInagg::address() const {
+  return rank_ && rank_->options().address ? util::ip_text(*rank_->options().address) : "";
+}
 
 std::map<std::string, uint64_t> ProcessGroupInagg::counters() const {
   std::map<std::string, uint64_t> m;
@@ -376,8 +362,7 @@ std::string ProcessGroupInagg::job_stats(const std::string& collective) const {
   if (!rank_ || id == 0)
     throw std::runtime_error("inagg: this process group has no " + collective + " job on an appliance");
   std::string reply, error;
-  if (!client::ControlClient(o_.control, 5000, credential_)
-           .request("stats " + std::to_string(id) + "\n", &reply, &error))
+  if (!rank_->control_request("stats " + std::to_string(id) + "\n", &reply, &error))
     throw std::runtime_error("inagg: " + error);
   if (control::is_error_reply(reply))
     throw std::runtime_error("inagg: the appliance answered: " + reply.substr(0, reply.find('\n')));
@@ -394,7 +379,7 @@ void ProcessGroupInagg::shutdown() {
     if (worker_.joinable()) worker_.join();  // runs what was queued first
     if (!rank_) return;
     const uint64_t deadline = client::now_ns() + static_cast<uint64_t>(o_.timeout_s * 1e9);
-    rank_->finish(deadline);  // the predecessor quiet: nobody needs this rank any more
+    rank_->finish();  // the predecessor quiet (or timeout_s): nobody needs this rank any more
     // Rank 0 removes the job once every rank has finished (or the deadline passed: a rank that
     // died never will), answering its own peers meanwhile.
     try {
@@ -402,7 +387,7 @@ void ProcessGroupInagg::shutdown() {
       if (getRank() == 0 && !job_removed_) {
         int64_t seen = finished;
         for (uint64_t next_check = 0; seen < getSize() && client::now_ns() < deadline;) {
-          rank_->poll(1);
+          rank_->serve(1);
           if (client::now_ns() < next_check) continue;
           seen = store_->add("finished", 0);
           next_check = client::now_ns() + 20'000'000;

@@ -64,7 +64,7 @@ def ranked_sum(world, count, salt):
 
 
 def slots_of(nbytes, payload, element=4):
-    """The slots the appliance releases for a sum of nbytes (client::InaRank: chunks of the
+    """The slots the appliance releases for a sum of nbytes (client::Rank: chunks of the
     registered regions, each padded to whole messages of MESSAGE - 2 elements of data)."""
     per = MESSAGE - 2 * element
     chunk = CHUNK // MESSAGE * per

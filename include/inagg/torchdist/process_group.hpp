@@ -3,15 +3,14 @@
 // (python/inagg/torch.py registers it; docs/training.md).
 //
 // all_reduce with a sum (or an average) of the job's dtype goes through the appliance: one
-// client::InaRank per rank, the software RoCEv2 transport at the rank's own address. Everything
-// else goes to an inner Gloo process group built on the same store: the other dtypes and
-// reductions, broadcast, all_gather, barrier, gather, scatter, all_to_all, send/recv.
-// reduce_scatter and all_gather of the job's dtype, in equal shards, go through the appliance in one
-// pass (docs/protocol.md section 20: jobs of their own, on QPs of their own beside the allreduce's);
-// otherwise a reduce_scatter sums the whole input (through the appliance when the job can, else
-// through Gloo's allreduce: PyTorch 1.13's Gloo has no reduce_scatter) and each rank keeps its
-// shard, and an all_gather goes through Gloo. counters() says which way each
-// call went; with `debug` every call prints one line saying where it went and why.
+// client::Rank per rank (its endpoints through the store), the software RoCEv2 transport at the rank's own address.
+// Everything else goes to an inner Gloo process group built on the same store: the other dtypes and reductions,
+// broadcast, all_gather, barrier, gather, scatter, all_to_all, send/recv. reduce_scatter and all_gather of the job's
+// dtype, in equal shards, go through the appliance in one pass (docs/protocol.md section 20: jobs of their own, on QPs
+// of their own beside the allreduce's); otherwise a reduce_scatter sums the whole input (through the appliance when the
+// job can, else through Gloo's allreduce: PyTorch 1.13's Gloo has no reduce_scatter) and each rank keeps its shard, and
+// an all_gather goes through Gloo. counters() says which way each call went; with `debug` every call prints one line
+// saying where it went and why.
 //
 // Set-up, through the c10d store the process group was created with (inagg.torch gives it one
 // prefixed for this process group and this initialisation: inagg/GENERATION/): every
@@ -47,7 +46,7 @@
 #include <thread>
 #include <vector>
 
-#include "inagg/client/ina_rank.hpp"
+#include "inagg/client/rank.hpp"
 
 namespace inagg::torchdist {
 
@@ -203,8 +202,7 @@ class ProcessGroupInagg final : public c10d::ProcessGroup {
   ProcessGroupOptions o_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
-  std::unique_ptr<client::InaRank> rank_;  // null: every call through Gloo (o_.gloo_only says why)
-  std::string credential_;                 // tcp:// control: the tenant's credential
+  std::unique_ptr<client::Rank> rank_;  // null: every call through Gloo (o_.gloo_only says why)
   uint32_t job_id_ = 0, rs_job_id_ = 0, ag_job_id_ = 0;
   std::string job_text_;
   std::atomic<uint64_t> counters_[static_cast<size_t>(Counter::count)] = {};

@@ -5,7 +5,7 @@
 // ranks' meeting (the endpoint's recv_addr and recv_rkey) and nobody else can guess. The
 // responder takes WRITEs only from the predecessor's address, with that rkey, inside the region;
 // the requester ACKs only from the successor's (rc.hpp). Nothing is taken at all before
-// open_receive(), which a rank calls once its job is active on the appliance (worker.hpp).
+// open_receive(), which a rank calls once its job is active on the appliance (rank.hpp).
 //
 // In a ring with RDMA NICs (VerbsTransport ranks: their QPNs, addresses and rkeys are the
 // device's), the software rank joins their out-of-band exchange (rendezvous.hpp) instead:
@@ -52,7 +52,7 @@ struct UdpRcConfig {
   // the same on every rank, and lands where it would on one connection.
   std::vector<std::pair<RcConfig, RcConfig>> channels;
   // This rank's region key; nullopt: open() draws one (random_region_key). Given by a caller that
-  // must publish it before it opens the transport (InaRank).
+  // must publish it before it opens the transport (Rank::endpoint).
   std::optional<RegionKey> receive_key;
 };
 

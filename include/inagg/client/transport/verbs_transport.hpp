@@ -11,7 +11,7 @@
 //   exchange()      the ranks' endpoints, out of band (rendezvous.hpp)
 //   set_peers()     the successor's and the predecessor's endpoints from the exchange
 //   open_receive()  connect(): the QPs to RTR/RTS with those endpoints, then a barrier of the
-//                   ranks; called once the job is active on the appliance (worker.hpp)
+//                   ranks; called once the job is active on the appliance (rank.hpp)
 //
 // What guards the receive region is the NIC's: a QP in INIT (before open_receive) drops every
 // packet; in RTR it takes WRITEs to its QPN at its expected PSN, with the region's rkey (the
@@ -21,7 +21,7 @@
 // class's, and none of it is counted here: the device's counters (rdma statistic) say what it
 // dropped.
 //
-// open_verbs_transport() (worker.hpp) runs the steps for inagg-worker. Built only when meson
+// open_verbs_transport() (rank.hpp) runs the steps for inagg-worker. Built only when meson
 // finds libibverbs (INAGG_HAVE_VERBS); verbs_supported() says whether this build has it.
 #pragma once
 

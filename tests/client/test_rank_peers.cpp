@@ -1,15 +1,17 @@
-// client::InaRank without an appliance, on loopback addresses of its own (127.88.0.x, no root):
-// the endpoints it publishes, the checks open() makes of every rank's endpoint, the job file it
+// client::Rank through a channel the caller owns (its own address, endpoints handed over by the
+// caller), without an appliance, on loopback addresses of its own (127.88.0.x, no root): the
+// endpoints it publishes, the checks open() makes of every rank's endpoint, the job files it
 // describes, and a ring of real software transports whose allreduce, with no appliance to sum it,
 // fails on the tally on every rank instead of returning a predecessor's data.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "inagg/client/clock.hpp"
-#include "inagg/client/ina_rank.hpp"
+#include "inagg/client/rank.hpp"
 #include "inagg/control/job_file.hpp"
 
 using namespace inagg;
@@ -17,32 +19,43 @@ using namespace inagg::client;
 
 namespace {
 
-InaRankOptions options_of(unsigned rank, unsigned workers, const char* address) {
-  InaRankOptions o;
-  o.rank = rank;
-  o.workers = workers;
+RankOptions options_of(unsigned rank, unsigned workers, const char* address) {
+  RankOptions o;
+  o.geometry.rank = rank;
+  o.geometry.ranks = workers;
   o.address = *util::parse_ip(address);
-  o.payload = 1024;
-  o.message = 16384;
-  o.chunk_bytes = 65536;
+  o.geometry.payload = 1024;
+  o.geometry.message = 16384;
+  o.geometry.chunk_bytes = 65536;
   o.ack_timeout_ms = 50;
   o.retry = 3;
   o.stall_s = 5;
+  o.timeout_s = 5;
+  o.lanes = true;
   return o;
 }
 
-std::vector<RankEndpoint> endpoints_of(std::vector<InaRank>& ranks) {
+// validate()d options, for a rank of `workers` at `address`.
+std::unique_ptr<Rank> rank_at(unsigned rank, unsigned workers, const char* address) {
+  RankOptions o = options_of(rank, workers, address);
+  const std::string why = o.validate();
+  EXPECT_EQ(why, "");
+  auto r = std::make_unique<Rank>(o);
+  EXPECT_EQ(r->error(), "");
+  return r;
+}
+
+std::vector<RankEndpoint> endpoints_of(std::vector<std::unique_ptr<Rank>>& ranks) {
   std::vector<RankEndpoint> all;
-  for (InaRank& r : ranks) all.push_back(r.endpoint());
+  for (auto& r : ranks) all.push_back(r->endpoint());
   return all;
 }
 
 }  // namespace
 
-TEST(InaRank, EndpointIsTheRackPlansQpsAtItsOwnAddress) {
-  InaRank r;
-  ASSERT_EQ(r.configure(options_of(2, 4, "127.88.0.7")), "");
-  const RankEndpoint e = r.endpoint();
+TEST(RankPeers, EndpointIsTheRackPlansQpsAtItsOwnAddress) {
+  const std::unique_ptr<Rank> r = rank_at(2, 4, "127.88.0.7");
+  const RankEndpoint e = r->endpoint();
   EXPECT_EQ(e.rank, 2u);
   EXPECT_EQ(util::ip_text(e.gid), "::ffff:127.88.0.7");
   EXPECT_EQ(e.send_qpn, RackPlan::send_qpn(2));
@@ -52,9 +65,8 @@ TEST(InaRank, EndpointIsTheRackPlansQpsAtItsOwnAddress) {
   EXPECT_EQ(e.workers, 4u);
   // The receive region's key is the rank's own, drawn at random: another rank's differs, and
   // neither is the fixed one of ranks that never meet.
-  InaRank other;
-  ASSERT_EQ(other.configure(options_of(3, 4, "127.88.0.8")), "");
-  const RegionKey mine{e.recv_addr, e.recv_rkey}, theirs{other.endpoint().recv_addr, other.endpoint().recv_rkey};
+  const std::unique_ptr<Rank> other = rank_at(3, 4, "127.88.0.8");
+  const RegionKey mine{e.recv_addr, e.recv_rkey}, theirs{other->endpoint().recv_addr, other->endpoint().recv_rkey};
   EXPECT_NE(mine, theirs);
   EXPECT_NE(mine, UdpRcTransport::kUnmetKey);
   EXPECT_NE(mine.rkey, 0u);
@@ -68,61 +80,53 @@ TEST(InaRank, EndpointIsTheRackPlansQpsAtItsOwnAddress) {
   EXPECT_EQ(back->recv_rkey, e.recv_rkey);
 }
 
-TEST(InaRank, ConfigureNamesTheOptionToChange) {
-  InaRank r;
-  InaRankOptions o = options_of(0, 4, "127.88.0.1");
-  o.dtype = "fp64";
-  EXPECT_EQ(r.configure(o).rfind("dtype must be fp32", 0), 0u);
-  o = options_of(0, 4, "127.88.0.1");
-  o.message = 1000;  // not a multiple of the payload
-  EXPECT_NE(r.configure(o).find("message must be a multiple of payload"), std::string::npos) << r.configure(o);
-  o = options_of(0, 1, "127.88.0.1");
-  EXPECT_NE(r.configure(o).find("workers must be between 2 and 64"), std::string::npos);
-  o = options_of(0, 4, "127.88.0.1");
-  o.address = *util::parse_ip("fd00::1");
-  EXPECT_NE(r.configure(o).find("IPv4"), std::string::npos);
-}
-
-TEST(InaRank, OpenChecksEveryRanksEndpoint) {
-  std::vector<InaRank> ranks(3);
+TEST(RankPeers, OpenChecksEveryRanksEndpoint) {
   const char* addresses[] = {"127.88.0.1", "127.88.0.2", "127.88.0.3"};
-  for (unsigned r = 0; r < 3; ++r) ASSERT_EQ(ranks[r].configure(options_of(r, 3, addresses[r])), "");
+  // A rank that failed open() stays failed (its error stands): a fresh one for each case.
+  auto fresh = [&] { return rank_at(0, 3, addresses[0]); };
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (unsigned r = 0; r < 3; ++r) ranks.push_back(rank_at(r, 3, addresses[r]));
+  auto open_fails = [&](const std::vector<RankEndpoint>& all) {
+    std::unique_ptr<Rank> r0 = fresh();
+    EXPECT_FALSE(r0->open(all));
+    return r0->error();
+  };
   std::string why;
   std::vector<RankEndpoint> all = endpoints_of(ranks);
   all.pop_back();
-  EXPECT_FALSE(ranks[0].open(all, &why));
+  why = open_fails(all);
   EXPECT_EQ(why, "2 endpoints for 3 ranks");
   all = endpoints_of(ranks);
   all[2].payload = 4096;
-  EXPECT_FALSE(ranks[0].open(all, &why));
+  why = open_fails(all);
   EXPECT_NE(why.find("rank 2: its path MTU payload is 4096, this rank's 1024"), std::string::npos) << why;
   all = endpoints_of(ranks);
   all[2].gid = all[1].gid;
-  EXPECT_FALSE(ranks[0].open(all, &why));
+  why = open_fails(all);
   EXPECT_EQ(why, "rank 2: it has the same address as rank 1 (127.88.0.2): every rank needs an address of its own");
   all = endpoints_of(ranks);
   std::swap(all[0], all[1]);
-  EXPECT_FALSE(ranks[0].open(all, &why));
+  why = open_fails(all);
   EXPECT_EQ(why, "rank 0: its endpoint names rank 1");
   all = endpoints_of(ranks);
   all[1].workers = 4;
-  EXPECT_FALSE(ranks[0].open(all, &why));
+  why = open_fails(all);
   EXPECT_EQ(why, "rank 1: it was started for 4 ranks, this rank for 3");
   // Not opened: an allreduce says so.
   float x = 1;
-  EXPECT_FALSE(ranks[0].allreduce(reinterpret_cast<uint8_t*>(&x), sizeof x, &why));
-  EXPECT_EQ(why, "allreduce before open()");
+  auto* p = reinterpret_cast<uint8_t*>(&x);
+  EXPECT_FALSE(ranks[0]->allreduce(p, p, sizeof x));
+  EXPECT_EQ(ranks[0]->error(), "allreduce before the rank was started or opened");
 }
 
-TEST(InaRank, JobTextNamesEveryRanksConnection) {
-  std::vector<InaRank> ranks(2);
-  ASSERT_EQ(ranks[0].configure(options_of(0, 2, "127.88.1.1")), "");
-  ASSERT_EQ(ranks[1].configure(options_of(1, 2, "127.88.1.9")), "");
-  std::string why;
-  ASSERT_TRUE(ranks[0].open(endpoints_of(ranks), &why)) << why;
+TEST(RankPeers, JobTextNamesEveryRanksConnection) {
+  std::vector<std::unique_ptr<Rank>> ranks;
+  ranks.push_back(rank_at(0, 2, "127.88.1.1"));
+  ranks.push_back(rank_at(1, 2, "127.88.1.9"));
+  ASSERT_TRUE(ranks[0]->open(endpoints_of(ranks))) << ranks[0]->error();
   std::string error;
-  const std::optional<control::JobSpec> spec = control::parse_job(ranks[0].job_text(77), &error);
-  ASSERT_TRUE(spec) << error << "\n" << ranks[0].job_text(77);
+  const std::optional<control::JobSpec> spec = control::parse_job(ranks[0]->job_text(77), &error);
+  ASSERT_TRUE(spec) << error << "\n" << ranks[0]->job_text(77);
   EXPECT_EQ(spec->id, 77u);
   EXPECT_EQ(spec->workers, 2u);
   ASSERT_EQ(spec->conns.size(), 2u);
@@ -136,30 +140,32 @@ TEST(InaRank, JobTextNamesEveryRanksConnection) {
 
 // Three ranks whose ring is connected straight, no appliance: every rank receives its
 // predecessor's data unsummed, and the tally (1, not 3) fails the allreduce on every rank.
-TEST(InaRank, WithoutTheApplianceEveryRankFailsOnTheTally) {
+TEST(RankPeers, WithoutTheApplianceEveryRankFailsOnTheTally) {
   constexpr unsigned n = 3;
-  std::vector<InaRank> ranks(n);
+  std::vector<std::unique_ptr<Rank>> ranks;
   const char* addresses[] = {"127.88.2.1", "127.88.2.2", "127.88.2.3"};
-  for (unsigned r = 0; r < n; ++r) ASSERT_EQ(ranks[r].configure(options_of(r, n, addresses[r])), "");
+  for (unsigned r = 0; r < n; ++r) ranks.push_back(rank_at(r, n, addresses[r]));
   const std::vector<RankEndpoint> all = endpoints_of(ranks);
-  std::string why;
-  for (unsigned r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].open(all, &why)) << why;
-  for (unsigned r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].open_receive(&why)) << why;
+  for (unsigned r = 0; r < n; ++r) ASSERT_TRUE(ranks[r]->open(all)) << ranks[r]->error();
+  for (unsigned r = 0; r < n; ++r) ASSERT_TRUE(ranks[r]->open_receive()) << ranks[r]->error();
   std::vector<std::string> errors(n);
   std::vector<std::vector<float>> data(n, std::vector<float>(10000, 1.0f));
   std::vector<std::thread> threads;
   for (unsigned r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      if (ranks[r].allreduce(reinterpret_cast<uint8_t*>(data[r].data()), data[r].size() * 4, &errors[r]))
-        errors[r] = "returned";
-      ranks[r].finish(now_ns() + 2'000'000'000ull);
+      auto* p = reinterpret_cast<uint8_t*>(data[r].data());
+      errors[r] = ranks[r]->allreduce(p, p, data[r].size() * 4) ? "returned" : ranks[r]->error();
+      ranks[r]->finish();
     });
   for (std::thread& t : threads) t.join();
   for (unsigned r = 0; r < n; ++r) {
     EXPECT_NE(errors[r].find("without the appliance's sum"), std::string::npos) << "rank " << r << ": " << errors[r];
     // The failure stays: a later allreduce says the same.
-    std::string again;
-    EXPECT_FALSE(ranks[r].allreduce(reinterpret_cast<uint8_t*>(data[r].data()), 4, &again));
-    EXPECT_EQ(again, errors[r]);
+    auto* p = reinterpret_cast<uint8_t*>(data[r].data());
+    EXPECT_FALSE(ranks[r]->allreduce(p, p, 4));
+    EXPECT_EQ(ranks[r]->error(), errors[r]);
+    // And so do the other collectives: the rank's failure is one.
+    EXPECT_FALSE(ranks[r]->reduce_scatter(p, p, 4));
+    EXPECT_EQ(ranks[r]->error(), errors[r]);
   }
 }
