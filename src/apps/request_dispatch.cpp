@@ -55,8 +55,9 @@ std::string RequestDispatcher::handle(const control::Request& r, const control::
         util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
         return control::format_error(err);
       }
-      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %s)", r.job.id,
-                r.job.workers, std::string(util::dtype_name(r.job.dtype)).c_str());
+      util::log(util::LogModule::control, util::LogLevel::info, "job %u added (%u workers, %u channel%s, %s)", r.job.id,
+                r.job.workers, unsigned{r.job.channels}, r.job.channels == 1 ? "" : "s",
+                std::string(util::dtype_name(r.job.dtype)).c_str());
       return control::format_job_added(r.job.id);
     }
     case control::Request::Verb::remove: {

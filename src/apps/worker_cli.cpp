@@ -65,6 +65,7 @@ const RankOptionNames& option_names() {
     n.window = "--window";
     n.collective = "--collective";
     n.chunk = "--chunk";
+    n.channels = "--channels";
     n.mode = "--mode";
     n.transport = "--transport";
     n.ip_base = "--ip-base";
@@ -149,6 +150,10 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "sizes are the whole buffer, as reduce_scatter_perf and all_gather_perf give them)")(
       "chunk", po::value<uint32_t>(&o.geometry.chunk)->default_value(o.geometry.chunk),
       "reduce_scatter/all_gather: messages per chunk of the rotated schedule")(
+      "channels", po::value<unsigned>(&o.geometry.channels)->default_value(o.geometry.channels),
+      "RC connections to the successor, 1..16 (ina, auto: the software transport on the rack plan): message m goes "
+      "on channel m mod C, each channel a job of its own on the appliance's lcores (docs/protocol.md section 22); "
+      "every rank must give the same C")(
       "payload", po::value<std::string>(&payload)->default_value(payload),
       "path MTU payload P, bytes; auto: as an RDMA NIC chooses it, the largest of 4096, 2048, 1024, 512, 256 up to "
       "the MTU of the interface holding this rank's address less 96 bytes of headers, that divides --message (4096 on "

@@ -53,6 +53,11 @@ std::string RankOptions::validate_job(const RankOptionNames& n) {
   const std::optional<control::Collective> c = control::collective_of(g.collective);
   if (!c) return n.collective + " must be allreduce, reduce_scatter or all_gather; got '" + g.collective + "'";
   if (g.chunk == 0) return n.chunk + " must be at least 1 message";
+  if (g.channels < 1 || g.channels > control::kMaxChannels)
+    return n.channels + " must be 1.." + std::to_string(control::kMaxChannels);
+  if (g.channels > 1 && *c != control::Collective::allreduce)
+    return n.channels + " " + std::to_string(g.channels) + ": a " + g.collective +
+           " runs on one channel (its rotated rounds are one connection's; channels of it are not built yet)";
   resolved.dtype = *dt;
   resolved.collective = *c;
   rack.workers = g.ranks;
@@ -67,6 +72,7 @@ std::string RankOptions::validate_job(const RankOptionNames& n) {
   rack.cwnd_min_bytes = cwnd_min_kib * 1024;
   rack.collective = *c;
   rack.chunk = g.chunk;
+  rack.channels = g.channels;
   return "";
 }
 
@@ -158,6 +164,17 @@ std::string RankOptions::validate(const RankOptionNames& n) {
       return what + " runs through the appliance only (" + n.mode +
              " ina); the ring, the XDP tier and auto do allreduce";
     if (!rack_of.empty()) return what + " runs on one appliance: it cannot be split across racks (" + n.racks + ") yet";
+  }
+  if (geometry.channels > 1) {
+    // Channels are the appliance's: each its own engine job. The ring's QPs are not summed, and
+    // the exchange's (verbs ranks, a caller's channel) have one QP pair a rank yet.
+    const std::string what = n.channels + " " + std::to_string(geometry.channels);
+    if (m != Mode::ina && m != Mode::automatic)
+      return what + " stripes a job over the appliance's lcores: it runs " + n.mode + " ina or auto";
+    if (transport != "udp" || exchange || address)
+      return what + " runs on the software transport on the rack plan (" + n.transport +
+             " udp); channels over verbs or an exchange of endpoints are not built yet";
+    if (!rack_of.empty()) return what + ": a job across racks (" + n.racks + ") has one channel yet";
   }
   if (geometry.chunk_bytes == 0) return n.chunk_bytes + " must be positive";
   if (!(ack_timeout_ms > 0)) return n.ack_timeout_ms + " must be positive";

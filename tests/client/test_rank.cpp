@@ -618,6 +618,7 @@ TEST(Rank, ValidateNamesEachBadOption) {
   names.xdp_mcast = "--x-xdp-mcast";
   names.xdp_key_file = "--x-xdp-key-file";
   names.racks = "--x-racks";
+  names.channels = "--x-channels";
   const struct {
     const char* want;  // the name the refusal must start with (or hold)
     std::function<void(RankOptions&)> spoil;
@@ -650,6 +651,28 @@ TEST(Rank, ValidateNamesEachBadOption) {
          o.rack_of = {0, 0, 1, 1};
        }},
       {"--x-chunk-bytes must be positive", [](RankOptions& o) { o.geometry.chunk_bytes = 0; }},
+      {"--x-channels must be 1..16", [](RankOptions& o) { o.geometry.channels = 0; }},
+      {"--x-channels must be 1..16", [](RankOptions& o) { o.geometry.channels = 17; }},
+      {"--x-channels 2: a reduce_scatter runs on one channel",
+       [](RankOptions& o) {
+         o.geometry.channels = 2;
+         o.geometry.collective = "reduce_scatter";
+       }},
+      {"--x-channels 2 stripes a job over the appliance's lcores: it runs --x-mode ina or auto",
+       [](RankOptions& o) {
+         o.geometry.channels = 2;
+         o.mode = "ring";
+       }},
+      {"--x-channels 4 runs on the software transport on the rack plan (--x-transport udp)",
+       [](RankOptions& o) {
+         o.geometry.channels = 4;
+         o.exchange = true;
+       }},
+      {"--x-channels 2: a job across racks (--x-racks) has one channel yet",
+       [](RankOptions& o) {
+         o.geometry.channels = 2;
+         o.rack_of = {0, 0, 1, 1};
+       }},
       {"--x-ack-timeout must be positive", [](RankOptions& o) { o.ack_timeout_ms = 0; }},
       {"--x-timeout must be positive", [](RankOptions& o) { o.timeout_s = -1; }},
       {"--x-stall must be positive, or 0", [](RankOptions& o) { o.stall_s = -1; }},

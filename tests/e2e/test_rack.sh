@@ -8,6 +8,8 @@
 # the classic ring allreduce over the same transport, which the appliance only switches.
 # PAYLOAD 4096 (RoCE MTU 4096) runs the rack at --mtu 4200 and inagg at --mtu 9000 (its mbufs then
 # hold net_af_packet's 4352-byte frame slots), as bench/run allreduce does with BENCH_PAYLOAD=4096.
+# CHANNELS (environment): the job's channels (--channels, docs/protocol.md section 22): every rank
+# stripes its messages over that many RC connections, each a job of its own on the appliance.
 #   test_rack.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR DTYPE LOSS_PERCENT MODE [PORTS [PAYLOAD]]
 set -uo pipefail
 inagg=$1 ctl=$2 worker=$3 src=$4 dtype=$5 loss=$6 mode=${7:-ina} ports=${8:-af_packet} payload=${9:-1024}
@@ -28,8 +30,9 @@ grep -q "^inagg: port 0 (net_$ports)" "$tmp/inagg.log" || fail "inagg's ports ar
 # ACK timeout 200 ms: the RC retry budget (7 x 200 ms) must outlast a rank that is stalled computing
 # its --check reference on a loaded machine (7 x 50 ms once did not); losses are recovered by the
 # appliance's NAKs and an RTO that follows the round trip, not by this timeout.
+channels=${CHANNELS:-1}
 run_workers 4 -d "$dtype" --message 16384 --payload "$payload" -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 200 \
-  --timeout 90 --mode "$mode" --register "$tmp/ctl.sock"
+  --timeout 90 --mode "$mode" --register "$tmp/ctl.sock" --channels "$channels"
 if [ "$mode" = ring ]; then
   out=$("$ctl" --socket "$tmp/ctl.sock" list)
   grep -q "no jobs" <<<"$out" || fail "ring mode registered a job: $out"
@@ -40,6 +43,10 @@ stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
 grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
 grep -q "^slots_released [1-9]" <<<"$stats" || fail "nothing released: $stats"
 grep -q "^held_packets 0$" <<<"$stats" || fail "stuck slots: $stats"
+# Every rank checked every element and every message's tally (the appliance summed it): with
+# channels, each channel's messages were summed by that channel's engine job.
+grep -q "job 1 added (4 workers, $channels channel" "$tmp/inagg.log" ||
+  fail "the appliance did not add the job with $channels channel(s): $(grep 'job 1 added' "$tmp/inagg.log")"
 if [ "$payload" -gt 2048 ]; then
   # Payloads above 2 KiB on average: packets no MTU-1500 path could carry went through.
   awk '$1 == "aggregated_packets" {p = $2} $1 == "aggregated_bytes" {b = $2} END {exit !(p > 0 && b / p > 2048)}' <<<"$stats" ||
@@ -49,4 +56,4 @@ if [ "$loss" != 0 ]; then
   recovered=$(awk '$1 == "naks_sent" || $1 == "retransmits_answered" || $1 == "resends" {s += $2} END {print s + 0}' <<<"$stats")
   [ "$recovered" -gt 0 ] || fail "loss injected but the appliance recovered nothing: $stats"
 fi
-echo "ok: $n workers, ina, $dtype, loss $loss%, $ports ports, $payload-byte payloads: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"
+echo "ok: $n workers, ina, $dtype, $channels channel(s), loss $loss%, $ports ports, $payload-byte payloads: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"

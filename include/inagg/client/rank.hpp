@@ -58,13 +58,17 @@ struct RankGeometry {
   // of rotated chunks of `chunk` messages (docs/protocol.md section 20).
   std::string collective = "allreduce";
   uint32_t chunk = 1;
+  // RC connections to the successor (docs/protocol.md section 22): message m of a collective goes
+  // on channel m mod channels, each channel a job of its own on the appliance, on its own lcore.
+  unsigned channels = 1;
 };
 
 // The names the user gave each option (its flag, its keyword argument), for validate()'s
 // sentences. The defaults are the fields' own names.
 struct RankOptionNames {
   std::string ranks = "ranks", rank = "rank", dtype = "dtype", message = "message", payload = "payload",
-              window = "window", chunk_bytes = "chunk_bytes", collective = "collective", chunk = "chunk";
+              window = "window", chunk_bytes = "chunk_bytes", collective = "collective", chunk = "chunk",
+              channels = "channels";
   std::string mode = "mode", transport = "transport", ip_base = "ip_base", address = "address",
               ack_timeout_ms = "ack_timeout_ms", timeout_s = "timeout_s", stall_s = "stall_s";
   std::string exchange = "exchange", exchange_port = "exchange_port", exchange_secret_file = "exchange_secret_file",
