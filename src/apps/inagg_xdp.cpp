@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       "iface,i", po::value<std::string>(&o.iface)->value_name("IF"), "run, status, peer: the interface")(
       "mode", po::value<std::string>(&o.mode)->default_value(o.mode)->value_name("M"),
       "run, peer: native (in the driver) or generic (skb, any interface)")(
-      "job,j", po::value<std::vector<std::string>>(&o.jobs)->value_name("FILE"),
+      "job", po::value<std::vector<std::string>>(&o.jobs)->value_name("FILE"),
       "run: a head job file to add at start (repeatable)")("port", po::value<unsigned>(&o.port)->default_value(o.port),
                                                            "run: the tier's UDP port")(
       "address", po::value<std::string>(&o.address)->value_name("IP"),
