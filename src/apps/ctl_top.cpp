@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "inagg/control/protocol.hpp"
+#include "inagg/control/reply_json.hpp"
 #include "inagg/control/socket.hpp"
 
 namespace inagg::ctl {
@@ -114,8 +116,53 @@ uint64_t value(const Counters& c, const std::string& name) {
   return i == c.end() ? 0 : i->second;
 }
 
-std::string frame(const TopOptions& o, const Sample& a, const Sample& b) {
-  const double dt = std::chrono::duration<double>(b.t - a.t).count();
+// What one frame shows: the rates between two samples, computed once for the text and the JSON form.
+struct Rates {
+  double rx_pps = 0, aggregated_pps = 0, aggregated_bits_per_s = 0, slots_per_s = 0, naks_per_s = 0, resends_per_s = 0,
+         drops_per_s = 0;
+};
+
+struct JobRow {
+  uint32_t id = 0;
+  std::string state, error;
+  Rates r;  // zero for a job that the earlier sample did not have
+  uint64_t held = 0, retained = 0;
+};
+
+struct Frame {
+  double elapsed_s = 0;
+  Rates engine;
+  uint64_t job_errors = 0;
+  std::vector<JobRow> jobs;
+};
+
+Rates rates_between(const Counters& a, const Counters& b, double dt) {
+  Rates r;
+  r.rx_pps = rate(a, b, "rx_packets", dt);
+  r.aggregated_pps = rate(a, b, "aggregated_packets", dt);
+  r.aggregated_bits_per_s = 8 * rate(a, b, "aggregated_bytes", dt);
+  r.slots_per_s = rate(a, b, "slots_released", dt);
+  r.naks_per_s = rate(a, b, "naks_sent", dt);
+  r.resends_per_s = rate(a, b, "resends", dt);
+  r.drops_per_s = (static_cast<double>(drops(b)) - static_cast<double>(drops(a))) / dt;
+  return r;
+}
+
+Frame frame_between(const Sample& a, const Sample& b) {
+  Frame f;
+  f.elapsed_s = std::chrono::duration<double>(b.t - a.t).count();
+  f.engine = rates_between(a.engine, b.engine, f.elapsed_s);
+  f.job_errors = value(b.engine, "job_errors");
+  for (const JobSample& j : b.jobs) {
+    JobRow row{j.id, j.state, j.error, {}, value(j.c, "held_packets"), value(j.c, "retained_packets")};
+    for (const JobSample& p : a.jobs)
+      if (p.id == j.id) row.r = rates_between(p.c, j.c, f.elapsed_s);
+    f.jobs.push_back(std::move(row));
+  }
+  return f;
+}
+
+std::string text_frame(const TopOptions& o, const Frame& f) {
   std::ostringstream out;
   char line[512];
   const std::time_t now = std::time(nullptr);
@@ -123,56 +170,77 @@ std::string frame(const TopOptions& o, const Sample& a, const Sample& b) {
   std::strftime(clock, sizeof clock, "%H:%M:%S", std::localtime(&now));
   std::snprintf(line, sizeof line, "inagg-ctl top  %s  every %.1f s  %s\n", o.socket.c_str(), o.interval_s, clock);
   out << line;
-  const Counters& e = b.engine;
-  std::snprintf(
-      line, sizeof line,
-      "engine: rx %s pps  aggregated %s pps (%s bit/s)  released %s slots/s  NAKs %s/s  resends %s/s  drops %s/s  "
-      "job errors %llu\n\n",
-      si(rate(a.engine, e, "rx_packets", dt)).c_str(), si(rate(a.engine, e, "aggregated_packets", dt)).c_str(),
-      si(8 * rate(a.engine, e, "aggregated_bytes", dt)).c_str(), si(rate(a.engine, e, "slots_released", dt)).c_str(),
-      si(rate(a.engine, e, "naks_sent", dt)).c_str(), si(rate(a.engine, e, "resends", dt)).c_str(),
-      si((static_cast<double>(drops(e)) - static_cast<double>(drops(a.engine))) / dt).c_str(),
-      static_cast<unsigned long long>(value(e, "job_errors")));
+  const Rates& e = f.engine;
+  std::snprintf(line, sizeof line,
+                "engine: rx %s pps  aggregated %s pps (%s bit/s)  released %s slots/s  NAKs %s/s  resends %s/s  "
+                "drops %s/s  job errors %llu\n\n",
+                si(e.rx_pps).c_str(), si(e.aggregated_pps).c_str(), si(e.aggregated_bits_per_s).c_str(),
+                si(e.slots_per_s).c_str(), si(e.naks_per_s).c_str(), si(e.resends_per_s).c_str(),
+                si(e.drops_per_s).c_str(), static_cast<unsigned long long>(f.job_errors));
   out << line;
   std::snprintf(line, sizeof line, "%8s %-8s %10s %10s %10s %8s %9s %8s %9s %8s\n", "job", "state", "aggr pps", "bit/s",
                 "slots/s", "held", "retained", "NAKs/s", "resends/s", "drops/s");
   out << line;
-  if (b.jobs.empty()) out << "   (no jobs)\n";
-  for (const JobSample& j : b.jobs) {
-    const JobSample* prev = nullptr;
-    for (const JobSample& p : a.jobs)
-      if (p.id == j.id) prev = &p;
-    const Counters none;
-    const Counters& pc = prev ? prev->c : none;
-    const double dr = prev ? (static_cast<double>(drops(j.c)) - static_cast<double>(drops(pc))) / dt : 0;
+  if (f.jobs.empty()) out << "   (no jobs)\n";
+  for (const JobRow& j : f.jobs) {
     std::snprintf(line, sizeof line, "%8u %-8s %10s %10s %10s %8llu %9llu %8s %9s %8s\n", j.id, j.state.c_str(),
-                  si(prev ? rate(pc, j.c, "aggregated_packets", dt) : 0).c_str(),
-                  si(prev ? 8 * rate(pc, j.c, "aggregated_bytes", dt) : 0).c_str(),
-                  si(prev ? rate(pc, j.c, "slots_released", dt) : 0).c_str(),
-                  static_cast<unsigned long long>(value(j.c, "held_packets")),
-                  static_cast<unsigned long long>(value(j.c, "retained_packets")),
-                  si(prev ? rate(pc, j.c, "naks_sent", dt) : 0).c_str(),
-                  si(prev ? rate(pc, j.c, "resends", dt) : 0).c_str(), si(dr).c_str());
+                  si(j.r.aggregated_pps).c_str(), si(j.r.aggregated_bits_per_s).c_str(), si(j.r.slots_per_s).c_str(),
+                  static_cast<unsigned long long>(j.held), static_cast<unsigned long long>(j.retained),
+                  si(j.r.naks_per_s).c_str(), si(j.r.resends_per_s).c_str(), si(j.r.drops_per_s).c_str());
     out << line;
     if (!j.error.empty()) out << "         " << j.state << ": " << j.error << "\n";
   }
   return out.str();
 }
 
+// A rate as a JSON number (rates are finite: the interval is at least 0.1 s).
+std::string json_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", std::isfinite(v) ? v : 0.0);
+  return buf;
+}
+
+std::string json_rates(const Rates& r) {
+  return "\"aggregated_packets_per_s\": " + json_number(r.aggregated_pps) +
+         ", \"aggregated_bits_per_s\": " + json_number(r.aggregated_bits_per_s) +
+         ", \"slots_released_per_s\": " + json_number(r.slots_per_s) +
+         ", \"naks_sent_per_s\": " + json_number(r.naks_per_s) +
+         ", \"resends_per_s\": " + json_number(r.resends_per_s) +
+         ", \"dropped_packets_per_s\": " + json_number(r.drops_per_s);
+}
+
+// One object a frame, on one line: {"socket", "interval_s", "elapsed_s", "engine": {...},
+// "jobs": [{"id", "state", "error", ..., "held_packets", "retained_packets"}]}.
+std::string json_frame(const TopOptions& o, const Frame& f) {
+  std::string out = "{\"socket\": " + control::json_quote(o.socket) + ", \"interval_s\": " + json_number(o.interval_s) +
+                    ", \"elapsed_s\": " + json_number(f.elapsed_s) +
+                    ", \"engine\": {\"rx_packets_per_s\": " + json_number(f.engine.rx_pps) + ", " +
+                    json_rates(f.engine) + ", \"job_errors\": " + std::to_string(f.job_errors) + "}, \"jobs\": [";
+  for (size_t i = 0; i < f.jobs.size(); ++i) {
+    const JobRow& j = f.jobs[i];
+    out += (i ? ", " : "") + std::string("{\"id\": ") + std::to_string(j.id) +
+           ", \"state\": " + control::json_quote(j.state) + ", \"error\": " + control::json_quote(j.error) + ", " +
+           json_rates(j.r) + ", \"held_packets\": " + std::to_string(j.held) +
+           ", \"retained_packets\": " + std::to_string(j.retained) + "}";
+  }
+  return out + "]}\n";
+}
+
 }  // namespace
 
 int run_top(const TopOptions& o) {
-  const bool tty = o.count == 0 && ::isatty(STDOUT_FILENO);
+  const bool tty = o.count == 0 && !o.json && ::isatty(STDOUT_FILENO);
   Sample prev;
   if (!take(o, &prev)) return 2;
   for (unsigned shown = 0; o.count == 0 || shown < o.count; ++shown) {
     std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s));
     Sample cur;
     if (!take(o, &cur)) return 2;
-    const std::string f = frame(o, prev, cur);
+    const Frame fr = frame_between(prev, cur);
+    const std::string f = o.json ? json_frame(o, fr) : text_frame(o, fr);
     if (tty)
       std::cout << "\033[H\033[2J";  // home, clear: each frame replaces the last
-    else if (shown > 0)
+    else if (shown > 0 && !o.json)
       std::cout << "\n";
     std::cout << f << std::flush;
     prev = std::move(cur);

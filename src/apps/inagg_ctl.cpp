@@ -33,7 +33,11 @@ constexpr const char* kCommands =
     "  stats [ID]    counters of the whole engine, or of job ID, as 'name value' lines\n"
     "  top           a live view: the engine's and every job's rates (aggregated packets and bits,\n"
     "                released slots, NAKs, resends, drops) and slot occupancy, every --interval;\n"
-    "                ports and lcores are in the Prometheus metrics (inagg --metrics)\n"
+    "                ports and lcores are in the Prometheus metrics (inagg --metrics); with --json\n"
+    "                each frame is one JSON object on a line of its own (--once: one frame, one\n"
+    "                object): {\"socket\", \"interval_s\", \"elapsed_s\", \"engine\": {rates,\n"
+    "                \"job_errors\"}, \"jobs\": [{\"id\", \"state\", \"error\", rates, \"held_packets\",\n"
+    "                \"retained_packets\"}]}, each rate a number per second named after its counter\n"
     "  split JOBFILE --racks R0,R1,..  a job whose ranks sit in several racks: writes each\n"
     "                appliance's part to --out-dir (leaf-0.job, leaf-1.job, .. in ring order, and\n"
     "                spine.job), to be added to each rack's leaf and to the spine; rank r sits in\n"
@@ -96,15 +100,16 @@ int main(int argc, char** argv) {
       "timeout", po::value<int>()->default_value(5000)->value_name("MS"), "milliseconds to wait for the reply")(
       "interval", po::value<double>()->default_value(1.0)->value_name("S"), "top: seconds between frames")(
       "count", po::value<unsigned>()->default_value(0)->value_name("N"),
-      "top: show N frames and exit (0: until Ctrl-C)")("racks", po::value<std::string>()->value_name("R0,R1,.."),
-                                                       "split: the rack of each rank")(
+      "top: show N frames and exit (0: until Ctrl-C)")("once", "top: show one frame and exit (--count 1)")(
+      "racks", po::value<std::string>()->value_name("R0,R1,.."), "split: the rack of each rank")(
       "out-dir", po::value<std::string>()->default_value(".")->value_name("DIR"),
       "split: where the parts' job files go")(
       "json,j",
       "print the reply as one JSON object (add, remove, list, stats; the names of the text form): "
-      "{\"ok\": false, \"error\": ...} for a refusal");
+      "{\"ok\": false, \"error\": ...} for a refusal; top: one object a frame");
   const std::string usage =
-      "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top | split JOBFILE --racks LIST\n\n";
+      "Usage: inagg-ctl [options] add JOBFILE | remove ID | list | stats [ID] | top [--once] | split JOBFILE --racks "
+      "LIST\n\n";
   po::variables_map vm;
   std::vector<std::string> words;
   try {
@@ -163,12 +168,15 @@ int main(int argc, char** argv) {
       return usage_error("split takes one job file and --racks, e.g. inagg-ctl split job.job --racks 0,0,1,1");
     return split_job(words[1], vm["racks"].as<std::string>(), vm["out-dir"].as<std::string>());
   } else if (cmd == "top") {
-    if (nargs != 0) return usage_error("top takes no arguments (--interval S, --count N)");
-    if (vm.count("json"))
-      return usage_error("top is for a terminal and has no JSON form: poll 'stats -j' or scrape inagg --metrics");
+    if (nargs != 0) return usage_error("top takes no arguments (--interval S, --count N or --once, --json)");
     const double interval = vm["interval"].as<double>();
     if (!(interval >= 0.1 && interval <= 3600)) return usage_error("--interval must be between 0.1 and 3600 seconds");
-    return ctl::run_top({vm["socket"].as<std::string>(), interval, vm["count"].as<unsigned>(), timeout_ms});
+    unsigned count = vm["count"].as<unsigned>();
+    if (vm.count("once")) {
+      if (!vm["count"].defaulted() && count != 1) return usage_error("--once is --count 1: give one or the other");
+      count = 1;
+    }
+    return ctl::run_top({vm["socket"].as<std::string>(), interval, count, timeout_ms, vm.count("json") > 0});
   } else {
     return usage_error("unknown command '" + cmd + "'; valid: add, remove, list, stats, top, split");
   }

@@ -13,6 +13,7 @@
 
 #include "command_words.hpp"
 #include "inagg/control/protocol.hpp"
+#include "inagg/control/reply_json.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/wire/xagg_mac.hpp"
 #include "inagg/xdp/agent.hpp"
@@ -35,7 +36,10 @@ constexpr const char* kCommands =
     "  remove ID      remove a job\n"
     "  list           the jobs, one line each\n"
     "  stats [ID]     a job's counters, or those of packets for no job, as 'name value' lines\n"
-    "  status         what XDP program --iface has (to spot one left by another tool)\n"
+    "  status         what XDP program --iface has (to spot one left by another tool); with\n"
+    "                 --json one object: {\"ok\": true, \"iface\", \"ifindex\", \"programs\": [{\"mode\",\n"
+    "                 \"id\", \"name\", \"run_count\", \"run_time_ns\"}, ...]} ({\"ok\": false, \"error\"}\n"
+    "                 when the kernel cannot be asked)\n"
     "  peer           attach an XDP_PASS program to --iface, the other end of a veth whose head\n"
     "                 runs in native mode (XDP_TX on veth needs it); --off removes it\n"
     "  key FILE       make a job's MAC key: 128 random bits into a new file of mode 0600; name it\n"
@@ -56,6 +60,27 @@ struct RunOptions {
   unsigned port = XAGG_UDP_PORT, max_jobs = 16;
   double stats_interval = 0;
 };
+
+// `status --json`: the interface's XDP programs as one JSON object.
+int print_status_json(const Interface& iface) {
+  const std::optional<std::vector<XdpAttachment>> attached = xdp_attachments(iface.ifindex);
+  if (!attached) {
+    std::cout << "{\"ok\": false, \"error\": "
+              << control::json_quote("the kernel did not answer an XDP query for " + iface.name) << "}\n";
+    return 1;
+  }
+  std::string out = "{\"ok\": true, \"iface\": " + control::json_quote(iface.name) +
+                    ", \"ifindex\": " + std::to_string(iface.ifindex) + ", \"programs\": [";
+  for (size_t i = 0; i < attached->size(); ++i) {
+    const XdpAttachment& a = (*attached)[i];
+    out += (i ? ", " : "") + std::string("{\"mode\": ") + control::json_quote(a.mode) +
+           ", \"id\": " + std::to_string(a.prog_id) + ", \"name\": " + control::json_quote(a.name) +
+           ", \"run_count\": " + std::to_string(a.run_cnt) + ", \"run_time_ns\": " + std::to_string(a.run_time_ns) +
+           "}";
+  }
+  std::cout << out << "]}\n";
+  return 0;
+}
 
 std::string counter_help_text() {
   std::string out = "Counters (stats):\n";
@@ -138,7 +163,7 @@ int run(const RunOptions& o) {
 
 int main(int argc, char** argv) {
   RunOptions o;
-  bool off = false;
+  bool off = false, json = false;
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "iface,i", po::value<std::string>(&o.iface)->value_name("IF"), "run, status, peer: the interface")(
@@ -154,8 +179,9 @@ int main(int argc, char** argv) {
       "stats-interval", po::value<double>(&o.stats_interval)->default_value(0)->value_name("S"),
       "run: print the job lines every S seconds (0: only at exit)")(
       "socket,s", po::value<std::string>(&o.socket)->default_value(o.socket)->value_name("PATH"),
-      "the agent's control socket (run: \"\" for none)")("off", po::bool_switch(&off),
-                                                         "peer: remove the XDP_PASS program instead");
+      "the agent's control socket (run: \"\" for none)")(
+      "json,j", po::bool_switch(&json), "status: print the interface's XDP programs as one JSON object")(
+      "off", po::bool_switch(&off), "peer: remove the XDP_PASS program instead");
   po::variables_map vm;
   std::vector<std::string> words;
   try {
@@ -169,7 +195,7 @@ int main(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::cout << "Usage: inagg-xdp run --iface IF [--job FILE]... | add FILE | remove ID | list | stats [ID]\n"
-                 "       inagg-xdp status --iface IF | peer --iface IF [--off] | key FILE\n\n"
+                 "       inagg-xdp status --iface IF [--json] | peer --iface IF [--off] | key FILE\n\n"
               << kCommands << "\n"
               << opts << "\n"
               << counter_help_text()
@@ -181,6 +207,7 @@ int main(int argc, char** argv) {
   const std::string& cmd = words[0];
   const size_t nargs = words.size() - 1;
   std::string err;
+  if (json && cmd != "status") return usage_error("--json is for status only; " + cmd + " prints text");
   if (cmd == "run") {
     if (nargs) return usage_error("run takes options only");
     return run(o);
@@ -199,6 +226,7 @@ int main(int argc, char** argv) {
     const std::optional<Interface> iface = query_interface(o.iface, &err);
     if (!iface) return usage_error(err);
     if (cmd == "status") {
+      if (json) return print_status_json(*iface);
       std::cout << o.iface << ": " << xdp_status(iface->ifindex) << "\n";
       return 0;
     }

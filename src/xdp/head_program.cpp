@@ -367,21 +367,31 @@ bool detach_pass_program(int ifindex, std::string* error) {
   return true;
 }
 
-std::string xdp_status(int ifindex) {
+std::optional<std::vector<XdpAttachment>> xdp_attachments(int ifindex) {
   LIBBPF_OPTS(bpf_xdp_query_opts, q);
-  if (bpf_xdp_query(ifindex, 0, &q) != 0) return "unknown (query failed)";
-  std::string out;
+  if (bpf_xdp_query(ifindex, 0, &q) != 0) return std::nullopt;
+  std::vector<XdpAttachment> out;
   for (const auto& [id, mode] :
        {std::pair{q.drv_prog_id, "native"}, std::pair{q.skb_prog_id, "generic"}, std::pair{q.hw_prog_id, "offload"}}) {
     if (!id) continue;
-    if (!out.empty()) out += ", ";
     const ProgramInfo p = program_info(id);
-    out += p.name + " (id " + std::to_string(id) + ", " + mode + ")";
-    if (p.run_cnt)
+    out.push_back({mode, id, p.name, p.run_cnt, p.run_time_ns});
+  }
+  return out;
+}
+
+std::string xdp_status(int ifindex) {
+  const std::optional<std::vector<XdpAttachment>> attached = xdp_attachments(ifindex);
+  if (!attached) return "unknown (query failed)";
+  std::string out;
+  for (const XdpAttachment& a : *attached) {
+    if (!out.empty()) out += ", ";
+    out += a.name + " (id " + std::to_string(a.prog_id) + ", " + a.mode + ")";
+    if (a.run_cnt)
       out.append(": ")
-          .append(std::to_string(p.run_cnt))
+          .append(std::to_string(a.run_cnt))
           .append(" runs, ")
-          .append(std::to_string(p.run_time_ns / p.run_cnt))
+          .append(std::to_string(a.run_time_ns / a.run_cnt))
           .append(" ns each");
   }
   return out.empty() ? "none" : out;

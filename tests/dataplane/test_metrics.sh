@@ -205,6 +205,26 @@ top=$("$ctl" --socket "$tmp/ctl.sock" top --interval 0.3 --count 2 2>&1) || fail
 awk '$1 == 1 && $2 == "active" {n++; v = $3; sub(/[kMG]$/, "", v); if (v + 0 <= 0) bad = 1} END {exit !(n == 2 && !bad)}' <<<"$top" ||
   fail "inagg-ctl top shows no aggregation for job 1: $top"
 grep -q "^engine: rx [0-9.]*[kMG]\? pps  aggregated [1-9]" <<<"$top" || fail "inagg-ctl top's engine line: $top"
+# top --once --json: one frame as one JSON object (python's json module), job 1 aggregating in it.
+/usr/bin/python3 - "$ctl" "$tmp/ctl.sock" <<'PY' || fail "inagg-ctl top --once --json"
+import json, subprocess, sys
+ctl, sock = sys.argv[1:3]
+r = subprocess.run([ctl, "--socket", sock, "top", "--once", "--json", "--interval", "0.3"], capture_output=True,
+                   text=True, timeout=30)
+assert r.returncode == 0 and r.stdout.count("\n") == 1, (r.returncode, r.stdout, r.stderr)
+f = json.loads(r.stdout)
+assert f["socket"] == sock and f["interval_s"] == 0.3 and f["elapsed_s"] >= 0.3, f
+assert f["engine"]["aggregated_packets_per_s"] > 0 and f["engine"]["rx_packets_per_s"] > 0, f["engine"]
+assert [j["id"] for j in f["jobs"]] == [1] and f["jobs"][0]["state"] == "active", f["jobs"]
+job = f["jobs"][0]
+assert job["aggregated_packets_per_s"] > 0 and job["aggregated_bits_per_s"] > 0 and job["error"] == "", job
+for k in ("slots_released_per_s", "naks_sent_per_s", "resends_per_s", "dropped_packets_per_s", "held_packets",
+          "retained_packets"):
+    assert isinstance(job[k], (int, float)) and job[k] >= 0, (k, job)
+print(f"ok: inagg-ctl top --once --json: {r.stdout.strip()[:160]}...")
+PY
+out=$("$ctl" --socket "$tmp/ctl.sock" top --once --count 3 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "once is --count 1" <<<"$out" || fail "top --once --count 3: exit $rc, $out"
 out=$("$ctl" --socket "$tmp/ctl.sock" top --interval 0 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "interval must be between" <<<"$out" || fail "top --interval 0: exit $rc, $out"
 

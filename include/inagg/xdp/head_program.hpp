@@ -100,7 +100,20 @@ class HeadProgram {
 bool attach_pass_program(int ifindex, AttachMode mode, std::string* error);
 bool detach_pass_program(int ifindex, std::string* error);
 
-// What XDP program an interface has (for `inagg-xdp status`): "none", or "id N (mode)".
+// An XDP program attached to an interface, in one of its modes; the run counts only while
+// sysctl kernel.bpf_stats_enabled=1.
+struct XdpAttachment {
+  std::string mode;  // native, generic or offload
+  uint32_t prog_id = 0;
+  std::string name;
+  uint64_t run_cnt = 0, run_time_ns = 0;
+};
+
+// The XDP programs an interface has, one per mode (`inagg-xdp status --json`); nullopt when the
+// kernel cannot be asked.
+std::optional<std::vector<XdpAttachment>> xdp_attachments(int ifindex);
+
+// The same as a line (`inagg-xdp status`): "none", or "NAME (id N, MODE)[: R runs, T ns each]".
 std::string xdp_status(int ifindex);
 
 }  // namespace inagg::xdp
