@@ -1,15 +1,22 @@
-// What every tool prints for --version: the project's version and, when it was built from a git
-// checkout, `git describe` of that tree at build time (meson's vcs_tag; a build from a tarball
-// has the project version alone).
+// What every tool prints for --version. Built from a git checkout, the version is `git describe`
+// of that tree at build time (meson's vcs_tag): from the release tag ("inagg 0.6.0", or
+// "inagg 0.6.0-3-g1a2b3c4-dirty" three commits and an edit later), or, where no release tag is in
+// the history, the project version with the commit ("inagg 0.6.0 (git 1a2b3c4)"). Without a
+// checkout (a tarball, the package build's copy of the tree) it is the project version alone.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace inagg::apps {
 
-// "inagg 0.1.0 (git 58b8033-dirty)" or "inagg 0.1.0".
+// "PROGRAM VERSION" as above, for this build.
 std::string version_line(const char* program);
-// The project's version ("0.1.0") and `git describe` of the tree it was built from (the version
+// The line for a given `git describe` output (or the project version where there was no
+// checkout): a describe from a release tag (vX.Y.Z or X.Y.Z) is the version, its leading v
+// dropped; a bare commit is shown after the project version.
+std::string format_version_line(std::string_view program, std::string_view describe, std::string_view project_version);
+// The project's version ("0.6.0") and `git describe` of the tree it was built from (the version
 // again where there was no checkout): inagg_build_info's labels.
 std::string project_version();
 std::string build_revision();

@@ -8,12 +8,18 @@
     says BSD-3-Clause too;
   - the maintainer is one name and address everywhere (debian/control's Maintainer, every
     debian/changelog trailer), and that address is no placeholder: no reserved example or test
-    domain (RFC 2606, RFC 6761), no noreply address.
-Then it plants a changed clause and a placeholder address in copies and checks each is reported
+    domain (RFC 2606, RFC 6761), no noreply address;
+  - debian/changelog is a history: each entry's version above the next one's (dpkg's order) and
+    its date no earlier, the newest at meson's project version; CHANGELOG.md has the same
+    versions, newest first, each under "## X.Y.Z — YYYY-MM-DD" with its entry's date.
+Then it plants a mistake of each kind in copies and checks each is reported
 (a check that cannot fail proves nothing). Exit 0 when all hold; 1 with one line per problem."""
+import datetime
+import email.utils
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -56,8 +62,58 @@ def maintainers(root):
     return found
 
 
-def check(root):
+def debian_entries(root):
+    """[(version, date, line)] of debian/changelog, in the file's order."""
+    entries, version, at = [], None, 0
+    with open(os.path.join(root, "debian/changelog"), encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            m = re.match(r"^inagg \(([^)]+)\) ", line)
+            if m:
+                version, at = m.group(1), n
+            m = re.match(r"^ -- .+?>  (.+)$", line)
+            if m and version:
+                entries.append((version, email.utils.parsedate_to_datetime(m.group(1)), at))
+                version = None
+    return entries
+
+
+def version_greater(a, b):
+    return subprocess.run(["dpkg", "--compare-versions", a, "gt", b]).returncode == 0
+
+
+def check_history(root):
     problems = []
+    entries = debian_entries(root)
+    if not entries:
+        return ["debian/changelog: no entries"]
+    for (v1, d1, n1), (v2, d2, n2) in zip(entries, entries[1:]):
+        if not version_greater(v1, v2):
+            problems.append(f"debian/changelog:{n1}: {v1} is not above the next entry's {v2} (line {n2})")
+        if d1 < d2:
+            problems.append(f"debian/changelog:{n1}: {v1}'s date {d1:%Y-%m-%d} is before {v2}'s {d2:%Y-%m-%d}")
+    with open(os.path.join(root, "meson.build"), encoding="utf-8") as f:
+        m = re.search(r"version\s*:\s*'([^']+)'", f.read())
+    if not m or m.group(1) != entries[0][0]:
+        problems.append(f"debian/changelog's newest entry is {entries[0][0]} but meson.build's project version is "
+                        f"{m.group(1) if m else '?'} (add an entry, or bump the version)")
+    path = os.path.join(root, "CHANGELOG.md")
+    if not os.path.isfile(path):
+        return problems + ["CHANGELOG.md: missing (the user-facing history, newest first)"]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    heads = re.findall(r"^## (\S+) — (\d{4}-\d{2}-\d{2})$", text, re.MULTILINE)
+    odd = [h for h in re.findall(r"^## .*$", text, re.MULTILINE)
+           if not re.fullmatch(r"## \S+ — \d{4}-\d{2}-\d{2}", h)]
+    problems += [f"CHANGELOG.md: '{h}' is not '## X.Y.Z — YYYY-MM-DD'" for h in odd]
+    want = [(v, f"{d:%Y-%m-%d}") for v, d, _ in entries]
+    if heads != want:
+        problems.append("CHANGELOG.md's versions and dates " + ", ".join(f"{v} {d}" for v, d in heads) +
+                        " differ from debian/changelog's " + ", ".join(f"{v} {d}" for v, d in want))
+    return problems
+
+
+def check(root):
+    problems = check_history(root)
     lic_path = os.path.join(root, "LICENSE")
     if not os.path.isfile(lic_path):
         return ["LICENSE: missing at the top of the tree (debian/copyright says BSD-3-Clause: add its text)"]
@@ -107,13 +163,16 @@ def planted(root):
     with tempfile.TemporaryDirectory(prefix="inagg-release-meta.") as tmp:
         copy = os.path.join(tmp, "tree")
         os.makedirs(os.path.join(copy, "debian"))
-        for f in ("LICENSE", "meson.build", "debian/control", "debian/changelog", "debian/copyright"):
+        for f in ("LICENSE", "meson.build", "debian/control", "debian/changelog", "debian/copyright", "CHANGELOG.md"):
             shutil.copy(os.path.join(root, f), os.path.join(copy, f))
         plants = [
             ("LICENSE", "Neither the name", "The name", "LICENSE: its clauses differ"),
             ("debian/control", "Maintainer: ", "Maintainer: someone <a@b.example>\nX-Was: ",
              "placeholder address"),
             ("debian/changelog", "\n -- ", "\n -- Someone Else <se@inagg.dev>  \n\n -- ", "the maintainer differs"),
+            ("meson.build", "version : '", "version : '9", "meson.build's project version"),
+            ("CHANGELOG.md", " — 2026-12-02\n", " — 2026-12-01\n", "CHANGELOG.md's versions and dates"),
+            ("debian/changelog", "inagg (0.2.0)", "inagg (0.0.9)", "is not above the next entry's"),
         ]
         for path, old, new, expect in plants:
             full = os.path.join(copy, path)
@@ -138,7 +197,8 @@ def main():
         print(p)
     if not problems:
         who = maintainers(root)[0][1]
-        print(f"ok: LICENSE is debian/copyright's BSD-3-Clause; maintainer '{who}' everywhere; planted mistakes caught")
+        print(f"ok: LICENSE is debian/copyright's BSD-3-Clause; maintainer '{who}' everywhere; "
+              f"{len(debian_entries(root))} versions in debian/changelog and CHANGELOG.md; planted mistakes caught")
     return 1 if problems else 0
 
 

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# Every tool answers --version with "NAME VERSION", VERSION being meson's project version, and, in a
-# git checkout, " (git DESCRIBE)" where DESCRIBE starts with what `git describe` says of the tree
-# now (the build ran vcs_tag moments ago; a file edited since may add "-dirty").
+# Every tool answers --version with "NAME VERSION" (the built binaries against the tree now; the
+# line for each kind of describe is unit-tested in packaging_version_line):
+#   - in a git checkout whose history has a release tag (vX.Y.Z): VERSION is what
+#     `git describe --tags` says of the tree, its v dropped ("0.6.0", "0.6.0-3-g1a2b3c4-dirty");
+#   - in a checkout without one: meson's project version and " (git COMMIT)";
+#   - without a checkout: the project version alone.
+# The build ran vcs_tag moments ago; a file edited since may add "-dirty".
 #   check_version.sh SRCDIR VERSION TOOL...
 set -uo pipefail
 src=$1 version=$2
 shift 2
-describe=$(git -C "$src" describe --tags --always 2>/dev/null) || describe=""
+describe=$(git -C "$src" describe --tags --always --match 'v[0-9]*.*' --match '[0-9]*.*' 2>/dev/null) || describe=""
 for tool in "$@"; do
   name=$(basename "$tool")
   out=$("$tool" --version 2>&1)
   rc=$?
   [ "$rc" -eq 0 ] || { echo "FAIL: $name --version exited $rc: $out"; exit 1; }
-  if [ -n "$describe" ]; then
+  if [[ $describe =~ ^v?[0-9]+\. ]]; then
+    want="$name ${describe#v}"
+    case "$out" in
+      "$want" | "$want-dirty") ;;
+      *) echo "FAIL: $name --version says '$out'; want '$want' (git describe of a tree with a release tag)"; exit 1 ;;
+    esac
+  elif [ -n "$describe" ]; then
     case "$out" in
       "$name $version (git $describe"*")") ;;
       *) echo "FAIL: $name --version says '$out'; want '$name $version (git $describe...)'"; exit 1 ;;
