@@ -73,6 +73,15 @@ bool ControlServer::open_tcp(const std::string& listen_on, std::vector<Tenant> t
   return true;
 }
 
+bool ControlServer::set_tenants(std::vector<Tenant> tenants, std::string* error) {
+  if (tenants.empty()) {
+    *error = "the TCP control listener needs at least one tenant (--control-secret-file)";
+    return false;
+  }
+  tenants_ = std::move(tenants);
+  return true;
+}
+
 bool ControlServer::open(const std::string& path, std::string* error) {
   close();
   sockaddr_un addr;

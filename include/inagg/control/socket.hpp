@@ -129,6 +129,9 @@ class ControlServer {
   bool open_tcp(const std::string& listen, std::vector<Tenant> tenants, std::string* error);
   // One tenant "admin" with every job.
   bool open_tcp(const std::string& listen, const std::string& secret, std::string* error);
+  // The TCP listener's tenants from now on (a reload): the requests answered from here on, of
+  // connections already open too, are checked against them. At least one tenant.
+  bool set_tenants(std::vector<Tenant> tenants, std::string* error);
   uint16_t port() const { return port_; }        // TCP: the port listened on
   uint64_t refused() const { return refused_; }  // requests refused for their credential or framing
   uint64_t dropped() const { return dropped_; }  // connections closed at their deadline or for room
