@@ -538,6 +538,28 @@ std::vector<std::pair<unsigned, LcoreCounters>> Appliance::lcore_counters() cons
   return v;
 }
 
+std::vector<std::pair<unsigned, uint64_t>> Appliance::lcore_loops() const {
+  std::vector<std::pair<unsigned, uint64_t>> v;
+  for (auto& l : impl_->lcores) v.push_back({l->lcore_id, l->loops.load(std::memory_order_acquire)});
+  return v;
+}
+
+void Appliance::set_bindings(std::vector<BoundStation> table) {
+  std::lock_guard<std::mutex> lock(impl_->binding_mutex);  // bind() reads it under this mutex
+  impl_->cfg.bindings = std::move(table);
+}
+
+bool Appliance::stall_lcore_for_test(unsigned lcore, std::string* error) {
+  for (auto& l : impl_->lcores)
+    if (l->lcore_id == lcore) {
+      LcoreRequest r(LcoreRequest::Kind::stall_for_test);
+      call_lcore(*l, r);
+      return true;
+    }
+  *error = "lcore " + std::to_string(lcore) + " is not a datapath lcore";
+  return false;
+}
+
 uint64_t Appliance::total_rx() const {
   uint64_t n = 0;
   for (auto& l : impl_->lcores) n += l->c.rx;

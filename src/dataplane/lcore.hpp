@@ -130,8 +130,9 @@ struct LcoreRequest {
     job_info,
     list_jobs,
     totals,
-    stations,  // where the stations of `addresses` and `macs` were seen
-    set_pins   // the bound ranks' MAC addresses, pinned to their ports
+    stations,       // where the stations of `addresses` and `macs` were seen
+    set_pins,       // the bound ranks' MAC addresses, pinned to their ports
+    stall_for_test  // answered, then the loop stops until a stop is requested (the watchdog's tests)
   };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;

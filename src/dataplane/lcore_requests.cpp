@@ -77,6 +77,9 @@ void apply(LcoreState& l, LcoreRequest& r) {
       l.learn_cache_ns = 0;
       if (!r.ok) r.error = "a bound rank's MAC address found no room in the MAC table (--mac-table-size)";
       break;
+    case LcoreRequest::Kind::stall_for_test:  // serve_requests stalls once it has answered
+      r.ok = true;
+      break;
   }
 }
 
@@ -102,9 +105,13 @@ void free_request_rings(LcoreState& l) {
 void serve_requests(LcoreState& l) {
   void* msg;
   while (rte_ring_dequeue(l.requests, &msg) == 0) {
+    const bool stall = static_cast<LcoreRequest*>(msg)->kind == LcoreRequest::Kind::stall_for_test;
     apply(l, *static_cast<LcoreRequest*>(msg));
     // Room is certain: one request in flight per lcore, and the caller takes its answer off.
     rte_ring_enqueue(l.replies, msg);
+    // A wedged lcore, for the watchdog's tests: no loop iteration begins until a stop.
+    while (stall && !g_force_quit.load(std::memory_order_relaxed))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

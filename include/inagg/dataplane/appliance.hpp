@@ -70,6 +70,15 @@ class Appliance {
   agg::EngineCounters engine_totals();
   // Lock-free reads of the lcores' counters and the ports.
   std::vector<std::pair<unsigned, LcoreCounters>> lcore_counters() const;
+  // Each datapath lcore's loop iterations begun (EAL lcore id, count): it moves while the loop
+  // runs, idle or not (the service watchdog's sign of life). A lock-free read.
+  std::vector<std::pair<unsigned, uint64_t>> lcore_loops() const;
+  // A reload's new binding table (--bindings): the jobs added or bound from now on bind by it;
+  // bound jobs stay where they are.
+  void set_bindings(std::vector<BoundStation> table);
+  // Tests of the service watchdog only: lcore `lcore` (an EAL lcore id) stops its loop, between
+  // bursts, until a stop is requested. False with *error when it is not a datapath lcore.
+  bool stall_lcore_for_test(unsigned lcore, std::string* error);
   const std::vector<PortInfo>& ports() const;
   uint64_t total_rx() const;
   // Packet buffers of the appliance's pools: in use (held by jobs, queued, in per-lcore caches) and
