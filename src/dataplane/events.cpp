@@ -104,6 +104,45 @@ void route_logs_to_rte_log() {
   util::set_log_sink(rte_log_sink);
 }
 
+bool parse_log_level_rule(const std::string& text, LogLevelRule* rule, std::string* error) {
+  static constexpr const char* kNames[] = {"emergency", "alert",  "critical", "error",
+                                           "warning",   "notice", "info",     "debug"};
+  const size_t colon = text.rfind(':');
+  const std::string pattern = colon == std::string::npos ? "" : text.substr(0, colon);
+  const std::string level = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if (pattern.empty() || pattern.find_first_of(" \t") != std::string::npos) {
+    *error = "'" + text + "' is not PATTERN:LEVEL (e.g. inagg.*:debug, inagg.control:warning)";
+    return false;
+  }
+  for (uint32_t i = 0; i < 8; ++i)
+    if (level == kNames[i] || level == std::to_string(i + 1)) {
+      *rule = {pattern, i + 1};
+      return true;
+    }
+  *error = "'" + text + "': the level must be emergency, alert, critical, error, warning, notice, info, debug or 1-8";
+  return false;
+}
+
+void apply_log_level_rules(const std::vector<LogLevelRule>& rules) {
+  static std::vector<int> start_levels;  // by type, as EAL's options left them; the control thread's
+  static bool taken = false;
+  if (!taken) {
+    taken = true;
+    for (uint32_t type = 0;; ++type) {
+      const int level = rte_log_get_level(type);
+      if (level < 0) break;  // past the last registered type
+      start_levels.push_back(level);
+    }
+  }
+  for (size_t type = 0; type < start_levels.size(); ++type)
+    if (rte_log_get_level(static_cast<uint32_t>(type)) != start_levels[type])
+      rte_log_set_level(static_cast<uint32_t>(type), static_cast<uint32_t>(start_levels[type]));
+  for (const LogLevelRule& r : rules)
+    if (rte_log_set_level_pattern(r.pattern.c_str(), r.level) != 0)
+      util::log(util::LogModule::control, util::LogLevel::warning, "log level %s:%u not applied (out of memory)",
+                r.pattern.c_str(), r.level);
+}
+
 void EventWatcher::poll() {
   const uint64_t now = now_ns();
   if (now < next_ns_) return;

@@ -21,6 +21,20 @@ class Appliance;
 // journal's stream (systemd sets JOURNAL_STREAM to its device and inode), each line starts with
 // its syslog priority ("<4>" for a warning), which journald reads as the entry's level.
 void route_logs_to_rte_log();
+// A log level for the rte_log types a glob matches ("inagg.*", "pmd.net.mlx5.*"): inagg's own
+// --log-level, read from its options as EAL reads its own, but applied again by a reload.
+struct LogLevelRule {
+  std::string pattern;
+  uint32_t level = 0;  // RTE_LOG_EMERG (1) .. RTE_LOG_DEBUG (8)
+};
+// Parses PATTERN:LEVEL, LEVEL a name (emergency, alert, critical, error, warning, notice, info,
+// debug) or 1-8, as EAL's --log-level takes it. Needs no EAL. False with *error saying what to write.
+bool parse_log_level_rule(const std::string& text, LogLevelRule* rule, std::string* error);
+// After route_logs_to_rte_log(): every registered type's level as EAL's options left it is kept,
+// then `rules` are applied in order. Called again (a reload), the types go back to those levels
+// first, so a rule taken out of the config takes its effect with it.
+void apply_log_level_rules(const std::vector<LogLevelRule>& rules);
+
 // The stream's rule, for tests: the "<N>" prefix of an rte_log level (RTE_LOG_ERR is 4, syslog's
 // LOG_ERR 3).
 std::string journal_prefix(uint32_t rte_level);
