@@ -1,12 +1,15 @@
 // inagg: the appliance. `inagg [EAL args] -- [options]`; see --help and conf/inagg.conf. Start-up,
-// --check-config and the control thread's loop; the options are inagg_options.cpp's, the control
-// requests request_dispatch.cpp's.
+// --check-config and the control thread's loop (a reload on SIGHUP, systemd's watchdog); the
+// options are inagg_options.cpp's, the listeners listeners.cpp's, the control requests
+// request_dispatch.cpp's.
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
@@ -14,7 +17,9 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,9 +36,11 @@
 #include "inagg/dataplane/selftest.hpp"
 #include "inagg/dataplane/telemetry.hpp"
 #include "inagg/util/log.hpp"
+#include "inagg/util/loop_watchdog.hpp"
 #include "inagg/util/service_notify.hpp"
 #include "inagg/wire/crc32.hpp"
 #include "inagg_options.hpp"
+#include "listeners.hpp"
 #include "request_dispatch.hpp"
 #include "version.hpp"
 
@@ -47,37 +54,73 @@ namespace {
 
 void on_signal(int) { dataplane::Appliance::request_stop(); }
 
+// SIGHUP: a reload, carried out by the control thread at its next tick (the handler only sets this).
+std::atomic<bool> g_reload_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the SIGHUP handler needs a lock-free flag");
+void on_reload_signal(int) { g_reload_requested.store(true, std::memory_order_relaxed); }
+
+// A test of the watchdog only: $INAGG_TEST_STALL_LCORE=LCORE@SECONDS stops that datapath lcore's
+// loop SECONDS after forwarding starts (Appliance::stall_lcore_for_test).
+struct StallForTest {
+  unsigned lcore = 0;
+  double after_s = 0;
+};
+bool read_stall_for_test(std::optional<StallForTest>* out, std::string* error) {
+  const char* v = std::getenv("INAGG_TEST_STALL_LCORE");
+  if (!v || !*v) return true;
+  StallForTest s;
+  char at = 0, rest = 0;
+  if (std::sscanf(v, "%u%c%lf%c", &s.lcore, &at, &s.after_s, &rest) != 3 || at != '@' || !(s.after_s >= 0)) {
+    *error = "$INAGG_TEST_STALL_LCORE must be LCORE@SECONDS (a test of the watchdog), not '" + std::string(v) + "'";
+    return false;
+  }
+  *out = s;
+  return true;
+}
+
+std::string forwarding_status(const dataplane::Appliance& app) {
+  return "STATUS=forwarding on " + std::to_string(app.ports().size()) + " ports";
+}
+
 // The control thread's work, every few milliseconds: the control socket, the periodic stats,
-// --idle-exit.
+// --idle-exit, a reload on SIGHUP, systemd's watchdog.
 struct ControlLoop {
   dataplane::Appliance* app;
   apps::RequestDispatcher* requests;
   dataplane::EventWatcher* events;
-  control::ControlServer* server;
-  control::ControlServer* tcp_server;
-  double stats_interval, idle_exit, run_for;
-  std::chrono::steady_clock::time_point next_stats, last_rx_change, started;
+  apps::Listeners* listeners;
+  Options running;                             // the options in effect: those of the start, a reload's reloadable ones
+  std::vector<std::string> argv;               // inagg's own, read again by a reload
+  std::optional<util::LoopWatchdog> watchdog;  // under systemd with WatchdogSec=
+  std::optional<StallForTest> stall_for_test;
+  std::chrono::steady_clock::time_point next_stats{}, last_rx_change{}, started{};
   uint64_t last_rx = 0;
   bool first = true;
 
   void tick() {
+    const auto now = std::chrono::steady_clock::now();
     if (first) {  // the loops are running from here on
       first = false;
-      started = next_stats = last_rx_change = std::chrono::steady_clock::now();
+      started = next_stats = last_rx_change = now;
       // Under systemd (Type=notify): started once the ports are up and the loops forward.
-      const std::string ready = "READY=1\nSTATUS=forwarding on " + std::to_string(app->ports().size()) + " ports";
-      if (std::getenv("NOTIFY_SOCKET") && !util::notify_service_manager(ready))
+      if (std::getenv("NOTIFY_SOCKET") && !util::notify_service_manager("READY=1\n" + forwarding_status(*app)))
         util::log(util::LogModule::control, util::LogLevel::warning,
                   "could not tell the service manager that inagg is ready ($NOTIFY_SOCKET=%s)",
                   std::getenv("NOTIFY_SOCKET"));
     }
-    const control::ControlServer::TenantHandler handle_request =
-        [this](const control::Request& r, const control::Tenant* tenant) { return requests->handle(r, tenant); };
-    if (server && server->is_open()) server->poll(handle_request);
-    if (tcp_server && tcp_server->is_open()) tcp_server->poll(handle_request);
+    if (watchdog) feed_watchdog(now);
+    if (g_reload_requested.exchange(false, std::memory_order_relaxed)) reload(now);
+    listeners->poll(
+        [this](const control::Request& r, const control::Tenant* tenant) { return requests->handle(r, tenant); });
     events->poll();
     for (const uint32_t id : app->bind_waiting()) requests->forget_saved(id);
-    const auto now = std::chrono::steady_clock::now();
+    if (stall_for_test && now - started >= std::chrono::duration<double>(stall_for_test->after_s)) {
+      std::string err;
+      if (!app->stall_lcore_for_test(stall_for_test->lcore, &err))
+        util::log(util::LogModule::control, util::LogLevel::error, "$INAGG_TEST_STALL_LCORE: %s", err.c_str());
+      stall_for_test.reset();
+    }
+    const double run_for = running.run_for, idle_exit = running.idle_exit, stats_interval = running.stats_interval;
     if (run_for > 0 && now - started >= std::chrono::milliseconds(static_cast<int64_t>(run_for * 1000)) &&
         !dataplane::Appliance::stop_requested()) {
       util::log(util::LogModule::control, util::LogLevel::info, "ran for %.1f s: exiting (--run-for)", run_for);
@@ -101,6 +144,82 @@ struct ControlLoop {
     }
   }
   static void tick_cb(void* self) { static_cast<ControlLoop*>(self)->tick(); }
+
+  // WATCHDOG=1 while every datapath lcore begins loop iterations (util::LoopWatchdog); a stalled
+  // lcore is named in the log, and the pings stop until it moves again.
+  void feed_watchdog(std::chrono::steady_clock::time_point now) {
+    const util::LoopWatchdog::Verdict v = watchdog->look(now, app->lcore_loops());
+    using seconds = std::chrono::duration<double>;
+    for (const auto& [lcore, still] : v.stalled)
+      util::log(util::LogModule::control, util::LogLevel::error,
+                "lcore %u has begun no loop iteration for %.1f s: watchdog pings stop, so systemd restarts inagg "
+                "(WatchdogSec=) unless the lcore moves again",
+                lcore, seconds(still).count());
+    for (const auto& [lcore, still] : v.recovered)
+      util::log(util::LogModule::control, util::LogLevel::warning,
+                "lcore %u runs its loop again after %.1f s: watchdog pings resume", lcore, seconds(still).count());
+    if (v.ping) util::notify_service_manager("WATCHDOG=1");
+  }
+
+  // SIGHUP: the options read again from the same command line and --config file, every file they
+  // name checked, then applied all or nothing: the listeners and the tenants file (Listeners::reopen,
+  // the only step that can fail, first), the binding table, the log levels, the stats interval.
+  // Options a reload does not apply are named in a warning if they changed. The datapath lcores
+  // never stop.
+  void reload(std::chrono::steady_clock::time_point now) {
+    timespec mono{};
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    util::notify_service_manager("RELOADING=1\nSTATUS=reloading\nMONOTONIC_USEC=" +
+                                 std::to_string(uint64_t(mono.tv_sec) * 1'000'000 + uint64_t(mono.tv_nsec) / 1000));
+    const std::string from = running.given.count("config") ? running.given.at("config").front() : "the command line";
+    util::log(util::LogModule::control, util::LogLevel::info, "reloading %s (SIGHUP)", from.c_str());
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    Options next;
+    std::ostringstream parse_errors;
+    std::string err;
+    bool ok = parse_app_options(static_cast<int>(args.size()), args.data(), next, parse_errors) == 0;
+    if (!ok) {  // one line: "inagg: FILE:LINE: what", as at a start
+      err = parse_errors.str();
+      if (err.starts_with("inagg: ")) err.erase(0, 7);
+      while (!err.empty() && err.back() == '\n') err.pop_back();
+      std::replace(err.begin(), err.end(), '\n', ' ');
+    } else {
+      ok = listeners->reopen(next, &err);
+    }
+    if (!ok) {
+      util::log(util::LogModule::control, util::LogLevel::error, "reload refused, nothing changed: %s", err.c_str());
+    } else {
+      app->set_bindings(next.app.bindings);
+      if (next.stats_interval != running.stats_interval)
+        next_stats = now + std::chrono::milliseconds(static_cast<int64_t>(next.stats_interval * 1000));
+      const std::vector<std::string> pending = apps::restart_only_changes(running, next);
+      running.socket_path = next.socket_path;
+      running.control_tcp = next.control_tcp;
+      running.control_secret_file = next.control_secret_file;
+      running.metrics_listen = next.metrics_listen;
+      running.app.bindings = next.app.bindings;
+      running.log_levels = next.log_levels;
+      running.stats_interval = next.stats_interval;
+      for (auto it = running.given.begin(); it != running.given.end();)
+        it = apps::reloadable_option(it->first) ? running.given.erase(it) : std::next(it);
+      for (const auto& [name, values] : next.given)
+        if (apps::reloadable_option(name)) running.given[name] = values;
+      util::log(util::LogModule::control, util::LogLevel::info,
+                "reloaded %s: listeners, tenants, binding table (%zu lines), %zu log level rule(s), stats interval",
+                from.c_str(), next.app.bindings.size(), next.log_levels.size());
+      if (!pending.empty()) {
+        std::string names;
+        for (const std::string& n : pending) names += (names.empty() ? "--" : ", --") + n;
+        util::log(util::LogModule::control, util::LogLevel::warning,
+                  "reload: %s changed, which only a restart applies (systemctl restart): still running with the "
+                  "values of the start",
+                  names.c_str());
+      }
+      dataplane::apply_log_level_rules(next.log_levels);  // last: the lines above at the levels they were asked under
+    }
+    util::notify_service_manager("READY=1\n" + forwarding_status(*app));
+  }
 };
 
 // --check-config: what can be checked without EAL, with the checks start-up makes.
@@ -148,7 +267,8 @@ int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, 
 }
 
 // From EAL up to the final stats. The appliance is gone when this returns, so EAL can be cleaned up.
-int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs) {
+// `argv`: inagg's own options (after `--`), which a reload reads again.
+int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs, const std::vector<std::string>& argv) {
   dataplane::Appliance app;
   std::string err;
   if (!app.init(opt.app, &err)) {
@@ -196,65 +316,43 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
       state = &store;
     }
   }
-  control::ControlServer server;
-  if (status == 0 && !opt.socket_path.empty() && !server.open(opt.socket_path, &err)) {
-    util::log(util::LogModule::control, util::LogLevel::error, "control socket: %s", err.c_str());
-    status = 2;
-  }
-  control::ControlServer tcp_server;
-  if (status == 0 && !opt.control_tcp.empty()) {
-    std::vector<control::Tenant> tenants;
-    if (opt.control_secret_file.empty()) {
-      util::log(util::LogModule::control, util::LogLevel::error,
-                "--control-tcp needs --control-secret-file (a file with the shared secret, mode 0600)");
-      status = 2;
-    } else if (!control::load_tenants(opt.control_secret_file, &tenants, &err) ||
-               !tcp_server.open_tcp(opt.control_tcp, tenants, &err)) {
-      util::log(util::LogModule::control, util::LogLevel::error, "control over TCP: %s", err.c_str());
-      status = 2;
-    } else {
-      util::log(util::LogModule::control, util::LogLevel::info,
-                "control requests over TCP on %s (port %u), %zu tenant(s) from %s", opt.control_tcp.c_str(),
-                tcp_server.port(), tenants.size(), opt.control_secret_file.c_str());
-    }
-  }
   // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
   dataplane::PrometheusRenderer renderer(app, apps::project_version(), apps::build_revision(), rte_get_tsc_hz());
   std::mutex render_mutex;
-  dataplane::MetricsServer metrics;
-  if (status == 0 && !opt.metrics_listen.empty()) {
-    if (!metrics.start(
-            opt.metrics_listen,
-            [&] {
-              std::lock_guard lock(render_mutex);
-              return renderer.render();
-            },
-            &err)) {
-      util::log(util::LogModule::control, util::LogLevel::error, "--metrics: %s", err.c_str());
-      status = 2;
-    } else {
-      util::log(util::LogModule::control, util::LogLevel::info, "metrics at http://%s%s%s:%u/metrics",
-                metrics.host().find(':') != std::string::npos ? "[" : "", metrics.host().c_str(),
-                metrics.host().find(':') != std::string::npos ? "]" : "", metrics.port());
-    }
+  apps::Listeners listeners([&] {
+    std::lock_guard lock(render_mutex);
+    return renderer.render();
+  });
+  if (status == 0 && !listeners.open(opt, &err)) {
+    util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+    status = 2;
+  }
+  ControlLoop loop{&app, nullptr, nullptr, &listeners, opt, argv, std::nullopt, std::nullopt};
+  if (status == 0 && !read_stall_for_test(&loop.stall_for_test, &err)) {
+    util::log(util::LogModule::control, util::LogLevel::error, "%s", err.c_str());
+    status = 2;
   }
   if (status == 0) {
+    if (loop.stall_for_test)
+      util::log(util::LogModule::control, util::LogLevel::warning,
+                "$INAGG_TEST_STALL_LCORE is set: lcore %u stops its loop %.1f s after forwarding starts (a test of "
+                "the watchdog; never set it in service)",
+                loop.stall_for_test->lcore, loop.stall_for_test->after_s);
+    std::string why;
+    if (const auto interval = util::service_watchdog_interval(&why)) {
+      loop.watchdog.emplace(*interval);
+      util::log(util::LogModule::control, util::LogLevel::info,
+                "systemd's watchdog: pinged every %.1f s while every datapath lcore runs its loop",
+                std::chrono::duration<double>(loop.watchdog->half_interval()).count());
+    } else if (!why.empty()) {
+      util::log(util::LogModule::control, util::LogLevel::warning, "%s", why.c_str());
+    }
+
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
     apps::RequestDispatcher requests(app, state, opt.app.job_lcores);
-    ControlLoop loop{&app,
-                     &requests,
-                     &events,
-                     server.is_open() ? &server : nullptr,
-                     tcp_server.is_open() ? &tcp_server : nullptr,
-                     opt.stats_interval,
-                     opt.idle_exit,
-                     opt.run_for,
-                     {},
-                     {},
-                     {},
-                     0,
-                     true};
+    loop.requests = &requests;
+    loop.events = &events;
     if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {
       util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
       status = 2;
@@ -262,15 +360,9 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs)
     util::notify_service_manager("STOPPING=1");
     dataplane::detach_telemetry();
   }
-  metrics.stop();
-  server.close();
+  listeners.close();
   std::fputs("inagg: final stats\n", stdout);
   std::fputs(app.stats_text().c_str(), stdout);
-  if (tcp_server.is_open())
-    std::printf("control tcp %s: refused %" PRIu64 " requests without the right credential, dropped %" PRIu64
-                " connections at their deadline\n",
-                opt.control_tcp.c_str(), tcp_server.refused(), tcp_server.dropped());
-  tcp_server.close();
   std::fflush(stdout);
   return status;
 }
@@ -311,6 +403,7 @@ int main(int argc, char** argv) {
   // Before EAL: a stop asked for during start-up ends the run cleanly (final stats, status 0).
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGHUP, on_reload_signal);
   // Read before EAL starts: rte_eal_init reorders argv.
   const std::vector<std::string> vdevs =
       dataplane::read_eal_vdevs(std::span<char* const>(argv, static_cast<size_t>(sep)));
@@ -332,6 +425,7 @@ int main(int argc, char** argv) {
     }
   }
   dataplane::route_logs_to_rte_log();
+  dataplane::apply_log_level_rules(opt.log_levels);
   // dpdk-dumpcap and dpdk-pdump attach as secondary processes and capture from any port.
   std::string capture_error;
   const bool pdump = dataplane::start_live_capture(&capture_error);
@@ -350,7 +444,7 @@ int main(int argc, char** argv) {
       status = report.pass() ? 0 : 1;
     }
   } else {
-    status = run_appliance(opt, jobs);
+    status = run_appliance(opt, jobs, std::vector<std::string>(app_argv.begin(), app_argv.end()));
   }
   if (pdump) dataplane::stop_live_capture();
   rte_eal_cleanup();

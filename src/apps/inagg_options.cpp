@@ -4,9 +4,12 @@
 #include <boost/program_options.hpp>
 
 #include <iostream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "inagg/dataplane/events.hpp"
 #include "inagg/dataplane/metrics.hpp"
 #include "inagg/util/key_value.hpp"
 #include "version.hpp"
@@ -85,6 +88,10 @@ po::options_description make_options(Options& o) {
       "bindings", po::value<std::string>()->value_name("FILE"),
       "the binding table: ADDRESS PORT [MAC] a line; a job's rank at such an address is bound to that port (and "
       "MAC) instead of where its address was seen (docs/binding.md)")(
+      "log-level", po::value<std::vector<std::string>>()->composing()->value_name("PATTERN:LEVEL"),
+      "log level of the log types PATTERN matches, as EAL's --log-level takes it (inagg.*:debug, "
+      "inagg.control:warning; levels emergency, alert, critical, error, warning, notice, info, debug), applied "
+      "after EAL's (repeatable; later ones win)")(
       "mbuf-budget", po::value<size_t>(&o.app.engine.mbuf_budget)->default_value(8192),
       "packet buffers the jobs of one lcore may hold (held + retained); the rest stays for forwarding")(
       "memory-budget-mb", po::value<size_t>()->default_value(512), "slot memory the jobs of one lcore may use, MiB")(
@@ -134,7 +141,7 @@ std::vector<uint16_t> parse_ports(const std::string& s) {
 // key an option name, `job` repeatable, flags take true or false. The command line wins over the
 // file (it was stored first). Errors name the file and line.
 bool store_config_file(const std::string& path, const po::options_description& d, po::variables_map& vm,
-                       std::string* error) {
+                       std::map<std::string, std::vector<std::string>>* given, std::string* error) {
   std::string text;
   if (!util::read_small_file(path, "config file", 1 << 20, "1 MiB", &text, error)) return false;
   std::vector<std::string> examples;  // KeySpec holds views
@@ -171,6 +178,7 @@ bool store_config_file(const std::string& path, const po::options_description& d
           *why = e.what();
           return false;
         }
+        (*given)[name].push_back(std::string(value));
         return true;
       },
       &problem);
@@ -180,21 +188,31 @@ bool store_config_file(const std::string& path, const po::options_description& d
 
 }  // namespace
 
-int parse_app_options(int argc, char** argv, Options& o) {
+int parse_app_options(int argc, char** argv, Options& o, std::ostream& errors) {
   po::options_description d = make_options(o);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(d).run(), vm);
+    const po::parsed_options command_line = po::command_line_parser(argc, argv).options(d).run();
+    po::store(command_line, vm);
+    for (const po::option& given : command_line.options)
+      o.given[given.string_key].push_back(given.value.empty() ? "true" : given.value.front());
     if (vm.count("config")) {
       std::string err;
-      if (!store_config_file(vm["config"].as<std::string>(), d, vm, &err)) {
-        std::cerr << "inagg: " << err << "\n";
+      std::map<std::string, std::vector<std::string>> in_file;
+      if (!store_config_file(vm["config"].as<std::string>(), d, vm, &in_file, &err)) {
+        errors << "inagg: " << err << "\n";
         return 2;
+      }
+      // As po::store took them: the command line wins, but repeatable options add up.
+      for (auto& [name, values] : in_file) {
+        std::vector<std::string>& mine = o.given[name];
+        if (mine.empty() || d.find(name, false).semantic()->is_composing())
+          mine.insert(mine.end(), values.begin(), values.end());
       }
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << "inagg: " << e.what() << " (see inagg -- --help)\n";
+    errors << "inagg: " << e.what() << " (see inagg -- --help)\n";
     return 2;
   }
   if (vm.count("version")) {
@@ -213,7 +231,7 @@ int parse_app_options(int argc, char** argv, Options& o) {
   try {
     if (vm.count("ports")) o.app.ports = parse_ports(vm["ports"].as<std::string>());
   } catch (const std::exception& e) {
-    std::cerr << "inagg: --ports: " << e.what() << "; give comma-separated port ids, e.g. --ports 0,1\n";
+    errors << "inagg: --ports: " << e.what() << "; give comma-separated port ids, e.g. --ports 0,1\n";
     return 2;
   }
   o.check_only = vm.count("check-config") > 0;
@@ -224,27 +242,27 @@ int parse_app_options(int argc, char** argv, Options& o) {
   } else if (m == "per-port") {
     o.app.pools = dataplane::PoolMode::per_port;
   } else {
-    std::cerr << "inagg: --mempools must be shared, per-socket or per-port (got '" << m << "')\n";
+    errors << "inagg: --mempools must be shared, per-socket or per-port (got '" << m << "')\n";
     return 2;
   }
   if (const std::string m = o.job_spread; m == "verify") {
-    std::cerr << "inagg: --job-spread verify was removed: it computed payload CRCs on other lcores and was measured "
-                 "slower than one lcore; use --job-spread shards (the default) or leave --job-spread out\n";
+    errors << "inagg: --job-spread verify was removed: it computed payload CRCs on other lcores and was measured "
+              "slower than one lcore; use --job-spread shards (the default) or leave --job-spread out\n";
     return 2;
   } else if (m != "shards") {
-    std::cerr << "inagg: --job-spread must be shards (got '" << m << "')\n";
+    errors << "inagg: --job-spread must be shards (got '" << m << "')\n";
     return 2;
   }
   o.selftest = vm.count("selftest") > 0;
   if (!(o.selftest_s > 0 && o.selftest_s <= 3600)) {
-    std::cerr << "inagg: --selftest-time must be above 0 and at most 3600 seconds\n";
+    errors << "inagg: --selftest-time must be above 0 and at most 3600 seconds\n";
     return 2;
   }
   if (!o.metrics_listen.empty()) {
     std::string host, err;
     uint16_t port = 0;
     if (!dataplane::parse_listen_address(o.metrics_listen, &host, &port, &err)) {
-      std::cerr << "inagg: --metrics: " << err << "\n";
+      errors << "inagg: --metrics: " << err << "\n";
       return 2;
     }
   }
@@ -255,10 +273,19 @@ int parse_app_options(int argc, char** argv, Options& o) {
   if (vm.count("bindings")) {
     std::string err;
     if (!dataplane::load_bindings(vm["bindings"].as<std::string>(), &o.app.bindings, &err)) {
-      std::cerr << "inagg: --bindings: " << err << "\n";
+      errors << "inagg: --bindings: " << err << "\n";
       return 2;
     }
   }
+  if (vm.count("log-level"))
+    for (const std::string& text : vm["log-level"].as<std::vector<std::string>>()) {
+      std::string err;
+      o.log_levels.emplace_back();
+      if (!dataplane::parse_log_level_rule(text, &o.log_levels.back(), &err)) {
+        errors << "inagg: --log-level: " << err << "\n";
+        return 2;
+      }
+    }
   o.app.engine.memory_budget_bytes = vm["memory-budget-mb"].as<size_t>() << 20;
   o.app.engine.resend_timeout_ns = static_cast<uint64_t>(vm["resend-us"].as<double>() * 1e3);
   o.app.engine.abort_timeout_ns = static_cast<uint64_t>(vm["abort-ms"].as<double>() * 1e6);
@@ -269,15 +296,40 @@ int parse_app_options(int argc, char** argv, Options& o) {
   o.app.engine.max_connections = o.app.engine.max_jobs * 128;
   // Lab mode must not delay the engine's timers by more than half their period.
   if (o.app.idle_sleep_us > 0 && uint64_t{o.app.idle_sleep_us} * 2000 > o.app.engine.resend_timeout_ns) {
-    std::cerr << "inagg: --idle-sleep-us " << o.app.idle_sleep_us << " would delay resends too much: keep it at most "
-              << "half of --resend-us (" << o.app.engine.resend_timeout_ns / 2000 << " here), or raise --resend-us\n";
+    errors << "inagg: --idle-sleep-us " << o.app.idle_sleep_us << " would delay resends too much: keep it at most "
+           << "half of --resend-us (" << o.app.engine.resend_timeout_ns / 2000 << " here), or raise --resend-us\n";
     return 2;
   }
   if (o.app.burst < 1 || o.app.burst > 64) {
-    std::cerr << "inagg: --burst must be between 1 and 64 (got " << o.app.burst << ")\n";
+    errors << "inagg: --burst must be between 1 and 64 (got " << o.app.burst << ")\n";
     return 2;
   }
   return 0;
+}
+
+}  // namespace inagg::apps
+
+namespace inagg::apps {
+
+bool reloadable_option(const std::string& name) {
+  static const std::set<std::string> kReloadable = {
+      "control-secret-file", "control-tcp", "socket", "metrics", "bindings", "log-level", "stats-interval"};
+  return kReloadable.count(name) > 0;
+}
+
+std::vector<std::string> restart_only_changes(const Options& running, const Options& next) {
+  std::set<std::string> names;
+  for (const auto& [name, values] : running.given) names.insert(name);
+  for (const auto& [name, values] : next.given) names.insert(name);
+  std::vector<std::string> changed;
+  for (const std::string& name : names) {
+    if (reloadable_option(name)) continue;
+    const auto a = running.given.find(name), b = next.given.find(name);
+    const std::vector<std::string> none;
+    if ((a == running.given.end() ? none : a->second) != (b == next.given.end() ? none : b->second))
+      changed.push_back(name);
+  }
+  return changed;
 }
 
 }  // namespace inagg::apps

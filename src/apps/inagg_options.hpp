@@ -2,11 +2,14 @@
 // line and config files, and the checks that need no EAL. inagg_main.cpp runs the appliance.
 #pragma once
 
+#include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "inagg/control/socket.hpp"
 #include "inagg/dataplane/config.hpp"
+#include "inagg/dataplane/events.hpp"
 
 namespace inagg::apps {
 
@@ -25,10 +28,21 @@ struct Options {
   bool check_only = false;
   bool selftest = false;
   double selftest_s = 1;
+  std::vector<dataplane::LogLevelRule> log_levels;  // --log-level, in order
+  // Every option given, by name, with its values as written (the command line's, then the config
+  // file's where the command line has none, or both for a repeatable one): what a reload compares.
+  std::map<std::string, std::vector<std::string>> given;
 };
 
 // Parses the options after `--` (argv[0] a program name). Returns 0 to go on, or an exit status
-// after printing the help, the version or a clear error.
-int parse_app_options(int argc, char** argv, Options& o);
+// after printing the help or the version (to stdout) or a clear error (to `errors`).
+int parse_app_options(int argc, char** argv, Options& o, std::ostream& errors = std::cerr);
+
+// Whether a reload (SIGHUP) applies option `name`: the control socket, the TCP listener and its
+// tenants file, the metrics endpoint, the binding table, the log levels, the stats interval.
+// Every other option takes effect at the next start.
+bool reloadable_option(const std::string& name);
+// The options other than those whose values differ between `running` and `next`, by name.
+std::vector<std::string> restart_only_changes(const Options& running, const Options& next);
 
 }  // namespace inagg::apps
