@@ -39,6 +39,9 @@ done
 grep -q -- '--huge-dir=/dev/hugepages-inagg ' "$tmp/inagg@.service" &&
   grep -q '^Environment=INAGG_HUGEPAGE_DIR=/dev/hugepages-inagg INAGG_HUGEPAGE_USER=inagg$' "$tmp/inagg@.service" ||
   fail "inagg does not use the hugetlbfs the helper mounts for user inagg"
+# Reload and watchdog: SIGHUP reloads (inagg handles it), and inagg pings the watchdog it is given.
+grep -q '^ExecReload=/bin/kill -HUP \$MAINPID$' "$tmp/inagg@.service" || fail "the unit does not reload with SIGHUP"
+grep -q '^WatchdogSec=[1-9]' "$tmp/inagg@.service" || fail "the unit has no WatchdogSec"
 grep -q '^SUBSYSTEM=="vfio", KERNEL=="\[0-9\]\*", GROUP="inagg", MODE="0660"$' "$src/systemd/60-inagg-vfio.rules" ||
   fail "the udev rule does not give the VFIO groups to group inagg"
 
