@@ -225,6 +225,10 @@ int parse_app_options(int argc, char** argv, Options& o, std::ostream& errors) {
                  "memory and ports (--vdev=..., -a PCI); e.g.\n"
                  "  inagg -l 0,1 --no-huge -m 1024 --vdev=net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap -- --job "
                  "conf/jobs/example-fp32-4workers.job\n\n"
+                 "SIGTERM stops it. SIGHUP reloads: the command line and --config file are read again and, once\n"
+                 "every file they name checks out, --control-secret-file, --control-tcp, --socket, --metrics,\n"
+                 "--bindings, --log-level and --stats-interval are applied while the datapath runs on; the other\n"
+                 "options take effect at the next start (docs/operations.md, \"Reloading\").\n\n"
               << d << "\n";
     return 1;
   }

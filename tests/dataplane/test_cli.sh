@@ -31,6 +31,9 @@ printf 'no-flow = yes\n' >"$tmp/bad5.conf"
 expect 2 "bad5.conf:1: no-flow: 'yes' is not true or false" -- -- --config "$tmp/bad5.conf"
 printf '[inagg]\nmtu = 1500\n' >"$tmp/bad6.conf"
 expect 2 "bad6.conf:1: sections such as '[inagg]' are not used" -- -- --config "$tmp/bad6.conf"
+expect 2 "--log-level: 'inagg.control' is not PATTERN:LEVEL" -- -- --log-level inagg.control --check-config
+expect 2 "--log-level: 'inagg.*:verbose': the level must be emergency" -- -- --log-level 'inagg.*:verbose' --check-config
+expect 0 "config ok" -- -- --log-level 'inagg.*:debug' --log-level pmd.net.pcap:7 --check-config
 printf 'mtu = 2000  # jumbo off\nno-flow = true\njob = %s\njob = %s\n' "$src/conf/jobs/example-fp32-4workers.job" \
   "$src/conf/jobs/example-int32-2workers-ipv6.job" >"$tmp/good.conf"
 expect 0 "config ok: mtu 2000" -- -- --config "$tmp/good.conf" --check-config

@@ -5,8 +5,9 @@
 #     before); the metrics endpoint moved to another address answers there, and the old one is
 #     closed; a log level in the config takes effect; an option only a restart applies is named in
 #     a warning. The job stays active and keeps aggregating the looping capture.
-#  2. A broken tenants file, then a config file with an unknown key: "reload refused, nothing
-#     changed", naming the file; the tenants before it still hold.
+#  2. A broken tenants file, a config file with an unknown key, a broken binding table, an unknown
+#     log level: "reload refused, nothing changed", naming the file and line; the tenants and log
+#     levels before them still hold.
 #  3. The log level taken out of the config again: back to what it was at the start.
 # Each reload is RELOADING=1 then READY=1 on $NOTIFY_SOCKET (systemd's reload protocol).
 #   test_reload.sh INAGG INAGG_CTL SRCDIR
@@ -111,6 +112,16 @@ conf "log-level = inagg.control:warning" "no-such-option = 1"
 reload "unknown key in the config"
 grep -q "inagg: reload refused, nothing changed: $tmp/inagg.conf:6: " "$tmp/log" ||
   fail "the refusal does not name the config file and line: $(grep 'reload refused' "$tmp/log" | tail -n 1)"
+echo "10.77.0.1 99 not-a-mac" >"$tmp/bindings"
+conf "log-level = inagg.control:warning" "bindings = $tmp/bindings"
+reload "broken binding table"
+grep -q "inagg: reload refused, nothing changed: --bindings: $tmp/bindings: line 1: " "$tmp/log" ||
+  fail "the refusal does not name the binding table and line: $(grep 'reload refused' "$tmp/log" | tail -n 1)"
+conf "log-level = inagg.control:loud"
+reload "unknown log level"
+grep -q "inagg: reload refused, nothing changed: --log-level: 'inagg.control:loud': the level must be" "$tmp/log" ||
+  fail "the refusal does not name the log level: $(grep 'reload refused' "$tmp/log" | tail -n 1)"
+B list >/dev/null 2>&1 || fail "bob lost his access to the refused reloads"
 
 # 3. The log level out of the config: inagg.control logs its info lines again (from the next
 # reload's on: a reload's own lines are logged at the levels it was asked under).
