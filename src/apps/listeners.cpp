@@ -122,6 +122,9 @@ bool Listeners::reopen(const Options& next, std::string* error) {
   // open even then, the old ones closed so far listen again.
   for (size_t k = 0; k < deferred.size(); ++k) {
     const Which w = deferred[k];
+    util::log(util::LogModule::control, util::LogLevel::info,
+              "%s: %s takes the port of %s, which closes first (reload)", kNames[w], fresh[w].listen.c_str(),
+              old[w].c_str());
     stop(w, now_[w]);
     if (start(w, fresh[w], tenants, error)) continue;
     secret_file_ = secret_file;

@@ -4,7 +4,8 @@
 #  1. A tenant added to the tenants file is accepted on the TCP listener afterwards (refused
 #     before); the metrics endpoint moved to another address answers there, and the old one is
 #     closed; a log level in the config takes effect; an option only a restart applies is named in
-#     a warning. The job stays active and keeps aggregating the looping capture.
+#     a warning. The job stays active and keeps aggregating the looping capture. The metrics then
+#     move to every address on the port they listen on (the old listener closes first).
 #  2. A broken tenants file, a config file with an unknown key, a broken binding table, an unknown
 #     log level: "reload refused, nothing changed", naming the file and line; the tenants and log
 #     levels before them still hold.
@@ -96,6 +97,21 @@ scrape "$new_metrics" | grep -q "^inagg_build_info" || fail "no metrics at the n
 scrape "$metrics_at" >/dev/null 2>&1 && fail "the old metrics endpoint $metrics_at still answers"
 C list | grep -q "^id=1 state=active" || fail "job 1 is not active after the reload: $(C list)"
 wait_for 10 "job 1 to aggregate after the reload" advancing "$before" || fail "job 1 stopped aggregating: $(C stats 1 | head -n 5)"
+
+# The metrics on a port of their own, then on every address at that port: the new address takes
+# the old one's port, so the old listener closes first.
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+metrics=127.0.0.2:$port
+conf  # inagg.control at info again once this reload is through: the next one's lines are logged
+reload "metrics on port $port"
+scrape "127.0.0.2:$port" | grep -q "^inagg_build_info" || fail "no metrics at 127.0.0.2:$port"
+metrics=0.0.0.0:$port
+conf "log-level = inagg.control:warning"
+reload "metrics on every address"
+grep -q "reload refused" "$tmp/log" && fail "moving the metrics to every address on their port: $(grep 'reload refused' "$tmp/log")"
+grep -q "inagg: the metrics endpoint: 0.0.0.0:$port takes the port of 127.0.0.2:$port, which closes first (reload)" "$tmp/log" ||
+  fail "the old metrics listener did not close first: $(grep 'metrics' "$tmp/log" | tail -n 3)"
+scrape "127.0.0.1:$port" | grep -q "^inagg_build_info" || fail "no metrics at 127.0.0.1:$port after the move to 0.0.0.0:$port"
 
 # 2. A broken tenants file: refused, nothing changed. (inagg.control at warning: the "reloading"
 # info line is not logged.)
