@@ -42,7 +42,7 @@ int parse_app_options(int argc, char** argv, Options& o, std::ostream& errors = 
 // tenants file, the metrics endpoint, the binding table, the log levels, the stats interval.
 // Every other option takes effect at the next start.
 bool reloadable_option(const std::string& name);
-// The options other than those whose values differ between `running` and `next`, by name.
+// The options a reload does not apply whose values differ between `running` and `next`, by name.
 std::vector<std::string> restart_only_changes(const Options& running, const Options& next);
 
 }  // namespace inagg::apps
