@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "inagg/agg/kernels.hpp"
-#include "inagg/client/reference.hpp"
 #include "inagg/util/dtype.hpp"
 #include "rate_reporter.hpp"
+#include "reference.hpp"
 
 namespace {
 
-using inagg::client::fill_input;
-using inagg::client::fill_input_range;
+using inagg::apps::fill_input;
+using inagg::apps::fill_input_range;
 using inagg::util::Dtype;
 
 constexpr size_t kBytes = 64 << 20;

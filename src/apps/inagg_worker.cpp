@@ -18,17 +18,20 @@
 #include <vector>
 
 #include "inagg/client/clock.hpp"
-#include "inagg/client/nccl_table.hpp"
 #include "inagg/client/rank.hpp"
-#include "inagg/client/reference.hpp"
+#include "nccl_table.hpp"
+#include "reference.hpp"
 #include "version.hpp"
 #include "worker_cli.hpp"
 
 namespace po = boost::program_options;
 using namespace inagg;
 using namespace inagg::client;
+namespace nccl = apps::nccl;
 using apps::CommandLine;
+using apps::fill_input;
 using apps::parse_command_line;
+using apps::Reference;
 using apps::Sweep;
 using apps::usage;
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "inagg/client/nccl_table.hpp"
 #include "inagg/control/racks.hpp"
+#include "nccl_table.hpp"
 #include "version.hpp"
 
 namespace po = boost::program_options;

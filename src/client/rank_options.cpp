@@ -1,9 +1,9 @@
 // RankOptions::validate (rank.hpp): every option a rank takes, checked once, each refusal one
 // sentence naming the option as the front end's user spells it.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
-#include "inagg/client/nccl_table.hpp"
 #include "inagg/client/rank.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
@@ -12,9 +12,19 @@
 
 namespace inagg::client {
 
+std::optional<util::Dtype> parse_dtype_name(std::string_view name) {
+  std::string n(name);
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "float" || n == "float32" || n == "fp32") return util::Dtype::fp32;
+  if (n == "half" || n == "float16" || n == "fp16") return util::Dtype::fp16;
+  if (n == "bfloat16" || n == "bf16") return util::Dtype::bf16;
+  if (n == "int32" || n == "int") return util::Dtype::int32;
+  return std::nullopt;
+}
+
 std::string RankOptions::validate_job(const RankOptionNames& n) {
   RankGeometry& g = geometry;
-  const std::optional<util::Dtype> dt = nccl::parse_type(g.dtype);
+  const std::optional<util::Dtype> dt = parse_dtype_name(g.dtype);
   if (!dt)
     return n.dtype + " must be fp32, fp16, bf16 or int32 (or nccl-tests' float, half, bfloat16, int32); got '" +
            g.dtype + "'";

@@ -1,11 +1,11 @@
 // nccl-tests compatibility: the size syntax, the datatype names and the table's text, against
 // strings written out by hand from nccl-tests' format strings (src/util.cu, nccl-tests 2.19).
-#include "inagg/client/nccl_table.hpp"
+#include "nccl_table.hpp"
 
 #include <gtest/gtest.h>
 
 using inagg::util::Dtype;
-namespace nccl = inagg::client::nccl;
+namespace nccl = inagg::apps::nccl;
 
 TEST(NcclTable, Sizes) {
   EXPECT_EQ(nccl::parse_size("8"), 8u);

@@ -26,11 +26,13 @@
 #include "inagg/agg/kernels.hpp"
 #include "inagg/client/clock.hpp"
 #include "inagg/client/rank.hpp"
-#include "inagg/client/reference.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/wire/xagg_mac.hpp"
+#include "reference.hpp"
 
 using namespace inagg::client;
+using inagg::apps::fill_input;
+using inagg::apps::Reference;
 using inagg::util::Dtype;
 
 namespace {

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "inagg/client/reference.hpp"
+#include "reference.hpp"
 
-using inagg::client::fill_input;
-using inagg::client::fill_input_range;
-using inagg::client::Reference;
+using inagg::apps::fill_input;
+using inagg::apps::fill_input_range;
+using inagg::apps::Reference;
 using inagg::client::Tier;
 using inagg::util::Dtype;
 

@@ -296,6 +296,10 @@ class Rank {
   uint64_t collectives_ = 0, bytes_ = 0, messages_ = 0;
 };
 
+// A dtype by inagg's name (fp32, fp16, bf16, int32) or nccl-tests' (float, half, bfloat16, int32,
+// and their aliases float32, float16, int), in any case; nullopt for anything else.
+std::optional<util::Dtype> parse_dtype_name(std::string_view name);
+
 // The first IPv4 address of interface `name`; nullopt with *error when it has none.
 std::optional<util::IpAddr> interface_address(const std::string& name, std::string* error);
 // The address this host sends from toward `host` (a name or an IPv4 address): its route's

@@ -1,4 +1,4 @@
-#include "inagg/client/nccl_table.hpp"
+#include "nccl_table.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,9 +7,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "inagg/client/rank.hpp"
 #include "inagg/control/reply_json.hpp"
 
-namespace inagg::client::nccl {
+namespace inagg::apps::nccl {
 
 namespace {
 
@@ -18,12 +19,6 @@ std::string format(const char* fmt, A... args) {
   char buf[512];
   const int n = std::snprintf(buf, sizeof buf, fmt, args...);
   return std::string(buf, n < 0 ? 0 : std::min<size_t>(static_cast<size_t>(n), sizeof buf - 1));
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 // One placement's columns: time, algbw, busbw, #wrong ("  %7s  %6s  %6s  %6g").
@@ -53,14 +48,7 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   return static_cast<uint64_t>(bytes);
 }
 
-std::optional<util::Dtype> parse_type(std::string_view name) {
-  const std::string n = lower(name);
-  if (n == "float" || n == "float32" || n == "fp32") return util::Dtype::fp32;
-  if (n == "half" || n == "float16" || n == "fp16") return util::Dtype::fp16;
-  if (n == "bfloat16" || n == "bf16") return util::Dtype::bf16;
-  if (n == "int32" || n == "int") return util::Dtype::int32;
-  return std::nullopt;
-}
+std::optional<util::Dtype> parse_type(std::string_view name) { return client::parse_dtype_name(name); }
 
 std::string_view type_name(util::Dtype dtype) {
   switch (dtype) {
@@ -169,4 +157,4 @@ std::string results_csv(const std::vector<ResultRow>& rows) {
   return c;
 }
 
-}  // namespace inagg::client::nccl
+}  // namespace inagg::apps::nccl

@@ -1,8 +1,8 @@
-// nccl-tests compatibility of inagg-worker: all_reduce_perf's size syntax, datatype and op names,
-// and its results table (the header, one row per size with the out-of-place and in-place columns,
-// the trailer lines), in nccl-tests' column widths, so scripts and plots made for all_reduce_perf
-// read inagg-worker's output unchanged. The format follows nccl-tests 2.x (src/util.cu of
-// github.com/NVIDIA/nccl-tests: writeResultHeader, writeBenchmarkLine*, writeResultFooter).
+// nccl-tests compatibility of inagg-worker (beside it: the client library has no use for it): all_reduce_perf's size
+// syntax, datatype and op names, and its results table (the header, one row per size with the out-of-place and in-place
+// columns, the trailer lines), in nccl-tests' column widths, so scripts and plots made for all_reduce_perf read
+// inagg-worker's output unchanged. The format follows nccl-tests 2.x (src/util.cu of github.com/NVIDIA/nccl-tests:
+// writeResultHeader, writeBenchmarkLine*, writeResultFooter).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "inagg/util/dtype.hpp"
 
-namespace inagg::client::nccl {
+namespace inagg::apps::nccl {
 
 // A size as -b/-e/-i take it: a number with an optional K, M or G (either case; binary units, as
 // nccl-tests: 1K = 1024), e.g. "8", "128M", "1.5k". Fractions of a byte are cut, as nccl-tests
@@ -80,4 +80,4 @@ std::string results_json(const std::vector<ResultRow>& rows, const RunSummary& s
 // (one line per size and placement run; wrong empty when not checked).
 std::string results_csv(const std::vector<ResultRow>& rows);
 
-}  // namespace inagg::client::nccl
+}  // namespace inagg::apps::nccl

@@ -1,4 +1,4 @@
-#include "inagg/client/reference.hpp"
+#include "reference.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,11 @@
 #include "inagg/agg/kernels.hpp"
 #include "inagg/client/transport/xagg_client.hpp"
 
-namespace inagg::client {
+namespace inagg::apps {
+
+using client::from_fixed;
+using client::to_fixed;
+
 namespace {
 
 // splitmix64's finaliser: element i of rank r's input is a hash of (key(seed, r), i), so any range
@@ -147,4 +151,4 @@ const std::vector<uint8_t>& Reference::sum(Tier tier) {
   return appliance_or_ring_;
 }
 
-}  // namespace inagg::client
+}  // namespace inagg::apps

@@ -1,4 +1,5 @@
-// A job's inputs and the sums to check them against (inagg-worker --check): rank r's input is
+// A job's inputs and the sums to check them against (inagg-worker --check; beside inagg-worker,
+// the client library has no use for them): rank r's input is
 // deterministic from (seed, r), so every rank computes every rank's input and the reference sum
 // by a plain scalar loop, independently of the transport, the appliance and the tier.
 #pragma once
@@ -11,7 +12,9 @@
 #include "inagg/control/job.hpp"
 #include "inagg/util/dtype.hpp"
 
-namespace inagg::client {
+namespace inagg::apps {
+
+using client::Tier;
 
 // Rank `rank`'s input of `bytes` (whole elements): uniform in [-1, 1) for the floating-point
 // dtypes, any 32-bit value for int32.
@@ -58,4 +61,4 @@ class Reference {
   std::vector<uint8_t> appliance_or_ring_, tier_;
 };
 
-}  // namespace inagg::client
+}  // namespace inagg::apps
