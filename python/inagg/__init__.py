@@ -73,6 +73,9 @@ class Communicator:
                        rank's address (4096 on the virtual rack's MTU 4200 links; 1024 at MTU 1500,
                        and where the address is on no interface); every rank must use the same
     window             messages in flight per connection
+    channels           RC connections to the successor (1..16): message m goes on channel m mod
+                       channels, each channel a job of its own on the appliance's lcores (its
+                       docs/protocol.md section 22); every rank must give the same
     ack_timeout_ms     the RC requester's ACK timeout; retry: timeouts in a row before it gives up.
                        The appliance holds a slot until every rank's packet is in, so a rank that
                        starts an allreduce late makes the others time out: (retry + 1) x
@@ -101,7 +104,7 @@ class Communicator:
     def __init__(self, rank, world_size, control=None, job_id=1, dtype="fp32", message=65536, payload=None,
                  window=2, ack_timeout_ms=250.0, retry=15, ip_base="10.77.0.0", chunk_bytes=8 << 20, timeout_s=60.0,
                  exchange_port=18516, control_secret_file=None, exchange_secret_file=None, store=None,
-                 insecure_exchange=False):
+                 insecure_exchange=False, channels=1):
         secret = ""
         if control and store is not None and not os.environ.get(_EXCHANGE_SECRET_ENV) and not exchange_secret_file:
             secret = _secret_from_store(store, rank)
@@ -111,7 +114,7 @@ class Communicator:
                                 chunk_bytes=chunk_bytes, timeout_s=timeout_s, exchange_port=exchange_port,
                                 control_secret_file=control_secret_file or "",
                                 exchange_secret_file=exchange_secret_file or "", exchange_secret=secret,
-                                insecure_exchange=bool(insecure_exchange))
+                                insecure_exchange=bool(insecure_exchange), channels=channels)
 
     rank = property(lambda self: self._c.rank)
     world_size = property(lambda self: self._c.world_size)

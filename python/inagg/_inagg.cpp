@@ -51,6 +51,7 @@ struct CommunicatorOptions {
   // from a store every rank shares (exchange_secret); none only when insecure_exchange says so.
   std::string exchange_secret_file, exchange_secret;
   bool insecure_exchange = false;
+  unsigned channels = 1;  // RC connections per rank, each a job of its own on the appliance
 };
 
 // The rank's options as this module's keyword arguments name them (validate()'s sentences).
@@ -82,6 +83,7 @@ class Communicator {
     r.geometry.payload = o.payload;
     r.geometry.window = o.window;
     r.geometry.chunk_bytes = o.chunk_bytes;
+    r.geometry.channels = o.channels;
     r.ip_base = o.ip_base;
     r.ack_timeout_ms = o.ack_timeout_ms;
     r.retry = o.retry;
@@ -282,7 +284,7 @@ PYBIND11_MODULE(_inagg, m) {
                        uint32_t message, uint32_t payload, unsigned window, double ack_timeout_ms, unsigned retry,
                        std::string ip_base, uint64_t chunk_bytes, double timeout_s, unsigned exchange_port,
                        std::string control_secret_file, std::string exchange_secret_file, std::string exchange_secret,
-                       bool insecure_exchange) {
+                       bool insecure_exchange, unsigned channels) {
              CommunicatorOptions o{rank,
                                    world_size,
                                    std::move(control),
@@ -300,7 +302,8 @@ PYBIND11_MODULE(_inagg, m) {
                                    std::move(control_secret_file),
                                    std::move(exchange_secret_file),
                                    std::move(exchange_secret),
-                                   insecure_exchange};
+                                   insecure_exchange,
+                                   channels};
              py::gil_scoped_release nogil;
              return std::make_unique<Communicator>(o);
            }),
@@ -308,7 +311,7 @@ PYBIND11_MODULE(_inagg, m) {
            py::arg("dtype"), py::arg("message"), py::arg("payload"), py::arg("window"), py::arg("ack_timeout_ms"),
            py::arg("retry"), py::arg("ip_base"), py::arg("chunk_bytes"), py::arg("timeout_s"),
            py::arg("exchange_port") = 18516, py::arg("control_secret_file") = "", py::arg("exchange_secret_file") = "",
-           py::arg("exchange_secret") = "", py::arg("insecure_exchange") = false)
+           py::arg("exchange_secret") = "", py::arg("insecure_exchange") = false, py::arg("channels") = 1)
       .def_property_readonly("rank", [](const Communicator& c) { return c.options().rank; })
       .def_property_readonly("world_size", [](const Communicator& c) { return c.options().world_size; })
       .def_property_readonly("job_id", [](const Communicator& c) { return c.options().job_id; })

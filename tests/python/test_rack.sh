@@ -4,7 +4,8 @@
 #  1. Sums: for each dtype, 4 ranks (test_sums.py) allreduce buffers from one element to several
 #     chunks with inagg.Communicator, the job registered by rank 0; every result equals the
 #     rank-ordered sum computed with numpy, and the appliance released exactly the slots those
-#     buffers make (slots_released; aggregated_packets = 4 x slots).
+#     buffers make (slots_released; aggregated_packets = 4 x slots). fp32 once more as a job of
+#     2 channels (channels=2: the same slots, over both channels' engine jobs).
 #  2. Training: examples/train_digits.py, 4 ranks, a small MLP for a few epochs, once with Gloo
 #     summing the gradients and once with inagg's DDP hook (job 1); the report checks that the
 #     loss curves agree within LOSS_TOLERANCE (relative, per step) and that test accuracy reaches
@@ -59,12 +60,14 @@ cat "$tmp"/cold.*.log
 
 # 1. Sums, every dtype.
 id=10
-for dtype in fp32 fp16 bf16 int32; do
+for case in fp32 fp16 bf16 int32 fp32/2; do
+  dtype=${case%/*} channels=1
+  [ "$case" != "$dtype" ] && channels=${case#*/}
   pids=()
   for r in $(seq 0 $((n - 1))); do
     ip netns exec "$(ns_w "$r")" env PYTHONPATH="$pypath" LD_PRELOAD="${PYTHON_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0 \
       "$python" "$src/tests/python/test_sums.py" --rank "$r" --world-size $n --control "$tmp/ctl.sock" --job-id $id \
-      --dtype $dtype >"$tmp/sums-$dtype.$r.log" 2>&1 &
+      --dtype "$dtype" --channels "$channels" >"$tmp/sums-$dtype.$r.log" 2>&1 &
     pids+=($!)
     others+=($!)
   done
@@ -73,9 +76,13 @@ for dtype in fp32 fp16 bf16 int32; do
   done
   want=$(awk '$1 == "expected_slots" {print $2}' "$tmp/sums-$dtype.0.log")
   [ -n "$want" ] || fail "sums, $dtype: rank 0 printed no expected_slots"
-  check_slots $id "$want" "sums, $dtype"
+  check_slots $id "$want" "sums, $dtype, $channels channel(s)"
+  if [ "$channels" != 1 ]; then
+    grep -q "job $id added (4 workers, $channels channels" "$tmp/inagg.log" ||
+      fail "sums, $dtype: the appliance did not add job $id with $channels channels"
+  fi
   "$ctl" --socket "$tmp/ctl.sock" remove $id >/dev/null || fail "remove job $id"
-  echo "ok: sums, $dtype: 4 ranks, every element the rank-ordered sum; the appliance released $want slots"
+  echo "ok: sums, $dtype, $channels channel(s): 4 ranks, every element the rank-ordered sum; the appliance released $want slots"
   id=$((id + 1))
 done
 

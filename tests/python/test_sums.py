@@ -66,11 +66,13 @@ def main():
     p.add_argument("--control", required=True)
     p.add_argument("--job-id", type=int, required=True)
     p.add_argument("--dtype", required=True)
+    p.add_argument("--channels", type=int, default=1)
     a = p.parse_args()
     es = inagg.dtype_size(a.dtype)
     sizes = [1, 1000, MESSAGE // es * 3 + 5, CHUNK // es * 2 + 17]  # one element .. three chunks with a tail
     comm = inagg.Communicator(a.rank, a.world_size, control=a.control, job_id=a.job_id, dtype=a.dtype, message=MESSAGE,
-                              payload=PAYLOAD, chunk_bytes=CHUNK, ack_timeout_ms=100, timeout_s=60)
+                              payload=PAYLOAD, chunk_bytes=CHUNK, ack_timeout_ms=100, timeout_s=60,
+                              channels=a.channels)
     bad = 0
     slots = 0
     for count in sizes:
