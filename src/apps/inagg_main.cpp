@@ -317,7 +317,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs,
     }
   }
   // Metrics: scraped on the HTTP server's threads, never on a datapath lcore.
-  dataplane::PrometheusRenderer renderer(app, apps::project_version(), apps::build_revision(), rte_get_tsc_hz());
+  dataplane::PrometheusRenderer renderer(app, apps::release_version(), apps::build_revision(), rte_get_tsc_hz());
   std::mutex render_mutex;
   apps::Listeners listeners([&] {
     std::lock_guard lock(render_mutex);

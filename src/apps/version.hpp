@@ -16,8 +16,11 @@ std::string version_line(const char* program);
 // checkout): a describe from a release tag (vX.Y.Z or X.Y.Z) is the version, its leading v
 // dropped; a bare commit is shown after the project version.
 std::string format_version_line(std::string_view program, std::string_view describe, std::string_view project_version);
+// The version --version prints, without the program's name or a "(git ...)" note ("0.6.0",
+// "0.6.0-3-g1a2b3c4"): inagg_build_info's `version` label, so that both say the same.
+std::string release_version();
 // The project's version ("0.6.0") and `git describe` of the tree it was built from (the version
-// again where there was no checkout): inagg_build_info's labels.
+// again where there was no checkout): `revision` is inagg_build_info's other label.
 std::string project_version();
 std::string build_revision();
 

@@ -34,7 +34,8 @@ LoopWatchdog::Verdict LoopWatchdog::look(Clock::time_point now,
   Verdict v;
   bool all_moving = true;
   for (const auto& [id, count] : counters) {
-    auto it = std::find_if(loops_.begin(), loops_.end(), [id](const Loop& l) { return l.id == id; });
+    const unsigned which = id;  // (a structured binding is not captured before clang 16)
+    auto it = std::find_if(loops_.begin(), loops_.end(), [which](const Loop& l) { return l.id == which; });
     if (it == loops_.end()) {  // first seen: it has until half an interval from now to move
       loops_.push_back({id, count, now, false});
       continue;
