@@ -26,16 +26,7 @@ run() {  # run OUTFILE: inagg with a warning to say (metrics on every address) a
 }
 warning="inagg: metrics listen on every address"
 # The service manager's end of $NOTIFY_SOCKET: each datagram on a line of its own.
-/usr/bin/python3 - "$tmp/notify.sock" "$tmp/notify.txt" <<'PY' &
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(sys.argv[1])
-open(sys.argv[1] + ".ready", "w").close()
-with open(sys.argv[2], "w") as out:
-    while True:
-        out.write(s.recv(4096).decode().replace("\n", "|") + "\n")
-        out.flush()
-PY
+/usr/bin/python3 "$(dirname "$0")/../lib/notify_listener.py" "$tmp/notify.sock" "$tmp/notify.txt" &
 listener=$!
 for _ in $(seq 100); do [ -e "$tmp/notify.sock.ready" ] && break; sleep 0.05; done
 [ -e "$tmp/notify.sock.ready" ] || fail "the notify listener did not start within 5 s"

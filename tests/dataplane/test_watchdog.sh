@@ -14,16 +14,7 @@ listener=""
 trap '[ -n "$listener" ] && kill "$listener" 2>/dev/null; appliance_cleanup' EXIT
 
 # The service manager's end of $NOTIFY_SOCKET: each datagram on a line of its own.
-/usr/bin/python3 - "$tmp/notify.sock" "$tmp/notify.txt" <<'PY' &
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(sys.argv[1])
-open(sys.argv[1] + ".ready", "w").close()
-with open(sys.argv[2], "w") as out:
-    while True:
-        out.write(s.recv(4096).decode().replace("\n", "|") + "\n")
-        out.flush()
-PY
+/usr/bin/python3 "$src/tests/lib/notify_listener.py" "$tmp/notify.sock" "$tmp/notify.txt" &
 listener=$!
 wait_for 5 "the notify listener" test -e "$tmp/notify.sock.ready" || fail "the notify listener did not start"
 pings() { grep -c "^WATCHDOG=1$" "$tmp/notify.txt"; }
