@@ -33,14 +33,13 @@ Engine::Job* Engine::find_job(uint32_t id, uint16_t channel) {
   return nullptr;
 }
 
-Engine::Sizing Engine::sizing(const control::JobSpec& s, unsigned nshards) {
+Engine::Sizing Engine::sizing(const control::JobSpec& s) {
   Sizing z;
-  if (s.payload_bytes == 0 || s.workers == 0 || nshards == 0) return z;
+  if (s.payload_bytes == 0 || s.workers == 0) return z;
   const uint64_t ppm = s.message_bytes / s.payload_bytes;
   const bool rotated = s.collective != control::Collective::allreduce;
   const bool leaf = s.tier == control::Tier::leaf;
-  // A shard holds its share of the 2 W ppm slots: every K-th sequence of any 2 W ppm in a row.
-  z.nslots = rotated ? 0 : (2 * uint64_t{s.window} * ppm + nshards - 1) / nshards;
+  z.nslots = rotated ? 0 : 2 * uint64_t{s.window} * ppm;
   // A rotated collective: n rounds of slots per shard (section 20), and one more for each (n - 1)
   // chunks of window a sender may run ahead of its connection's oldest packet still held; each
   // connection's queue holds W + 1 messages.
@@ -61,17 +60,17 @@ Engine::Sizing Engine::sizing(const control::JobSpec& s, unsigned nshards) {
   return z;
 }
 
-Engine::Footprint Engine::footprint(const control::JobSpec& spec, unsigned nshards) {
+Engine::Footprint Engine::footprint(const control::JobSpec& spec) {
   if (spec.window < 1 || spec.payload_bytes == 0 || spec.message_bytes % spec.payload_bytes != 0 ||
       uint64_t{spec.message_bytes / spec.payload_bytes} * spec.window >= (1u << 22))
     return {};
-  const Sizing z = sizing(spec, std::max(nshards, 1u));
+  const Sizing z = sizing(spec);
   if (z.rot_nslots > (1u << 24)) return {};
-  const size_t parts = size_t{std::max(nshards, 1u)} * std::max<uint16_t>(spec.channels, 1);  // each its own slots
+  const size_t parts = std::max<uint16_t>(spec.channels, 1);  // each its own slots
   return {z.memory_bytes * parts, z.mbufs * parts};
 }
 
-bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const ShardOf& shard, JobStart start) {
+bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, JobStart start) {
   control::JobSpec s = spec_in;
   for (control::ConnectionSpec& c : s.conns) {  // a GID given as ::ffff:a.b.c.d is the IPv4 address
     c.src_ip = util::gid_address(c.src_ip);
@@ -104,13 +103,6 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     return fail("message_bytes (" + std::to_string(s.message_bytes) +
                 ") must be a positive multiple of payload_bytes (" + std::to_string(s.payload_bytes) + ")");
   if (s.window < 1) return fail("window must be at least 1 message");
-  const unsigned nshards = shard.shared ? shard.shared->count() : 1;
-  if (nshards < 1 || nshards > JobShards::kMaxShards || (nshards & (nshards - 1)) != 0 || shard.index >= nshards)
-    return fail("shard " + std::to_string(shard.index) + " of " + std::to_string(nshards) +
-                ": a job spreads over a power of two of at most " + std::to_string(JobShards::kMaxShards) +
-                " lcores, and the shard must be one of them");
-  if (nshards > 1 && s.channels > 1)
-    return fail("a job of channels is spread by its channels, never also sharded by index (--job-lcores)");
   if (s.tier != control::Tier::flat && s.channels > 1)
     return fail("a leaf or spine job has one channel (channels across racks are not built yet)");
   const uint64_t ppm = s.message_bytes / s.payload_bytes;
@@ -132,12 +124,11 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   }
   std::sort(s.conns.begin(), s.conns.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
   // A leaf's part of a job across racks: its rack's connections in ring order, from the downlink
-  // to the uplink (docs/protocol.md section 21), a chain rather than a ring; one engine, live.
+  // to the uplink (docs/protocol.md section 21), a chain rather than a ring; live.
   if (s.tier == control::Tier::leaf) {
     if (s.workers < 2)
       return fail("a leaf needs at least 2 connections: the downlink (rank 0) and the uplink (the last rank)");
     if (s.replay) return fail("a leaf cannot be a replay job (a capture has no spine to answer its partials)");
-    if (nshards > 1) return fail("a leaf runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
     for (unsigned r = 0; r + 1 < s.workers; ++r)
       if (!(s.conns[r].dst_ip == s.conns[r + 1].src_ip))
         return fail("not a rack's chain: rank " + std::to_string(r) + " writes to " + util::ip_text(s.conns[r].dst_ip) +
@@ -152,8 +143,6 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     if (s.workers < 2) return fail(what + " needs at least 2 workers");
     if (s.tier != control::Tier::flat) return fail(what + " runs on a flat job (not across racks yet)");
     if (s.replay) return fail(what + " cannot be a replay job");
-    if (nshards > 1)
-      return fail(what + " runs on one lcore (it cannot be spread over " + std::to_string(nshards) + ")");
     if (s.chunk < 1) return fail("chunk must be at least 1 message");
   }
   if (std::string why; start == JobStart::resume && !s.replay && !control::resumable(s, &why))
@@ -198,7 +187,7 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   if (!old && jobs_.size() >= cfg_.max_jobs)
     return fail("the engine already has its maximum of " + std::to_string(cfg_.max_jobs) + " jobs");
 
-  const Sizing z = sizing(s, nshards);
+  const Sizing z = sizing(s);
   const uint32_t nslots = static_cast<uint32_t>(z.nslots);
   const bool leaf = s.tier == control::Tier::leaf;
   const uint64_t rot_L = z.rot_L, rot_nslots = z.rot_nslots, rot_ring = z.rot_ring;
@@ -245,16 +234,10 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
     job->rot_entries.resize(rot_ring * s.workers);
     job->rot_rel.assign(s.workers, 0);
   }
-  job->shards = shard.shared;
-  job->shard = shard.index;
-  job->nshards = nshards;
-  while ((1u << job->shard_shift) < nshards) ++job->shard_shift;
-  job->cursor = shard.index;  // its first sequence
   job->conns.resize(s.workers);
   for (unsigned r = 0; r < s.workers; ++r) {
     job->conns[r].spec = job->spec.conns[r];
     job->conns[r].resend_interval_ns = cfg_.resend_timeout_ns;
-    job->conns[r].filled = shard.index;
     static_assert(control::kAnyPort == kUnknownPort, "a port the registration does not name is not pinned");
     // Ports the registration names are pinned from the start: the rank's data comes from its own,
     // its receiver's ACKs from its successor's.
@@ -264,8 +247,8 @@ bool Engine::add_job(const control::JobSpec& spec_in, std::string* error, const 
   job->shift = wire::Crc32Shift(s.payload_bytes);
   choose_path(*job);
   if (start == JobStart::resume && !s.replay) {  // until it finds where its ranks are (engine_resume.cpp)
-    if (!job->shards) job->resume.resize(s.workers);
-    job->on_data = job->shards ? &Engine::resume_data<true> : &Engine::resume_data<false>;
+    job->resume.resize(s.workers);
+    job->on_data = &Engine::resume_data;
     job->on_ack = &Engine::resume_ack;
   }
   job->memory = mem;
@@ -331,10 +314,8 @@ void Engine::free_job_memory(Job& job) {
 bool Engine::job_info(uint32_t id, JobInfo* out, uint16_t channel) const {
   for (auto& j : jobs_) {
     if (j->spec.id != id || j->spec.channel != channel) continue;
-    // A shard's part of the release cursor: how many of its sequences it released.
-    // A rotated collective's: the least of its connections' (each goes at its own pace).
-    const uint64_t released = j->rotated() ? *std::min_element(j->rot_rel.begin(), j->rot_rel.end())
-                                           : (j->cursor - j->shard) >> j->shard_shift;
+    // A rotated collective's release cursor: the least of its connections' (each goes at its own pace).
+    const uint64_t released = j->rotated() ? *std::min_element(j->rot_rel.begin(), j->rot_rel.end()) : j->cursor;
     *out = JobInfo{j->spec.id,        j->spec.channel, j->state, j->error, released,          j->held_count,
                    j->retained_count, j->memory,       j->mbufs, j->c,     j->slot_completion};
     return true;
@@ -365,24 +346,14 @@ void Engine::abort_job(Job& job, const std::string& why, uint64_t EngineCounters
   if (job.state == JobState::failed) return;
   job.state = JobState::failed;
   job.error = job.spec.channels > 1 ? "channel " + std::to_string(job.spec.channel) + ": " + why : why;
-  // A spread job: the first shard to fail it counts and logs it, and the others abort it at their
-  // next look (follow_spread_failure); one that fails it at the same time as another counts nothing.
-  if (kind && job.shards && !job.shards->publish_failure(why)) kind = nullptr;
-  if (kind) {
-    ++(job.c.*kind);
-    ++(totals_.*kind);
-    if (kind != &EngineCounters::timeouts) {
-      ++job.c.job_errors;
-      ++totals_.job_errors;
-    }
-    util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, job.error.c_str());
+  ++(job.c.*kind);
+  ++(totals_.*kind);
+  if (kind != &EngineCounters::timeouts) {
+    ++job.c.job_errors;
+    ++totals_.job_errors;
   }
+  util::log(util::LogModule::engine, util::LogLevel::warning, "job %u aborted: %s", job.spec.id, job.error.c_str());
   free_job_memory(job);  // held packets dropped: no receiver ever gets a partial sum
-}
-
-// Another shard aborted the job (and counted and logged it): this one ends its part, with its reason.
-void Engine::follow_spread_failure(Job& job) {
-  if (job.shards && job.state == JobState::active && job.shards->failed()) abort_job(job, job.shards->error(), nullptr);
 }
 
 // What a no-progress timeout most likely means, in words: a registration that never matched says
@@ -409,7 +380,7 @@ std::string Engine::timeout_reason(const Job& job) const {
     else if (!c.data_seen)
       why += "; no WRITE of " + rank + " to " + qp_str(c.spec.dst_ip, c.spec.dst_qpn) +
              " was ever seen (check its destination address and QPN)";
-    else if (!c.acks_seen && job.cursor > job.shard)
+    else if (!c.acks_seen && job.cursor > 0)
       why += "; no ACK to " + rank + "'s " + qp_str(c.spec.src_ip, c.spec.src_qpn) +
              " was ever seen (check its source address and QPN)";
   }

@@ -49,18 +49,11 @@ size_t Engine::closed_connections() const {
       std::count_if(closed_.begin(), closed_.end(), [&](const ClosedKey& k) { return k.until_ns > now_ns_; }));
 }
 
-void Engine::route_job(const control::JobSpec& spec, uint16_t owner, const std::vector<uint16_t>& shard_lcores) {
+void Engine::route_job(const control::JobSpec& spec, uint16_t owner) {
   std::erase_if(routes_, [&](const RouteKey& k) { return k.job_id == spec.id && k.channel == spec.channel; });
   for (const control::ConnectionSpec& c : spec.conns) {
-    Route data{owner};
-    if (shard_lcores.size() > 1) {  // sharded: each data packet to its PSN's shard
-      data.nshards = static_cast<uint8_t>(shard_lcores.size());
-      data.start_psn = c.start_psn;
-      std::copy(shard_lcores.begin(), shard_lcores.end(), data.shard_lcore.begin());
-    }
-    routes_.push_back({util::gid_address(c.dst_ip), c.dst_qpn, spec.id, spec.channel, data});
-    routes_.push_back(
-        {util::gid_address(c.src_ip), c.src_qpn, spec.id, spec.channel, Route{owner}});  // ACKs: to the owner
+    routes_.push_back({util::gid_address(c.dst_ip), c.dst_qpn, spec.id, spec.channel, Route{owner}});  // data
+    routes_.push_back({util::gid_address(c.src_ip), c.src_qpn, spec.id, spec.channel, Route{owner}});  // ACKs
   }
   rebuild_conn_table();
 }
@@ -95,7 +88,7 @@ void Engine::rebuild_conn_table() {
     const ConnEntry* e = conns_->find(k.addr.version, k.addr.bytes.data(), k.qpn);
     if (e == nullptr) conns_->insert({true, false, k.addr, k.qpn, nullptr, 0, ConnEntry::kNoRoute, k.until_ns, {}});
   }
-  // A route goes on the key's entry (this engine's job, a shard of it, or a closed connection),
+  // A route goes on the key's entry (this engine's job or a closed connection),
   // else on an entry of its own that places nothing (no job, not closed).
   for (size_t i = 0; i < routes_.size(); ++i) {
     const RouteKey& k = routes_[i];

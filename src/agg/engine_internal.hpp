@@ -4,7 +4,6 @@
 //   engine_conn_table.cpp  the connection table: which packet belongs to which job, who may speak
 //   engine_job.cpp         a job's packets as they arrive: hold, ACKs; the way chosen per job
 //   engine_release.cpp     sums, releases in PSN order, retained copies; frame helpers
-//   engine_shards.cpp      what only a shard of a spread job does: ticket, ordered path, shared ACKs
 //   engine_leaf.cpp        what only a leaf of a job across racks does: partials up, the total down
 //   engine_rotated.cpp     reduce-scatter and all-gather: rotated shards and placeholders
 //   engine_recovery.cpp    NAKs, resends, timers
@@ -136,7 +135,7 @@ struct alignas(64) Engine::Job {
     uint64_t arrived = 0;  // one bit per rank
     engine_detail::SlotState state = engine_detail::SlotState::empty;
     bool ecn = false;          // some input was CE-marked or had FECN
-    bool summed = false;       // complete, and the sum is in its packets (a shard sums before its turn)
+    bool summed = false;       // complete, and the sum is in its packets (a leaf's total fills them)
     bool partial_out = false;  // a leaf: its rack's partial is in the uplink's packet (released in order)
     uint32_t payload_crc = 0;
     uint32_t partial_crc = 0;  // a leaf: the CRC of the partial
@@ -149,16 +148,7 @@ struct alignas(64) Engine::Job {
   JobState state = JobState::active;
   std::string error;
   uint32_t ppm = 0;     // packets per message
-  uint32_t nslots = 0;  // 2 W ppm; a shard: its share, ceil(2 W ppm / K)
-  // A job spread over K engines (ShardOf): this one is shard `shard` and holds only the sequences
-  // s with s mod K == shard, slot (s >> shard_shift) mod nslots. K = 1: the whole job, no sharing.
-  std::shared_ptr<JobShards> shards;
-  unsigned shard = 0, nshards = 1, shard_shift = 0;
-  uint64_t base = 0;  // the ticket of this generation's sequence 0 (replay jobs start over)
-  // What may be out of the job as this shard last read it (out_below(); a lower bound, it only grows), so
-  // the window check does not read the line the other shards write with every release.
-  uint64_t released_seen = 0;
-  uint64_t pause_ticket = 0, pause_ns = 0;  // replay_paused(): the ticket as last seen, and since when
+  uint32_t nslots = 0;  // 2 W ppm
   std::vector<Slot> slots;
   std::vector<Held> held;   // nslots x n
   uint8_t* sums = nullptr;  // nslots x P retained sums, 64-byte aligned
@@ -212,9 +202,9 @@ struct alignas(64) Engine::Job {
   std::vector<RotEntry> rot_entries;   // n x rot_ring: each connection's queue
   std::vector<uint64_t> rot_rel;       // per connection: its next sequence to release
   wire::Crc32Shift shift;
-  uint64_t cursor = 0;  // next sequence to release (a shard: next of its own)
+  uint64_t cursor = 0;  // next sequence to release
   uint64_t floor = 0;   // sequences below it are stale: 0, or where a job resumed after a restart
-  // A resumed job of one engine (JobStart::resume), per rank, until it resumes (engine_resume.cpp).
+  // A resumed job (JobStart::resume), per rank, until it resumes (engine_resume.cpp).
   struct ResumeTrack {
     bool seen = false, back = false;
     uint32_t highest = 0;      // the highest offset from the start PSN seen from the rank
@@ -232,7 +222,7 @@ struct alignas(64) Engine::Job {
   EngineCounters c;
   SlotCompletionHistogram slot_completion;  // a slot's first packet to its last rank's, per slot and round
 
-  size_t index(uint64_t seq) const { return (seq >> shard_shift) % nslots; }
+  size_t index(uint64_t seq) const { return seq % nslots; }
   Slot& slot(uint64_t seq) { return slots[index(seq)]; }
   Held& held_at(uint64_t seq, unsigned rank) { return held[index(seq) * spec.workers + rank]; }
   uint8_t* sum_at(uint64_t seq) { return sums + index(seq) * spec.payload_bytes; }
@@ -240,8 +230,8 @@ struct alignas(64) Engine::Job {
   bool leaf() const { return uplink != kNotLeaf; }
   bool rotated() const { return rot_L != 0; }
   bool reduce_scatter() const { return spec.collective == control::Collective::reduce_scatter; }
-  // Every sequence below this went out to rank's receiver (a job of one engine): a leaf's uplink
-  // runs ahead of the rest; a rotated collective's connections each go at their own pace.
+  // Every sequence below this went out to rank's receiver: a leaf's uplink runs ahead of the rest;
+  // a rotated collective's connections each go at their own pace.
   uint64_t released_for(unsigned rank) const { return rank == uplink ? up_cursor : rotated() ? rot_rel[rank] : cursor; }
   RotPlace rot_place(unsigned rank, uint64_t q) const {
     const unsigned n = spec.workers;
@@ -267,21 +257,7 @@ struct alignas(64) Engine::Job {
     return leaf() && !s.partial_out ? local_mask : engine_detail::full_mask(spec.workers);
   }
   // How far back the slots reach: sequences older than the newest minus this are not held.
-  uint64_t span() const { return rotated() ? rot_ring : uint64_t{nslots} << shard_shift; }
-  // The first of this engine's sequences at or after s.
-  uint64_t own_at_or_after(uint64_t s) const { return s + ((shard - s) & (nshards - 1)); }
-  // The job's release cursor, whichever shard releases: every sequence below it went out.
-  // (A replay shard can be a generation ahead of the ticket: then nothing of its generation is out.)
-  uint64_t released_below() const { return shards ? since_base(shards->ticket_) : cursor; }
-  // What may be out already, for the window and bypass checks: released_below(), or one more while
-  // a shard hands the slot at the ticket over (JobShards::handed_).
-  uint64_t out_below() const { return shards ? since_base(shards->handed_) : cursor; }
-  // A sequence number of the ticket's numbering in this generation's (0 if it is of an earlier one).
-  uint64_t since_base(const std::atomic<uint64_t>& shared) const {
-    const uint64_t t = shared.load(std::memory_order_acquire);
-    return t > base ? t - base : 0;
-  }
-  uint64_t refresh_released() { return released_seen = out_below(); }
+  uint64_t span() const { return rotated() ? rot_ring : nslots; }
 
   // A released packet of rank's connection kept for a resend, if there is one at this sequence.
   Held* retained(unsigned rank, uint64_t seq) {

@@ -1,10 +1,11 @@
 // A job's packets as they arrive (docs/protocol.md sections 6-8): data packets held per slot, summed
 // when all n ranks are in, released in PSN order; ACKs observed; contract breaks. How a job is
-// processed is chosen once, when it is added (choose_path): one engine or a shard of a spread job,
-// live or a replayed capture; each way is its own instantiation, so a live job of one engine runs
-// code with no shard and no replay branch.
+// processed is chosen once, when it is added (choose_path): live or a replayed capture, a leaf, a
+// rotated collective; each way is its own instantiation, so a live flat job runs code with no
+// replay and no leaf branch.
 #include "inagg/agg/engine.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine_internal.hpp"
@@ -17,25 +18,18 @@ using wire::Layout;
 using namespace engine_detail;
 
 void Engine::choose_path(Job& job) {
-  const bool sharded = job.shards != nullptr, replay = job.spec.replay;
-  if (job.rotated()) {  // add_job keeps rotated collectives to one engine, live, flat
+  if (job.rotated()) {  // add_job keeps rotated collectives live and flat
     job.on_data = &Engine::handle_rotated;
-    job.on_ack = &Engine::handle_ack<false, false>;
-  } else if (sharded && replay) {
-    job.on_data = &Engine::handle_data<true, true>;
-    job.on_ack = &Engine::handle_ack<true, true>;
-  } else if (sharded) {
-    job.on_data = &Engine::handle_data<true, false>;
-    job.on_ack = &Engine::handle_ack<true, false>;
-  } else if (replay) {
+    job.on_ack = &Engine::handle_ack<false>;
+  } else if (job.spec.replay) {
+    job.on_data = &Engine::handle_data<true>;
+    job.on_ack = &Engine::handle_ack<true>;
+  } else if (job.leaf()) {  // add_job keeps leaves live
     job.on_data = &Engine::handle_data<false, true>;
-    job.on_ack = &Engine::handle_ack<false, true>;
-  } else if (job.leaf()) {  // add_job keeps leaves to one engine, live
-    job.on_data = &Engine::handle_data<false, false, true>;
-    job.on_ack = &Engine::handle_ack<false, false>;
+    job.on_ack = &Engine::handle_ack<false>;
   } else {
-    job.on_data = &Engine::handle_data<false, false>;
-    job.on_ack = &Engine::handle_ack<false, false>;
+    job.on_data = &Engine::handle_data<false>;
+    job.on_ack = &Engine::handle_ack<false>;
   }
 }
 
@@ -53,9 +47,8 @@ void Engine::refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCo
 
 // A data packet: checked against the job's contract, placed by its sequence, then held, summed and
 // released (collect) or answered from the retained sum (answer_retransmit).
-template <bool kSharded, bool kReplay, bool kLeaf>
+template <bool kReplay, bool kLeaf>
 void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
-  if constexpr (kSharded) follow_spread_failure(job);
   if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
   Job::Conn& conn = job.conns[rank];
   // Header and payload CRCs are independent chains (the CPU overlaps them), joined by the job's
@@ -71,25 +64,23 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   if (!refuse_unless_rc_write(job, rank, pkt, l, psn)) return;
 
   // A replayed capture starting over: a FIRST/ONLY at the start PSN once everything is released.
-  if constexpr (kReplay && kSharded) {
-    replay_turn(job, rank, psn, l.info->position);
-  } else if constexpr (kReplay) {
+  if constexpr (kReplay) {
     const wire::OpPosition pos = l.info->position;
     if (psn == conn.spec.start_psn && job.cursor > 0 && job.cursor == job.highest &&
         (pos == wire::OpPosition::first || pos == wire::OpPosition::only)) {
-      start_generation(job, 0);
+      start_generation(job);
       BUMP(job, generations);
     }
   }
 
   uint64_t seq;
-  if (!place_data<kSharded, kLeaf>(job, rank, pkt, l, psn, &seq)) return;
+  if (!place_data<kLeaf>(job, rank, pkt, l, psn, &seq)) return;
   // The packet fits the connection's state (a WRITE of the right size, at or after the start PSN,
   // within the window): only such a packet pins the port the rank's data is taken from. A forged
   // packet that does not fit is dropped above, whatever port it came from.
   if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
   if (!conn.nak_template_ok) learn_nak_template(job, rank, pkt, l);
-  watch_for_gap<kSharded, kReplay>(job, rank, seq, now_ns, tx);
+  watch_for_gap<kReplay>(job, rank, seq, now_ns, tx);
   conn.data_seen = true;
   conn.last_seq = seq;
   conn.last_data_ns = now_ns;
@@ -102,26 +93,23 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
   } else if (slot.seq > seq) {
     return drop(&job, pkt, &EngineCounters::stale);  // older than the slot's epoch: a duplicate the network made
   }
-  if (seq + 1 > job.highest) {
-    job.highest = seq + 1;
-    if constexpr (kSharded && kReplay) job.shards->highest_[job.shard].v.store(job.highest, std::memory_order_release);
-  }
+  if (seq + 1 > job.highest) job.highest = seq + 1;
 
   // A leaf's uplink packet whose partial is made: a retransmission, answered with the partial once
   // that went out (whatever the slot waits for now), a duplicate while it waits for its turn.
   if constexpr (kLeaf) {
     if (rank == job.uplink && slot.partial_out) {
       if (seq < job.up_cursor) return answer_uplink(job, seq, pkt, l, header_crc, tx);
-      note_arrival<kSharded>(job, rank, seq);
+      note_arrival(job, rank, seq);
       return drop(&job, pkt, &EngineCounters::duplicates_dropped);
     }
   }
 
   switch (slot.state) {
     case SlotState::collecting:
-      return collect<kSharded, kLeaf>(job, rank, seq, pkt, l, header_crc, now_ns, tx);
+      return collect<kLeaf>(job, rank, seq, pkt, l, header_crc, now_ns, tx);
     case SlotState::complete:
-      note_arrival<kSharded>(job, rank, seq);
+      note_arrival(job, rank, seq);
       return drop(&job, pkt, &EngineCounters::duplicates_dropped);
     case SlotState::released: {
       // A retransmission of a released slot: the receiver may need it (it writes any packet at or
@@ -129,12 +117,8 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
       if (write_sum(job, seq, pkt.data, l, header_crc)) BUMP(job, ecn_marked);
       if (mark_if_queue_full(job, rank, pkt.data, l)) BUMP(job, ecn_marked_queue);
       BUMP(job, retransmits_answered);
-      note_arrival<kSharded>(job, rank, seq);
-      if constexpr (kSharded)
-        emit_ordered(job, pkt);
-      else
-        emit(pkt, tx, &job);
-      return;
+      note_arrival(job, rank, seq);
+      return emit(pkt, tx, &job);
     }
     case SlotState::empty:
       break;
@@ -173,9 +157,9 @@ void Engine::handle_data(Job& job, unsigned rank, const PacketRef& pkt, const La
 }
 
 // The packet's sequence in the job (*seq), if it may take a slot: at or after the job's start (or
-// where it resumed), of this engine's part of the job (a shard: every K-th sequence), within the
-// window, and the size and position its place in the message needs. False when dropped or refused.
-template <bool kSharded, bool kLeaf, bool kRotated>
+// where it resumed), within the window, and the size and position its place in the message needs.
+// False when dropped or refused.
+template <bool kLeaf, bool kRotated>
 [[gnu::always_inline]] inline bool Engine::place_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l,
                                                       uint32_t psn, uint64_t* seq) {
   Job::Conn& conn = job.conns[rank];
@@ -188,20 +172,11 @@ template <bool kSharded, bool kLeaf, bool kRotated>
     return false;
   }
   *seq = static_cast<uint64_t>(sseq);
-  if (kSharded && (*seq & (job.nshards - 1)) != job.shard) {
-    // Another shard's sequence (only a dataplane that routed it wrong gives one): taking it would
-    // claim a slot of the wrong class, which no release would ever reach.
-    drop(&job, pkt, &EngineCounters::drop_wrong_shard);
-    return false;
-  }
   const uint64_t msg = *seq / job.ppm;
   const uint32_t k = static_cast<uint32_t>(*seq % job.ppm);
-  // The job's first incomplete message, whichever shard holds it (a shard reads the shared state
-  // again only when what it last saw would refuse the packet). A spread job's slot counts from the
-  // moment a shard hands it to the ordered path: it may be out and acknowledged before the ticket moves.
-  // (A rotated collective's connections each go at their own pace: its window is per connection.)
-  uint64_t released = kSharded ? job.released_seen : kRotated ? job.rot_rel[rank] : job.cursor;
-  if (kSharded && msg >= released / job.ppm + job.spec.window) released = job.refresh_released();
+  // The job's first incomplete message. (A rotated collective's connections each go at their own
+  // pace: its window is per connection.)
+  const uint64_t released = kRotated ? job.rot_rel[rank] : job.cursor;
   const uint64_t first_incomplete_msg = released / job.ppm;
   // A leaf's uplink sender runs up to 2 W messages ahead of the leaf's cursor: its receiver, in the
   // next rack, has the total (and acknowledges it) before the total comes down to this leaf; the
@@ -259,20 +234,15 @@ void Engine::learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, c
 
 // Loss before the appliance: a sender's packets arrive in PSN order within each go-back-N pass, so
 // a step forward over a sequence not yet here means one was lost. NAK the sender from what its
-// receiver has (again, with backoff, from poll() while it does not go back). A shard sees every
-// K-th sequence: its steps are K. A replayed capture has no senders to NAK.
-template <bool kSharded, bool kReplay>
+// receiver has (again, with backoff, from poll() while it does not go back). A replayed capture
+// has no senders to NAK.
+template <bool kReplay>
 [[gnu::always_inline]] inline void Engine::watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns,
                                                          TxList& tx) {
   Job::Conn& conn = job.conns[rank];
-  const unsigned K = kSharded ? job.nshards : 1;
-  const unsigned own = kSharded ? job.shard : 0;
-  const bool jumped = conn.data_seen ? seq > conn.last_seq + K && seq > conn.filled : seq > own;
-  // The sender went back (a shard sees the first of its own sequences at or after the NAK's).
-  if (conn.nak_pending && seq < conn.nak_seq + K) conn.nak_pending = false;
+  const bool jumped = conn.data_seen ? seq > conn.last_seq + 1 && seq > conn.filled : seq > 0;
+  if (conn.nak_pending && seq <= conn.nak_seq) conn.nak_pending = false;  // the sender went back
   if (!kReplay && cfg_.fast_recovery && jumped && !conn.nak_pending) {
-    if constexpr (kSharded)
-      if (own != 0) sync_acks(job, rank, now_ns);  // the receiver's acked PSN and MSN, as shard 0 saw them
     send_nak(job, rank, now_ns, tx, NakReason::gap);
     conn.nak_target = seq;
   }
@@ -296,8 +266,8 @@ void Engine::open_epoch(Job& job, uint64_t seq) {
 }
 
 // A packet for a slot still collecting: held (a retransmission replaces the held copy, never added
-// twice); the last rank's completes the slot, which one engine releases when it is the cursor's.
-template <bool kSharded, bool kLeaf>
+// twice); the last rank's completes the slot, which is released when it is the cursor's.
+template <bool kLeaf>
 [[gnu::always_inline]] inline void Engine::collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt,
                                                    const Layout& l, uint32_t header_crc, uint64_t now_ns, TxList& tx) {
   Job::Slot& slot = job.slot(seq);
@@ -315,7 +285,7 @@ template <bool kSharded, bool kLeaf>
   }
   h.hold(pkt, l, header_crc);
   if (ecn_of(pkt.data, l) == wire::kEcnCe || wire::bth_of(pkt.data, l).fecn()) slot.ecn = true;
-  note_arrival<kSharded>(job, rank, seq);
+  note_arrival(job, rank, seq);
   // A leaf: its rack's packets are in, so their partial goes up at once.
   if constexpr (kLeaf)
     if (!slot.partial_out && (slot.arrived & job.local_mask) == job.local_mask) send_partial(job, seq, now_ns, tx);
@@ -325,29 +295,31 @@ template <bool kSharded, bool kLeaf>
     BUMP(job, slots_completed);
     job.slot_completion.observe(elapsed(now_ns, slot.first_ns));
     job.last_progress_ns = now_ns;
-    if constexpr (kSharded) sum_slot(job, seq);  // now, on this core: only the hand-over waits for the turn
-    if constexpr (kLeaf) fill_total(job, seq);   // the total came down: no sum here
+    if constexpr (kLeaf) fill_total(job, seq);  // the total came down: no sum here
   }
-  // One engine releases when the cursor's slot completes. A shard's complete slot may be waiting
-  // for its turn, which another shard gives: it looks at every packet (a load of the ticket).
-  if constexpr (kSharded)
-    release_sharded(job, now_ns, tx);
-  else if (completed && seq == job.cursor)
-    release_plain(job, now_ns, tx);
+  if (completed && seq == job.cursor) release_plain(job, now_ns, tx);
 }
 
-// Moves the sender's `filled` mark over what has arrived (a shard: over its own sequences); a gap
-// that filled needs no more NAKs.
-template <bool kSharded>
+// Moves the sender's `filled` mark over what has arrived; a gap that filled needs no more NAKs.
 void Engine::note_arrival(Job& job, unsigned rank, uint64_t seq) {
   Job::Conn& c = job.conns[rank];
-  const unsigned k = kSharded ? job.nshards : 1;
-  if (seq == c.filled) c.filled += k;  // in order: no slot to look at (this is the per-packet case)
-  while (c.filled < c.expected && job.arrived(c.filled, rank)) c.filled += k;
+  if (seq == c.filled) ++c.filled;  // in order: no slot to look at (this is the per-packet case)
+  while (c.filled < c.expected && job.arrived(c.filled, rank)) ++c.filled;
   if (c.nak_pending && c.filled >= c.nak_target) c.nak_pending = false;
 }
 
-template void Engine::note_arrival<false>(Job& job, unsigned rank, uint64_t seq);  // engine_leaf.cpp's too
+// A replay job starts over: its slots and sequence state go, what was learned of the peers stays.
+void Engine::start_generation(Job& job) {
+  for (Job::Held& h : job.held) {
+    if (h.p.handle) ops_.free(ops_.ctx, h.p.handle);
+    h.clear();
+  }
+  std::fill(job.slots.begin(), job.slots.end(), Job::Slot{});
+  for (Job::Conn& c : job.conns) c.start_generation(cfg_.resend_timeout_ns);
+  job.cursor = 0;
+  job.highest = 0;
+  job.held_count = job.retained_count = 0;
+}
 
 // The checks of a data packet that every kind of job makes, for engine_rotated.cpp.
 bool Engine::admit_rotated(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint32_t* header_crc,
@@ -363,7 +335,7 @@ bool Engine::admit_rotated(Job& job, unsigned rank, const PacketRef& pkt, const 
     return false;
   }
   const uint32_t psn = wire::bth_of(pkt.data, l).psn();
-  return refuse_unless_rc_write(job, rank, pkt, l, psn) && place_data<false, false, true>(job, rank, pkt, l, psn, seq);
+  return refuse_unless_rc_write(job, rank, pkt, l, psn) && place_data<false, true>(job, rank, pkt, l, psn, seq);
 }
 
 // What a data packet that fits tells of its connection (after it was taken): its port, the NAK
@@ -373,16 +345,15 @@ void Engine::note_data(Job& job, unsigned rank, const PacketRef& pkt, const Layo
   Job::Conn& conn = job.conns[rank];
   if (conn.data_port == kUnknownPort) conn.data_port = pkt.port;
   if (!conn.nak_template_ok) learn_nak_template(job, rank, pkt, l);
-  watch_for_gap<false, false>(job, rank, seq, now_ns, tx);
+  watch_for_gap<false>(job, rank, seq, now_ns, tx);
   conn.data_seen = true;
   conn.last_seq = seq;
   conn.last_data_ns = now_ns;
   if (seq + 1 > conn.expected) conn.expected = seq + 1;
 }
 
-template <bool kSharded, bool kReplay>
+template <bool kReplay>
 void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
-  if constexpr (kSharded) follow_spread_failure(job);
   if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
   if (!wire::icrc_verify(pkt.data, l)) return drop(&job, pkt, &EngineCounters::bad_icrc);
   Job::Conn& conn = job.conns[rank];
@@ -397,15 +368,13 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
         },
         &EngineCounters::err_not_write);
   }
-  JobShards::Acked* shared = kSharded && job.shard == 0 ? &job.shards->acked_[rank] : nullptr;
   const wire::AethView aeth = wire::aeth_of(pkt.data, l);
   const uint32_t psn = wire::bth_of(pkt.data, l).psn();
   const int64_t at = static_cast<int64_t>(conn.acked) + sext24(psn - (conn.spec.start_psn + conn.acked));
   // ACK p: the receiver has everything up to p. NAK / RNR NAK p: everything below p.
   const int64_t acked = aeth.is_ack() ? at + 1 : at;
   // (A replayed capture's receivers are pcap files: nothing to check.)
-  const uint64_t out_below = kSharded ? job.out_below() : job.released_for(rank);
-  if (!kReplay && acked > static_cast<int64_t>(out_below)) {
+  if (!kReplay && acked > static_cast<int64_t>(job.released_for(rank))) {
     // The receiver cannot have what was never released: either a path bypasses the appliance or the
     // ACK is forged. Dropped (a forged ACK must not reach the sender); a real bypass stalls the job
     // until its no-progress timeout, whose message gives this reason.
@@ -435,18 +404,10 @@ void Engine::handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const Lay
   conn.acks_seen = true;
   BUMP(job, acks_observed);
   if (acked >= static_cast<int64_t>(conn.acked)) conn.msn = aeth.msn();  // not from a stale, reordered ACK
-  if (kSharded && shared) {
-    shared->msn.store(conn.msn, std::memory_order_relaxed);
-    shared->seen.store(true, std::memory_order_relaxed);
-  }
   if (acked > static_cast<int64_t>(conn.acked)) {
     // Retained copies the receiver now has are no longer needed for resends.
     const uint64_t to = static_cast<uint64_t>(acked);
     free_acknowledged(job, rank, to);
-    if (kSharded && shared) {
-      shared->ack_ns.store(now_ns, std::memory_order_relaxed);
-      shared->acked.store(to, std::memory_order_release);
-    }
     conn.acked = to;
     conn.last_ack_ns = now_ns;
     conn.resend_rounds = 0;  // the receiver moves: a fresh resend budget and backoff

@@ -85,7 +85,7 @@ void Engine::answer_uplink(Job& job, uint64_t seq, const PacketRef& pkt, const L
   std::memcpy(pkt.data + l.payload, job.partial_at(seq), job.spec.payload_bytes);
   if (finish_payload(job, slot.ecn, pkt.data, l, header_crc, slot.partial_crc)) BUMP(job, ecn_marked);
   BUMP(job, retransmits_answered);
-  note_arrival<false>(job, job.uplink, seq);
+  note_arrival(job, job.uplink, seq);
   emit(pkt, tx, &job);
 }
 

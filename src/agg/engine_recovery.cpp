@@ -17,7 +17,6 @@ using namespace engine_detail;
 bool Engine::send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why) {
   Job::Conn& conn = job.conns[rank];
   if (!conn.nak_template_ok) return false;
-  // (A shard other than 0 synced the receiver's acked PSN and MSN first: handle_data, poll.)
   // The NAK is owed from now on, sent or not: poll() sends it again on the backoff schedule.
   if (why == NakReason::again) {
     conn.nak_interval_ns = std::min(2 * conn.nak_interval_ns, cfg_.resend_max_ns);
@@ -70,7 +69,7 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
     if (c.nak_pending) {
       if (c.nak_rounds < cfg_.resend_budget && elapsed(now_ns, c.nak_ns) > c.nak_interval_ns)
         send_nak(job, r, now_ns, tx, NakReason::again);
-    } else if (!job.rotated() && c.data_seen && c.filled % job.ppm != 0 && c.filled == job.released_below() &&
+    } else if (!job.rotated() && c.data_seen && c.filled % job.ppm != 0 && c.filled == job.cursor &&
                job.slot(c.filled).seq == c.filled && job.slot(c.filled).state == SlotState::collecting &&
                ((job.slot(c.filled).arrived | 1ull << r) & job.awaited(job.slot(c.filled))) ==
                    job.awaited(job.slot(c.filled)) &&
@@ -83,22 +82,21 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
     }
     if (tx.capacity() - tx.size() < 2) return;
 
-    // Released and not acknowledged: this engine's sequences from the receiver's acked one up to
-    // the last it released, cursor - K (K = 1: the whole job's).
-    const uint64_t cursor = job.shards ? job.cursor : job.released_for(r);
-    if (c.acked + job.nshards > cursor) continue;
+    // Released and not acknowledged: from the receiver's acked sequence up to the last released.
+    const uint64_t cursor = job.released_for(r);
+    if (c.acked >= cursor) continue;
     if (elapsed(now_ns, std::max({c.last_ack_ns, job.last_release_ns, c.resend_ns})) <= c.resend_interval_ns) continue;
     if (c.resend_rounds >= cfg_.resend_budget) continue;
     // The oldest unacknowledged released packet (in case that is what it lost) and the newest one
     // (if anything between was lost too, the newest is beyond its expected PSN and it NAKs the
     // sender, whose go-back-N retransmissions are answered from the retained sums).
-    const uint64_t newest = cursor - job.nshards;
-    const uint64_t oldest = job.own_at_or_after(std::max(c.acked, cursor > job.span() ? cursor - job.span() : 0));
+    const uint64_t newest = cursor - 1;
+    const uint64_t oldest = std::max(c.acked, cursor > job.span() ? cursor - job.span() : 0);
     for (uint64_t s : {oldest, newest}) {
       Job::Held* h = job.retained(r, s);
       if (!h) continue;
       ops_.ref(ops_.ctx, h->p.handle);
-      emit_data(job, h->p, tx);
+      emit(h->p, tx, &job);
       BUMP(job, resends);
       if (newest == oldest) break;
     }
@@ -108,61 +106,17 @@ void Engine::recover(Job& job, uint64_t now_ns, TxList& tx) {
   }
 }
 
-void Engine::release_turns(uint64_t now_ns, TxList& tx) {
-  for (auto& jp : jobs_) {
-    Job& job = *jp;
-    if (!job.shards) continue;
-    follow_spread_failure(job);
-    if (job.state == JobState::active) release_ready(job, now_ns, tx);
-  }
-}
-
-// Paused while every slot of the shard's part of the loop is complete and some not yet released,
-// and the ticket keeps moving. A rank's packets arrive in sequence order, so the slots before them
-// on the other shards are then complete too, as a rule; but a rank whose queue ran a loop ahead
-// had packets taken for retransmissions of the last loop, and a slot of another shard may wait for
-// its next loop: when the ticket stands still for 200 us, the pause ends (the capture goes on and
-// fills the slot next time round, as with one lcore).
-bool Engine::replay_paused() {
-  constexpr uint64_t kStillNs = 200'000;
-  for (auto& jp : jobs_) {
-    Job& j = *jp;
-    if (!j.shards || !j.spec.replay || j.state != JobState::active) continue;
-    const uint64_t length = j.shards->gen_length_.load(std::memory_order_relaxed);
-    if (length <= j.shard) continue;  // not known yet (the first loop), or no part of it here
-    const uint64_t last = length - 1 - ((length - 1 - j.shard) & (j.nshards - 1));  // its last sequence of a loop
-    if (j.cursor > last) continue;  // all of it went out: the next loop is welcome
-    bool complete = true;
-    for (uint64_t s = j.cursor; s <= last && complete; s += j.nshards) {
-      const Job::Slot& slot = j.slot(s);
-      complete = slot.seq == s && slot.state == SlotState::complete;
-    }
-    if (!complete) continue;
-    const uint64_t ticket = j.shards->ticket();
-    if (ticket != j.pause_ticket) {
-      j.pause_ticket = ticket;
-      j.pause_ns = now_ns_;
-    }
-    if (elapsed(now_ns_, j.pause_ns) < kStillNs) return true;
-  }
-  return false;
-}
-
 void Engine::poll(uint64_t now_ns, TxList& tx) {
   if (now_ns > now_ns_) now_ns_ = now_ns;
   // Releases and aborts first, for every job, so a full TX list never starves them.
   for (auto& jp : jobs_) {
     Job& job = *jp;
-    follow_spread_failure(job);
     if (job.state != JobState::active) continue;
-    if (job.shards && job.shard != 0)  // what the receivers acknowledged, for the release and recover()
-      for (unsigned r = 0; r < job.spec.workers; ++r) sync_acks(job, r, now_ns);
     release_ready(job, now_ns, tx);  // continue a release that TX space cut short
-    const bool pending =
-        job.held_count > 0 ||
-        (!job.spec.replay && job.retained_count > 0 && std::any_of(job.conns.begin(), job.conns.end(), [&](auto& c) {
-          return c.acked + job.nshards <= (job.shards ? job.cursor : job.released_for(c.spec.rank));
-        }));
+    const bool pending = job.held_count > 0 || (!job.spec.replay && job.retained_count > 0 &&
+                                                std::any_of(job.conns.begin(), job.conns.end(), [&](auto& c) {
+                                                  return c.acked < job.released_for(c.spec.rank);
+                                                }));
     if (!pending) {
       job.last_progress_ns = now_ns;
       continue;

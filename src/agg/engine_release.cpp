@@ -141,8 +141,7 @@ void Engine::sum_slot(Job& job, uint64_t seq) {
   slot.summed = true;
 }
 
-// Releases complete slots from the cursor on, in sequence order, while TX has room for a slot (a job
-// of one engine; a shard's go through release_sharded, engine_shards.cpp).
+// Releases complete slots from the cursor on, in sequence order, while TX has room for a slot.
 void Engine::release_plain(Job& job, uint64_t now_ns, TxList& tx) {
   const unsigned n = job.spec.workers;
   while (job.state == JobState::active) {
@@ -180,13 +179,12 @@ void Engine::mark_released(Job& job, uint64_t now_ns) {
   job.retained_count += n;
   slot.state = SlotState::released;
   BUMP(job, slots_released);
-  job.cursor += job.nshards;
+  ++job.cursor;
   job.last_progress_ns = job.last_release_ns = now_ns;
 }
 
-// Either kind of job, for the callers off the per-packet path (timers, release_turns).
+// Any kind of job, for the callers off the per-packet path (timers).
 void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
-  if (job.shards) return release_sharded(job, now_ns, tx);
   if (job.rotated()) {
     for (unsigned r = 0; r < job.spec.workers; ++r) rot_release(job, r, now_ns, tx);
     return;
@@ -195,25 +193,12 @@ void Engine::release_ready(Job& job, uint64_t now_ns, TxList& tx) {
   release_plain(job, now_ns, tx);
 }
 
-// A data-direction packet the engine sends outside a release (a retransmission answered, a resend):
-// a spread job's go on its ordered path too, behind what was released before.
-void Engine::emit_data(Job& job, const PacketRef& p, TxList& tx) {
-  if (!job.shards) return emit(p, tx, &job);
-  emit_ordered(job, p);
-}
-
-void Engine::emit_ordered(Job& job, const PacketRef& p) {
-  if (job.shards->tx_.send(job.shards->tx_.ctx, &p, 1)) return;
-  ops_.free(ops_.ctx, p.handle);
-  BUMP(job, tx_full);
-}
-
 // The receiver of `rank` holds every sequence below `to`: the retained copies of them go.
 void Engine::free_acknowledged(Job& job, unsigned rank, uint64_t to) {
   if (job.rotated()) return rot_free_acknowledged(job, rank, to);
   Job::Conn& conn = job.conns[rank];
   const uint64_t from = std::max(conn.acked, to > job.span() ? to - job.span() : 0);
-  for (uint64_t s = job.own_at_or_after(from); s < to; s += job.nshards) {
+  for (uint64_t s = from; s < to; ++s) {
     Job::Held& h = job.held_at(s, rank);
     if (h.retained && job.slot(s).seq == s) {
       ops_.free(ops_.ctx, h.p.handle);

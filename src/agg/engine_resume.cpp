@@ -4,7 +4,7 @@
 // dropped, never forwarded raw. Every rank sends the same messages at the same PSN offsets from its
 // start PSN (the job contract), so one offset names the same packet on every rank.
 //
-// One engine: the drops make every sender's RC retransmission go back to the first packet its
+// The drops make every sender's RC retransmission go back to the first packet its
 // receiver lacks (go-back-N), which shows as a step back in the rank's offsets. Once every rank
 // went back, the job resumes at the furthest of those points: a slot can be summed only when every
 // sender sends it, and each sends only from its own point on. Ranks caught with their receivers at
@@ -15,8 +15,6 @@
 // two calls are there); inside one it is aborted (resumed_mid_round), its ranks failing on their RC
 // retries as above. It is reloaded only when its rounds divide the 2^24 PSNs (control::resumable):
 // an offset from the start PSN then tells the place in a round even past a wrap.
-// A spread job resumes at the first message that begins on shard 0 instead (its lcores route by
-// offsets from the start PSN, and only shard 0's engine could see every rank go back).
 #include "inagg/agg/engine.hpp"
 
 #include "engine_internal.hpp"
@@ -38,13 +36,7 @@ bool fits(const control::JobSpec& spec, uint32_t ppm, uint32_t offset, const Pac
 
 }  // namespace
 
-// A spread job: counts from `offset` past every rank's start PSN, a fresh job of those start PSNs.
-void Engine::resume_at(Job& job, uint32_t offset) {
-  for (Job::Conn& c : job.conns) c.spec.start_psn = wire::psn_add(c.spec.start_psn, offset);
-  choose_path(job);
-}
-
-// A job of one engine: everything below `seq` went out before the restart, as far as it knows.
+// Everything below `seq` went out before the restart, as far as it knows.
 void Engine::resume_from(Job& job, uint64_t seq) {
   job.cursor = job.up_cursor = job.highest = job.floor = seq;
   for (Job::Conn& c : job.conns) {
@@ -59,80 +51,59 @@ void Engine::resume_from(Job& job, uint64_t seq) {
   choose_path(job);
 }
 
-template <bool kSharded>
 void Engine::resume_data(Job& job, unsigned rank, const PacketRef& pkt, const Layout& l, uint64_t now_ns, TxList& tx) {
   if (job.state == JobState::failed) return drop(&job, pkt, &EngineCounters::failed_job_drops);
   const Job::Conn& conn = job.conns[rank];
   const uint32_t psn = wire::bth_of(pkt.data, l).psn();
   const uint32_t offset = (psn - conn.spec.start_psn) & wire::kPsnMask;
-  if constexpr (kSharded) {
-    if (job.shard != 0) {  // shard 0 finds the message; the others follow it
-      const int64_t at = job.shards->resume_at_.load(std::memory_order_acquire);
-      if (at < 0) return drop(&job, pkt, &EngineCounters::drop_resuming);
-      resume_at(job, static_cast<uint32_t>(at));
-      return (this->*job.on_data)(job, rank, pkt, l, now_ns, tx);
-    }
-    // A WRITE that begins a message (a FIRST, or an ONLY), at an offset that is a multiple of the
-    // shards: only such an offset keeps every packet on its shard's lcore.
-    if ((offset & (job.nshards - 1)) != 0 || !fits(job.spec, job.ppm, 0, pkt, l))
-      return drop(&job, pkt, &EngineCounters::drop_resuming);
-    job.shards->resume_at_.store(offset, std::memory_order_release);
-    resume_at(job, offset);
-  } else {
-    if (!fits(job.spec, job.ppm, offset, pkt, l)) return drop(&job, pkt, &EngineCounters::drop_resuming);
-    Job::ResumeTrack& t = job.resume[rank];
-    if (!t.seen || (!t.back && sext24(offset - t.highest) > 0)) {
-      t.seen = true;
-      t.highest = offset;
-    } else if (!t.back) {
-      t.back = true;
-      t.point = offset;
-      // A reduce-scatter or all-gather sums a round from packets at every position of it (each
-      // connection carries the shards in its own order): inside a round, the contributions before
-      // the restart are gone and the round could never finish. A point there is taken as lost
-      // packets first (the one the sender went back to may not have arrived): the rank is watched
-      // for its next go-back; the third such point aborts the job.
-      if (job.rotated() && offset % job.rot_round() != 0) {
-        if (++t.inside_round < 3) {
-          t.back = false;
-          t.highest = offset;
-          return drop(&job, pkt, &EngineCounters::drop_resuming);
-        }
-        abort_job(job,
-                  "resumed after a restart inside a round (rank " + std::to_string(rank) + " went back to " +
-                      std::to_string(offset) + " packets past its start PSN three times; rounds of " +
-                      std::to_string(job.rot_round()) +
-                      "): the call in flight at the restart lost its partial sums with it; register the job again",
-                  &EngineCounters::resumed_mid_round);
-        return drop(&job, pkt, &EngineCounters::failed_job_drops);
+  if (!fits(job.spec, job.ppm, offset, pkt, l)) return drop(&job, pkt, &EngineCounters::drop_resuming);
+  Job::ResumeTrack& t = job.resume[rank];
+  if (!t.seen || (!t.back && sext24(offset - t.highest) > 0)) {
+    t.seen = true;
+    t.highest = offset;
+  } else if (!t.back) {
+    t.back = true;
+    t.point = offset;
+    // A reduce-scatter or all-gather sums a round from packets at every position of it (each
+    // connection carries the shards in its own order): inside a round, the contributions before
+    // the restart are gone and the round could never finish. A point there is taken as lost
+    // packets first (the one the sender went back to may not have arrived): the rank is watched
+    // for its next go-back; the third such point aborts the job.
+    if (job.rotated() && offset % job.rot_round() != 0) {
+      if (++t.inside_round < 3) {
+        t.back = false;
+        t.highest = offset;
+        return drop(&job, pkt, &EngineCounters::drop_resuming);
       }
+      abort_job(job,
+                "resumed after a restart inside a round (rank " + std::to_string(rank) + " went back to " +
+                    std::to_string(offset) + " packets past its start PSN three times; rounds of " +
+                    std::to_string(job.rot_round()) +
+                    "): the call in flight at the restart lost its partial sums with it; register the job again",
+                &EngineCounters::resumed_mid_round);
+      return drop(&job, pkt, &EngineCounters::failed_job_drops);
     }
-    uint32_t furthest = job.resume[0].point;
-    for (const Job::ResumeTrack& r : job.resume) {
-      if (!r.back) return drop(&job, pkt, &EngineCounters::drop_resuming);
-      if (sext24(r.point - furthest) > 0) furthest = r.point;
-    }
-    resume_from(job, furthest);
   }
-  // (A spread job's start PSNs moved to where it resumed; one engine's stay, its floor moved.)
-  const uint32_t at = job.shards ? offset : static_cast<uint32_t>(job.floor);
+  uint32_t furthest = job.resume[0].point;
+  for (const Job::ResumeTrack& r : job.resume) {
+    if (!r.back) return drop(&job, pkt, &EngineCounters::drop_resuming);
+    if (sext24(r.point - furthest) > 0) furthest = r.point;
+  }
+  resume_from(job, furthest);
+  const uint32_t at = static_cast<uint32_t>(job.floor);  // the start PSNs stay; the floor moved
   util::log(util::LogModule::engine, util::LogLevel::info,
             "job %u: resumed after a restart %u packets past the registered start PSNs (rank %u's PSN %u); %llu "
             "packets dropped until then",
-            job.spec.id, at, rank, job.shards ? conn.spec.start_psn : wire::psn_add(conn.spec.start_psn, at),
+            job.spec.id, at, rank, wire::psn_add(conn.spec.start_psn, at),
             static_cast<unsigned long long>(job.c.drop_resuming));
   (this->*job.on_data)(job, rank, pkt, l, now_ns, tx);
 }
 
 // ACKs before the job resumed acknowledge what the appliance released before it restarted (or
 // nothing): what they would tell the senders cannot be checked, so they are dropped; the first
-// sums released after it acknowledge everything before them. (A spread job's ACKs go to shard 0,
-// which resumes the job itself.)
+// sums released after it acknowledge everything before them.
 void Engine::resume_ack(Job& job, unsigned, const PacketRef& pkt, const Layout&, uint64_t, TxList&) {
   drop(&job, pkt, job.state == JobState::failed ? &EngineCounters::failed_job_drops : &EngineCounters::drop_resuming);
 }
-
-template void Engine::resume_data<false>(Job&, unsigned, const PacketRef&, const Layout&, uint64_t, TxList&);
-template void Engine::resume_data<true>(Job&, unsigned, const PacketRef&, const Layout&, uint64_t, TxList&);
 
 }  // namespace inagg::agg

@@ -49,7 +49,7 @@ void Engine::handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const
 
   if (q < job.rot_rel[rank]) {  // it went out before: the sender went back
     note_data(job, rank, pkt, l, q, now_ns, tx);
-    note_arrival<false>(job, rank, q);
+    note_arrival(job, rank, q);
     if (!passes) {
       if (!slot.used || slot.g != at.g || !(rs ? slot.done : slot.copy))
         return drop(&job, pkt, &EngineCounters::stale);  // its round no longer holds the slot
@@ -62,7 +62,7 @@ void Engine::handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const
   Job::RotEntry& e = job.rot_entry(rank, q);
   if (e.used && e.seq == q) {  // waiting in its connection's queue already
     note_data(job, rank, pkt, l, q, now_ns, tx);
-    note_arrival<false>(job, rank, q);
+    note_arrival(job, rank, q);
     return drop(&job, pkt, &EngineCounters::duplicates_dropped);
   }
   if (e.used) {
@@ -88,7 +88,7 @@ void Engine::handle_rotated(Job& job, unsigned rank, const PacketRef& pkt, const
   e.ready = true;
   e.released = false;
   ++job.held_count;
-  note_arrival<false>(job, rank, q);
+  note_arrival(job, rank, q);
   job.last_progress_ns = now_ns;
   const size_t si = job.rot_index(at.g);
 

@@ -231,10 +231,6 @@ int check_config(const Options& opt, const std::vector<control::JobSpec>& jobs, 
     return 2;
   }
   const unsigned datapath = lc->datapath_lcores();
-  if (!dataplane::check_job_lcores(opt.app, datapath, &err)) {
-    std::cerr << "inagg: " << err << "\n";
-    return 2;
-  }
   if (!dataplane::check_mbuf_budget(opt.app, datapath, &err)) {
     std::cerr << "inagg: " << err << " (" << lc->lcores.size() << " EAL lcores: " << datapath
               << (datapath == 1 && lc->lcores.size() == 1 ? " datapath lcore, the main one"
@@ -350,7 +346,7 @@ int run_appliance(const Options& opt, const std::vector<control::JobSpec>& jobs,
 
     dataplane::attach_telemetry(app);
     dataplane::EventWatcher events(app);
-    apps::RequestDispatcher requests(app, state, opt.app.job_lcores);
+    apps::RequestDispatcher requests(app, state);
     loop.requests = &requests;
     loop.events = &events;
     if (!app.run(ControlLoop::tick_cb, &loop, 2, &err)) {

@@ -12,6 +12,7 @@
 #include "inagg/dataplane/events.hpp"
 #include "inagg/dataplane/metrics.hpp"
 #include "inagg/util/key_value.hpp"
+#include "inagg/util/log.hpp"
 #include "version.hpp"
 
 namespace po = boost::program_options;
@@ -71,11 +72,6 @@ po::options_description make_options(Options& o) {
       "tx-desc", po::value<uint16_t>(&o.app.tx_desc)->default_value(o.app.tx_desc), "TX descriptors per queue")(
       "drain-us", po::value<uint32_t>(&o.app.drain_us)->default_value(o.app.drain_us),
       "flush partial TX bursts at least this often")(
-      "job-lcores", po::value<uint16_t>(&o.app.job_lcores)->default_value(o.app.job_lcores),
-      "datapath lcores each job is spread over (docs/protocol.md section 4): 1, the lcore that owns it; N = 2, 4 or 8, "
-      "its slots sharded by index (lcore i of N takes the sequences s with s mod N == i and does all of their work). "
-      "At most the datapath lcores")("job-spread", po::value<std::string>(&o.job_spread)->default_value("shards"),
-                                     "how a job goes over --job-lcores N > 1 lcores: 'shards' (the only way)")(
       "idle-sleep-us", po::value<uint32_t>(&o.app.idle_sleep_us)->default_value(o.app.idle_sleep_us),
       "lab mode: a datapath lcore whose queues stay empty backs off and sleeps, up to this many microseconds at a "
       "time, so an appliance sharing cores with its workers does not starve them (at most half of --resend-us); 0: "
@@ -121,6 +117,30 @@ po::options_description make_options(Options& o) {
       "run-for", po::value<double>(&o.run_for)->default_value(0),
       "exit after the datapath has run this many seconds, as on SIGTERM (smoke tests: start-up time does not count); "
       "0: never");
+  return d;
+}
+
+// Options inagg had and no longer has: recognised (on the command line and in a config file) only to
+// say what took their place, never shown in the help. Their old default, which a config file written
+// for an older inagg may still set, changes nothing and is only warned about; any other value is
+// refused.
+struct RemovedOption {
+  const char* name;
+  const char* old_default;
+  const char* why;
+};
+constexpr RemovedOption kRemovedOptions[] = {
+    {"job-lcores", "1",
+     "a job is spread over lcores by its channels now: give its job file `channels = C` (C RC connections per "
+     "rank, each channel on an lcore of its own; docs/protocol.md section 22) and leave job-lcores out"},
+    {"job-spread", "shards",
+     "it chose how job-lcores spread a job, and channels replaced that (docs/protocol.md section 22): leave "
+     "job-spread out"},
+};
+
+po::options_description removed_options() {
+  po::options_description d;
+  for (const RemovedOption& r : kRemovedOptions) d.add_options()(r.name, po::value<std::string>(), r.why);
   return d;
 }
 
@@ -190,29 +210,42 @@ bool store_config_file(const std::string& path, const po::options_description& d
 
 int parse_app_options(int argc, char** argv, Options& o, std::ostream& errors) {
   po::options_description d = make_options(o);
+  po::options_description parsed;  // what is read: d and the removed options
+  parsed.add(d).add(removed_options());
   po::variables_map vm;
   try {
-    const po::parsed_options command_line = po::command_line_parser(argc, argv).options(d).run();
+    const po::parsed_options command_line = po::command_line_parser(argc, argv).options(parsed).run();
     po::store(command_line, vm);
     for (const po::option& given : command_line.options)
       o.given[given.string_key].push_back(given.value.empty() ? "true" : given.value.front());
     if (vm.count("config")) {
       std::string err;
       std::map<std::string, std::vector<std::string>> in_file;
-      if (!store_config_file(vm["config"].as<std::string>(), d, vm, &in_file, &err)) {
+      if (!store_config_file(vm["config"].as<std::string>(), parsed, vm, &in_file, &err)) {
         errors << "inagg: " << err << "\n";
         return 2;
       }
       // As po::store took them: the command line wins, but repeatable options add up.
       for (auto& [name, values] : in_file) {
         std::vector<std::string>& mine = o.given[name];
-        if (mine.empty() || d.find(name, false).semantic()->is_composing())
+        if (mine.empty() || parsed.find(name, false).semantic()->is_composing())
           mine.insert(mine.end(), values.begin(), values.end());
       }
     }
     po::notify(vm);
   } catch (const po::error& e) {
     errors << "inagg: " << e.what() << " (see inagg -- --help)\n";
+    return 2;
+  }
+  for (const RemovedOption& r : kRemovedOptions) {
+    if (!vm.count(r.name)) continue;
+    if (vm[r.name].as<std::string>() == r.old_default) {
+      util::log(util::LogModule::control, util::LogLevel::warning, "--%s %s is ignored: the option was removed; %s",
+                r.name, r.old_default, r.why);
+      o.given.erase(r.name);  // it changes nothing, so neither does a reload that drops it
+      continue;
+    }
+    errors << "inagg: --" << r.name << " was removed: " << r.why << "\n";
     return 2;
   }
   if (vm.count("version")) {
@@ -247,14 +280,6 @@ int parse_app_options(int argc, char** argv, Options& o, std::ostream& errors) {
     o.app.pools = dataplane::PoolMode::per_port;
   } else {
     errors << "inagg: --mempools must be shared, per-socket or per-port (got '" << m << "')\n";
-    return 2;
-  }
-  if (const std::string m = o.job_spread; m == "verify") {
-    errors << "inagg: --job-spread verify was removed: it computed payload CRCs on other lcores and was measured "
-              "slower than one lcore; use --job-spread shards (the default) or leave --job-spread out\n";
-    return 2;
-  } else if (m != "shards") {
-    errors << "inagg: --job-spread must be shards (got '" << m << "')\n";
     return 2;
   }
   o.selftest = vm.count("selftest") > 0;

@@ -21,7 +21,6 @@ struct Options {
   std::string metrics_listen;  // "" = no metrics endpoint
   std::string control_tcp;     // "" = no TCP control listener
   std::string control_secret_file;
-  std::string job_spread;  // --job-spread: "shards", the only way left
   double stats_interval = 0;
   double idle_exit = 0;
   double run_for = 0;

@@ -22,8 +22,7 @@ std::string RequestDispatcher::over_budget(const control::Tenant& tenant, const 
     used.memory_bytes += j.memory_bytes;
     used.mbufs += j.mbuf_quota;
   }
-  const bool one_lcore = job.collective != control::Collective::allreduce || job.tier == control::Tier::leaf;
-  const agg::Engine::Footprint f = agg::Engine::footprint(job, one_lcore ? 1 : job_lcores_);
+  const agg::Engine::Footprint f = agg::Engine::footprint(job);
   return control::budget_refusal(tenant, job.id, used, f.memory_bytes, f.mbufs);
 }
 

@@ -20,11 +20,10 @@ namespace inagg::apps {
 
 // Answers the control socket's requests on the control thread. `store` is the state directory
 // (null without one): an added job is kept there, with its lcore, before the client hears ok, a
-// removed one goes. `job_lcores`: the lcores a job is spread over (--job-lcores), for its footprint.
+// removed one goes.
 class RequestDispatcher {
  public:
-  RequestDispatcher(dataplane::Appliance& app, control::JobStore* store, unsigned job_lcores = 1)
-      : app_(app), store_(store), job_lcores_(job_lcores) {}
+  RequestDispatcher(dataplane::Appliance& app, control::JobStore* store) : app_(app), store_(store) {}
 
   // The reply to one request: what the control socket sends back. `tenant`: who asks over TCP (an
   // add is then kept within its budgets: control::budget_refusal); null on the local socket.
@@ -39,7 +38,6 @@ class RequestDispatcher {
 
   dataplane::Appliance& app_;
   control::JobStore* store_;
-  unsigned job_lcores_;
   // Refused adds, shown by `list` for a while so that every rank of the job learns of the refusal.
   control::RefusedJobs refused_;
 };

@@ -116,11 +116,10 @@ Appliance::~Appliance() {
                 l->lcore_id, l->capture.skipped(), l->capture.errors());
     l->capture.close();
     free_request_rings(*l);
-    for (rte_ring* ring : {l->handover, l->ordered}) {
-      if (!ring) continue;
+    if (l->handover) {
       rte_mbuf* m;
-      while (rte_ring_dequeue(ring, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
-      rte_ring_free(ring);
+      while (rte_ring_dequeue(l->handover, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+      rte_ring_free(l->handover);
     }
   }
   I.lcores.clear();
@@ -161,14 +160,6 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.single = lcore_ids.empty();
   if (I.single) lcore_ids.push_back(rte_get_main_lcore());
   const uint16_t nq = static_cast<uint16_t>(lcore_ids.size());
-  if (!check_job_lcores(cfg, nq, error)) return false;
-  if (cfg.job_lcores > 1)
-    util::log(util::LogModule::dataplane, util::LogLevel::warning,
-              "--job-lcores %u: one job on two lcores measured 1.14x [0.82-1.29] one lcore through the "
-              "appliance, and two shards 0.84x [0.76-1.63] one engine in memory (bench/README.md's current "
-              "figures, on 2 vCPUs): it gains only where each lcore has a core of its own and receives its own "
-              "shard's packets; measure yours with bench/run job-lcores",
-              static_cast<unsigned>(cfg.job_lcores));
   if (!I.ports.open(cfg, nq, error)) return false;
 
   for (uint16_t i = 0; i < nq; ++i) {
@@ -188,10 +179,7 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
                                                  cfg.mac_limit_per_port ? 2 * cfg.mac_limit_per_port : 0);
     l->handover = rte_ring_create(("inagg_ho_" + std::to_string(i)).c_str(), kHandoverRingSize,
                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
-    if (cfg.job_lcores > 1)  // the sharded jobs this lcore owns release onto it, in PSN order; it sends from it
-      l->ordered = rte_ring_create(("inagg_or_" + std::to_string(i)).c_str(), kHandoverRingSize,
-                                   static_cast<int>(rte_socket_id()), RING_F_SC_DEQ);
-    if (!l->handover || (cfg.job_lcores > 1 && !l->ordered)) {
+    if (!l->handover) {
       *error = std::string("cannot create lcore rings: ") + rte_strerror(rte_errno);
       return false;
     }
@@ -209,8 +197,6 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   I.dp.tsc_hz = rte_get_tsc_hz();
   I.dp.drain_us = cfg.drain_us;
   I.dp.idle_sleep_us = cfg.idle_sleep_us;
-  I.dp.job_lcores = cfg.job_lcores;
-  I.dp.shards = cfg.job_lcores > 1;
   I.dp.port_ids = I.ports.ids();
   I.dp.index_of_port = I.ports.index_of_port();
   for (auto& l : I.lcores) {
@@ -220,7 +206,6 @@ bool Appliance::init(const ApplianceConfig& cfg, std::string* error) {
   }
   I.jobs.set_lcores(I.dp.lcores);
   I.jobs.set_closed_hold(cfg.engine.closed_hold_ns);
-  I.jobs.set_job_lcores(cfg.job_lcores);
   return true;
 }
 
@@ -370,12 +355,10 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart st
   return b;
 }
 
-// The job's rte_flow rules (flow.hpp): each connection's data to the lcore that takes it first (its
-// owner, or with --job-lcores above 1 one of the job's shards' lcores by rank), its ACKs to the owner, as the lcores'
-// routes send them (Engine::route_job, lcore_requests.cpp), so each
-// packet crosses cores at most once (sharded: a data packet whose PSN is another shard's crosses
-// once; DPDK 22.11 has no flow item to steer by PSN). They are an optimisation: until they are in
-// place, and where a PMD refuses them, the lcores hand the job's packets on.
+// The job's rte_flow rules (flow.hpp): both directions of each connection to the job's owner, as the
+// lcores' routes send them (Engine::route_job, lcore_requests.cpp), so that none of its packets
+// crosses cores. They are an optimisation: until they are in place, and where a PMD refuses them,
+// the lcores hand the job's packets on.
 bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
                                 int placed, std::string* error) {
   if (!jobs.add(spec, error, start, placed, &bound_spec)) {
@@ -386,12 +369,8 @@ bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::Job
   update_pins();
   // A job of channels has no address-pair rules: its channels share their ranks' address pairs but
   // not their lcores; RSS by UDP source port spreads them, and what lands elsewhere is handed on.
-  if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1 && spec.channels == 1) {
-    std::vector<uint16_t> data_queue(spec.workers);
-    for (unsigned rank = 0; rank < spec.workers; ++rank)
-      data_queue[rank] = JobOwnership::shard_lcore(static_cast<uint16_t>(owner), rank % cfg.job_lcores, lcores.size());
-    ports.steering().steer_job(spec.id, job_pairs(spec.conns, data_queue, static_cast<uint16_t>(owner)));
-  }
+  if (const int owner = jobs.owner_of(spec.id); owner >= 0 && lcores.size() > 1 && spec.channels == 1)
+    ports.steering().steer_job(spec.id, job_pairs(spec.conns, static_cast<uint16_t>(owner)));
   return true;
 }
 

@@ -151,18 +151,16 @@ PortSteering FlowSteering::add_unsteered_port(uint16_t port, const std::string& 
   return ps;
 }
 
-std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns,
-                                   const std::vector<uint16_t>& data_queue, uint16_t ack_queue) {
+std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns, uint16_t queue) {
   std::vector<SteeredPair> out;
-  auto add = [&](const util::IpAddr& src, const util::IpAddr& dst, uint16_t queue) {
+  auto add = [&](const util::IpAddr& src, const util::IpAddr& dst) {
     if (src.version != dst.version) return;
     for (const SteeredPair& p : out)
-      if (p.src == src && p.dst == dst) return;  // the first (data) wins
+      if (p.src == src && p.dst == dst) return;
     out.push_back({src, dst, queue});
   };
-  for (const control::ConnectionSpec& c : conns)
-    add(c.src_ip, c.dst_ip, c.rank < data_queue.size() ? data_queue[c.rank] : ack_queue);
-  for (const control::ConnectionSpec& c : conns) add(c.dst_ip, c.src_ip, ack_queue);
+  for (const control::ConnectionSpec& c : conns) add(c.src_ip, c.dst_ip);  // data
+  for (const control::ConnectionSpec& c : conns) add(c.dst_ip, c.src_ip);  // ACKs and NAKs
   return out;
 }
 

@@ -28,42 +28,16 @@ bool JobOwnership::conflicts(const control::JobSpec& spec, std::string* error) c
 }
 
 // With one datapath lcore there is nobody to hand packets to: no routes.
-void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns,
-                             const std::vector<uint16_t>& shard_lcores) {
+void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner,
+                             uint64_t linger_ns) {
   if (lcores_.size() < 2) return;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{kind};
     r.spec = &spec;
     r.owner = owner;
     r.linger_ns = linger_ns;
-    r.shard_lcores = shard_lcores;
     call_lcore(*l, r);
   }
-}
-
-// Slots sharded by index: shard i's engine on the i-th lcore from the owner, all sharing one
-// JobShards whose ordered path is the owner's ordered ring. All shards take the job or none does.
-bool JobOwnership::add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error) {
-  const unsigned k = job_lcores_;
-  auto shared = std::make_shared<agg::JobShards>(k, agg::OrderedTx{lcores_[owner]->ordered, ordered_send});
-  std::vector<uint16_t> ls;
-  for (unsigned i = 0; i < k; ++i) ls.push_back(shard_lcore(owner, i, lcores_.size()));
-  for (unsigned i = 0; i < k; ++i) {
-    LcoreRequest r{LcoreRequest::Kind::add_job};
-    r.spec = &spec;
-    r.shard = {shared, i};
-    r.start = start;
-    call_lcore(*lcores_[ls[i]], r);
-    if (r.ok) continue;
-    // Undo the shards already added (their engines keep the connections closed a while, as after
-    // any removal: nothing of the job is forwarded raw in between).
-    for (unsigned j = 0; j < i; ++j) remove_from(ls[j], spec.id, nullptr);
-    *error = r.error + " (on lcore " + std::to_string(lcores_[ls[i]]->lcore_id) + ", shard " + std::to_string(i) +
-             " of " + std::to_string(k) + ")";
-    return false;
-  }
-  shard_lcores_[spec.id] = ls;
-  return true;
 }
 
 // Channel c's engine job on channel_lcore(owner, c). All channels take the job or none does.
@@ -102,7 +76,6 @@ std::vector<size_t> JobOwnership::load() const {
 }
 
 std::vector<uint16_t> JobOwnership::lcores_of(uint32_t id) const {
-  if (auto it = shard_lcores_.find(id); it != shard_lcores_.end()) return it->second;
   if (auto it = channel_lcores_.find(id); it != channel_lcores_.end()) {  // each lcore once
     std::vector<uint16_t> ls = it->second;
     std::sort(ls.begin(), ls.end());
@@ -215,16 +188,12 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
     return false;
   }
   if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
-  // A job of channels is spread by its channels, never sharded.
-  const bool sharded = job_lcores_ > 1 && spec.channels == 1;
-  const bool ok =
-      sharded ? add_sharded(engine_spec, owner, start, error) : add_channels(engine_spec, owner, start, error);
-  if (!ok) {
+  if (!add_channels(engine_spec, owner, start, error)) {
     if (!existed) broadcast(LcoreRequest::Kind::release_closed, spec, 0, 0);
-    // A failed sharded job being replaced: the shards that took the new one gave it back, the
-    // others still hold the failed one. Half a job cannot stay: all of it goes, as a removal does
-    // (every engine keeps its connections closed for the closed hold).
-    if (existed && (sharded || spec.channels > 1)) {
+    // A failed job of channels being replaced: the channels that took the new one gave it back,
+    // the others still hold the failed one. Half a job cannot stay: all of it goes, as a removal
+    // does (every engine keeps its connections closed for the closed hold).
+    if (existed && spec.channels > 1) {
       remove_parts(spec.id);
       *error += "; the failed job " + std::to_string(spec.id) + " it was to replace was removed";
     }
@@ -232,13 +201,9 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
   }
   owner_[spec.id] = owner;
   specs_[spec.id] = spec;
-  if (sharded) {
-    broadcast(LcoreRequest::Kind::set_owner, specs_[spec.id], owner, 0, shard_lcores_[spec.id]);
-  } else {
-    const std::vector<uint16_t>& ls = channel_lcores_[spec.id];
-    for (unsigned c = 0; c < spec.channels; ++c)  // each channel's packets to its own lcore
-      broadcast(LcoreRequest::Kind::set_owner, control::channel_spec(engine_spec, c), ls[c]);
-  }
+  const std::vector<uint16_t>& ls = channel_lcores_[spec.id];
+  for (unsigned c = 0; c < spec.channels; ++c)  // each channel's packets to its own lcore
+    broadcast(LcoreRequest::Kind::set_owner, control::channel_spec(engine_spec, c), ls[c]);
   return true;
 }
 
@@ -259,7 +224,7 @@ bool JobOwnership::remove_from(uint16_t lcore, uint32_t id, std::string* error) 
   return r.ok;
 }
 
-// Every part of a job goes (a shard or a channel's; a part already gone is no refusal to the
+// Every part of a job goes (each channel's; a part already gone is no refusal to the
 // others), then every lcore forgets its owner. False, with the first engine's refusal, when an
 // engine had no part of it.
 bool JobOwnership::remove_parts(uint32_t id, std::string* error) {
@@ -268,7 +233,6 @@ bool JobOwnership::remove_parts(uint32_t id, std::string* error) {
   broadcast(LcoreRequest::Kind::clear_owner, specs_[id], 0, closed_hold_ns_);
   owner_.erase(id);
   specs_.erase(id);
-  shard_lcores_.erase(id);
   channel_lcores_.erase(id);
   return ok;
 }
@@ -280,13 +244,13 @@ control::JobStatus JobOwnership::description(const agg::JobInfo& info) const {
 
 std::vector<control::JobStatus> JobOwnership::describe_all() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::unordered_map<uint32_t, std::vector<agg::JobInfo>> parts;  // a sharded job has one per shard
+  std::unordered_map<uint32_t, std::vector<agg::JobInfo>> parts;  // a job of channels has one per channel
   for (LcoreState* l : lcores_) {
     LcoreRequest r{LcoreRequest::Kind::list_jobs};
     call_lcore(*l, r);
     for (const agg::JobInfo& info : r.infos) parts[info.id].push_back(info);
   }
-  std::vector<control::JobStatus> all;  // a job of channels: one part per channel
+  std::vector<control::JobStatus> all;
   for (const auto& [id, p] : parts) all.push_back(description(merge(p)));
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return all;

@@ -17,13 +17,6 @@ class JobOwnership {
   void set_lcores(std::vector<LcoreState*> lcores) { lcores_ = std::move(lcores); }
   // How long a removed job's connections stay closed on the lcores that did not own it.
   void set_closed_hold(uint64_t ns) { closed_hold_ns_ = ns; }
-  // Lcores each job is spread over (ApplianceConfig::job_lcores), the owner and the lcores that
-  // follow its index: its shards, shard i on the i-th.
-  void set_job_lcores(uint16_t n) { job_lcores_ = n; }
-  // The lcore of shard `i` of a sharded job owned by `owner` (shard 0).
-  static uint16_t shard_lcore(uint16_t owner, unsigned i, size_t nlcores) {
-    return static_cast<uint16_t>((owner + i) % nlcores);
-  }
   // The lcore of channel `c` of a job whose channel 0 is on `owner`: the channels go round the
   // lcores from there, so that C channels on L lcores share an lcore only when C > L.
   static uint16_t channel_lcore(uint16_t owner, unsigned c, size_t nlcores) {
@@ -62,30 +55,26 @@ class JobOwnership {
 
  private:
   bool conflicts(const control::JobSpec& spec, std::string* error) const;
-  bool add_sharded(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error);
   bool add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error);
   std::vector<size_t> load() const;                              // channels per lcore
   bool remove_parts(uint32_t id, std::string* error = nullptr);  // with mutex_ held
   // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
   bool remove_from(uint16_t lcore, uint32_t id, std::string* error);
   std::vector<uint16_t> lcores_of(uint32_t id) const;  // every lcore whose engine has a part of the job
-  // One job's parts (its shards' infos) as one: counters and buffers summed, failed if any part is.
+  // One job's parts (its channels' infos) as one: counters and buffers summed, failed if any part is.
   static agg::JobInfo merge(const std::vector<agg::JobInfo>& parts);
   control::JobStatus description(const agg::JobInfo& info) const;
   void to_every_lcore(LcoreRequest::Kind kind, const control::JobSpec& spec);  // takes mutex_
-  void broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0,
-                 const std::vector<uint16_t>& shard_lcores = {});
+  void broadcast(LcoreRequest::Kind kind, const control::JobSpec& spec, uint16_t owner, uint64_t linger_ns = 0);
 
   std::vector<LcoreState*> lcores_;
   uint64_t closed_hold_ns_ = 0;
-  uint16_t job_lcores_ = 1;
   // Taken by control-side threads only (the control thread, DPDK's telemetry thread): it keeps the
   // maps below consistent and lets one request at a time use an lcore's rings. The lcores never
   // take it.
   std::mutex mutex_;
   std::unordered_map<uint32_t, uint16_t> owner_;  // job id -> lcore index
   std::unordered_map<uint32_t, control::JobSpec> specs_;
-  std::unordered_map<uint32_t, std::vector<uint16_t>> shard_lcores_;    // a sharded job's lcores, shard 0 first
   std::unordered_map<uint32_t, std::vector<uint16_t>> channel_lcores_;  // each channel's lcore, channel 0 first
 };
 

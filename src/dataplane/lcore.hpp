@@ -55,7 +55,6 @@ struct alignas(64) LcoreState {
   rte_ring* requests = nullptr;  // SP/SC: the control side (one caller at a time) -> this lcore
   rte_ring* replies = nullptr;   // SP/SC: this lcore -> the control side
   rte_ring* handover = nullptr;  // MP/SC: other lcores -> this lcore's engine
-  rte_ring* ordered = nullptr;   // MP/SC: the shards of jobs this lcore owns -> its TX, in PSN order
   std::vector<TxBuffer> tx;      // per port index
   agg::TxList engine_tx{4096};
   util::PcapWriter capture;
@@ -79,8 +78,6 @@ struct Datapath {
   std::vector<uint16_t> port_ids;   // port index -> DPDK port id
   std::vector<int> index_of_port;   // DPDK port id -> port index (-1)
   std::vector<LcoreState*> lcores;  // by index, for handovers
-  uint16_t job_lcores = 1;          // > 1: RX waits for ring room
-  bool shards = false;              // job_lcores > 1: ordered rings, release turns
 };
 
 // live_capture.cpp: the lcores a removed RX/TX callback waits for (nullptr: none run).
@@ -113,10 +110,6 @@ inline uint64_t source_address_word(const uint8_t* f, uint32_t len) {
   }
   return a ^ (b * 0x9e3779b97f4a7c15ull) ^ type;
 }
-// lcore_loop.cpp: a sharded job's ordered path (agg::OrderedTx::send), `ctx` the owner lcore's
-// ordered ring: all n packets or none.
-bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n);
-
 // A control request to one lcore, answered in place. The caller owns it and keeps it (and what
 // `spec` points to) alive until the answer came back.
 struct LcoreRequest {
@@ -136,11 +129,9 @@ struct LcoreRequest {
   };
   explicit LcoreRequest(Kind k) : kind(k) {}
   Kind kind;
-  const control::JobSpec* spec = nullptr;  // add_job, hold_closed, release_closed, set_owner, clear_owner
-  uint32_t id = 0;                         // remove_job, job_info
-  uint16_t owner = 0;                      // set_owner
-  std::vector<uint16_t> shard_lcores;      // set_owner: a sharded job's lcores, shard 0 (the owner) first; empty: none
-  agg::ShardOf shard;                      // add_job: the part of a sharded job this lcore's engine takes
+  const control::JobSpec* spec = nullptr;      // add_job, hold_closed, release_closed, set_owner, clear_owner
+  uint32_t id = 0;                             // remove_job, job_info
+  uint16_t owner = 0;                          // set_owner
   agg::JobStart start = agg::JobStart::fresh;  // add_job: a fresh job or one resumed after a restart
   uint64_t linger_ns = 0;                      // release_closed, clear_owner: how long the connections stay closed
   // The answer.

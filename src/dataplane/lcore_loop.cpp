@@ -70,8 +70,6 @@ class LcoreLoop {
   void handle_packet(rte_mbuf* m, uint64_t now_ns, bool from_handover);
   void handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layout& layout, uint64_t now_ns, bool from_handover);
   void hand_over(rte_mbuf* m, uint16_t to, wire::ParseStatus st, const wire::Layout& layout);
-  unsigned send_ordered(uint64_t now_ns);
-  unsigned handover_room() const;
   // Learns a frame's source (its first `len` bytes: 64 hold every header it reads).
   // `note_station`: the station table notes it too (not a RoCEv2 frame).
   void learn_source(const uint8_t* frame, uint32_t len, uint16_t port, uint64_t now_ns, bool note_station);
@@ -105,12 +103,6 @@ void LcoreLoop::run() {
 
     serve_requests(l);  // control requests, between bursts
 
-    // A job spread over lcores (--job-lcores): what this lcore takes in may all go to another
-    // lcore's ring, so it takes in no more than the rings have room for. An RX queue left unpolled
-    // fills and the port drops at its RX ring (as it does for an lcore that cannot keep up) rather
-    // than this lcore dropping packets the next one could not take (handover_full).
-    unsigned room = dp_.job_lcores > 1 ? handover_room() : ~0u;
-
     // Packets other lcores handed over (their job is ours): always taken, they go to our engine only,
     // so a handover ring always drains.
     unsigned n = rte_ring_dequeue_burst(l.handover, reinterpret_cast<void**>(pkts), dp_.burst, nullptr);
@@ -120,11 +112,7 @@ void LcoreLoop::run() {
       for (unsigned i = 0; i < n; ++i) handle_packet(pkts[i], now_ns, true);
     }
 
-    // Every port or none, so that no port's senders fall behind the others'. A sharded replay job
-    // whose shard here has taken in all of its loop waits until that went out (Engine::replay_paused).
-    const bool rx = room >= uint64_t{dp_.burst} * dp_.port_ids.size() && !(dp_.shards && l.engine->replay_paused());
-    if (!rx) ++l.c.rx_deferred;
-    for (uint16_t pi = 0; rx && pi < dp_.port_ids.size(); ++pi) {
+    for (uint16_t pi = 0; pi < dp_.port_ids.size(); ++pi) {
       n = rte_eth_rx_burst(dp_.port_ids[pi], l.queue, pkts, dp_.burst);
       if (n == 0) continue;
       work = true;
@@ -132,14 +120,6 @@ void LcoreLoop::run() {
       // As l3fwd does: start the headers' cache misses for the burst before touching any of them.
       for (unsigned i = 0; i < n; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
       for (unsigned i = 0; i < n; ++i) handle_packet(pkts[i], now_ns, false);
-    }
-
-    // Sharded jobs: releases whose turn another lcore's shard gave (a load of the ticket per job),
-    // then what the shards of the jobs this lcore owns released onto its ordered ring, in PSN order.
-    if (dp_.shards) {
-      l.engine->release_turns(now_ns, l.engine_tx);
-      route_engine_output(now_ns);
-      if (send_ordered(now_ns)) work = true;
     }
 
     if (t0 - last_poll > poll_tsc) {
@@ -215,20 +195,12 @@ void LcoreLoop::handle_roce(rte_mbuf* m, wire::ParseStatus st, const wire::Layou
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const uint32_t len = m->data_len;
   // More than one lcore: the engine's connection table also says which lcore takes the packet
-  // (Engine::route_of; each lcore keeps its own routes, told by requests: nothing shared). A
-  // sharded job's data go to the lcore of their PSN's shard. (A frame whose BTH is cut short has
-  // no route: this lcore's engine drops and counts it, held closed here or its own.)
+  // (Engine::route_of; each lcore keeps its own routes, told by requests: nothing shared). (A
+  // frame whose BTH is cut short has no route: this lcore's engine drops and counts it, held
+  // closed here or its own.) The owner learns from it if its engine took it (below).
   if (!from_handover && dp_.lcores.size() > 1) {
-    if (const agg::Engine::Route* r = l.engine->route_of(data, layout)) {
-      if (r->nshards > 1) {
-        const uint32_t psn = wire::bth_of(data, layout).psn();
-        const uint16_t to = r->shard_lcore[(psn - r->start_psn) & (r->nshards - 1u)];
-        if (to != l.index) return hand_over(m, to, st, layout);
-      } else if (r->owner != l.index) {
-        // The owner learns from it if its engine took it (below).
-        return hand_over(m, r->owner, st, layout);
-      }
-    }
+    const agg::Engine::Route* r = l.engine->route_of(data, layout);
+    if (r && r->owner != l.index) return hand_over(m, r->owner, st, layout);
   }
   ++l.c.roce;
   // A RoCEv2 frame teaches the bridge where its sender is only if the engine says so (teaches()):
@@ -257,27 +229,6 @@ void LcoreLoop::hand_over(rte_mbuf* m, uint16_t to, wire::ParseStatus st, const 
     ++l_.c.handover_full;
     rte_pktmbuf_free(m);
   }
-}
-
-// Sends what the shards of the sharded jobs this lcore owns released onto its ordered ring: a burst,
-// in ring order, which is each job's sequence order (the shards enqueue in ticket order).
-unsigned LcoreLoop::send_ordered(uint64_t now_ns) {
-  rte_mbuf* pkts[kMaxBurst];
-  const unsigned n = rte_ring_dequeue_burst(l_.ordered, reinterpret_cast<void**>(pkts), dp_.burst, nullptr);
-  l_.c.ordered += n;
-  for (unsigned i = 0; i < n; ++i) {
-    if (l_.capture.is_open()) l_.capture.write(rte_pktmbuf_mtod(pkts[i], uint8_t*), pkts[i]->data_len, now_ns);
-    send(pkts[i], now_ns);
-  }
-  return n;
-}
-
-// The fewest free slots of the handover rings (this lcore's too: what it takes in while its own
-// engine is behind only adds to that backlog; a read of each ring's head and tail).
-unsigned LcoreLoop::handover_room() const {
-  unsigned room = ~0u;
-  for (const LcoreState* o : dp_.lcores) room = std::min(room, rte_ring_free_count(o->handover));
-  return room;
 }
 
 // Every lcore learns from the frames it handles, handed over or received: the lcore that owns a job
@@ -403,13 +354,6 @@ bool tx_queue_above(void* ctx, uint16_t port, uint32_t threshold) {
   const uint16_t ring = l.tx_ring_size[pi];
   if (in_ring >= ring) return false;
   return rte_eth_tx_descriptor_status(port, l.queue, static_cast<uint16_t>(ring - in_ring)) == RTE_ETH_TX_DESC_FULL;
-}
-
-// Called by whichever shard's lcore releases (the ticket orders the calls; the ring is MP).
-bool ordered_send(void* ctx, const agg::PacketRef* pkts, unsigned n) {
-  void* objs[64];
-  for (unsigned i = 0; i < n; ++i) objs[i] = pkts[i].handle;
-  return rte_ring_mp_enqueue_bulk(static_cast<rte_ring*>(ctx), objs, n, nullptr) == n;
 }
 
 }  // namespace inagg::dataplane

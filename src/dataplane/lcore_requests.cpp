@@ -23,7 +23,7 @@ uint64_t now_ns() { return static_cast<uint64_t>(static_cast<double>(rte_rdtsc()
 void apply(LcoreState& l, LcoreRequest& r) {
   switch (r.kind) {
     case LcoreRequest::Kind::add_job:
-      r.ok = l.engine->add_job(*r.spec, &r.error, r.shard, r.start);
+      r.ok = l.engine->add_job(*r.spec, &r.error, r.start);
       break;
     case LcoreRequest::Kind::remove_job:
       r.ok = l.engine->remove_job(r.id, &r.error);
@@ -39,7 +39,7 @@ void apply(LcoreState& l, LcoreRequest& r) {
     case LcoreRequest::Kind::set_owner:
     case LcoreRequest::Kind::clear_owner:
       if (r.kind == LcoreRequest::Kind::set_owner)
-        l.engine->route_job(*r.spec, r.owner, r.shard_lcores);
+        l.engine->route_job(*r.spec, r.owner);
       else
         l.engine->unroute_job(r.spec->id);
       // A lcore that does not own the job keeps its connections closed while it lives (a packet of

@@ -122,7 +122,6 @@ constexpr CounterExport kEngineExports[] = {
     {"drop_unplaceable", "dropped_packets_total", "unplaceable"},
     {"drop_closed", "dropped_packets_total", "connection_closed"},
     {"cnp_forwarded", "cnp_forwarded_packets_total", ""},
-    {"drop_wrong_shard", "dropped_packets_total", "wrong_shard"},
     {"aggregated_packets", "aggregated_packets_total", ""},
     {"aggregated_bytes", "aggregated_bytes_total", ""},
     {"slots_completed", "slots_completed_total", ""},
@@ -174,8 +173,6 @@ constexpr CounterExport kLcoreExports[] = {
     {"handover_out", "handover_packets_total", "out"},
     {"handover_in", "handover_packets_total", "in"},
     {"handover_full", "dropped_packets_total", "handover_full"},
-    {"ordered", "ordered_packets_total", ""},
-    {"rx_deferred", "rx_deferred_polls_total", ""},
     {"multiseg_linearize_failed", "linearize_failures_total", ""},
     {"idle_sleeps", "idle_sleeps_total", ""},
 };

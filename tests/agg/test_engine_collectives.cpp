@@ -150,7 +150,7 @@ class CollSim {
       for (auto& conn : *links)
         for (Link& q : conn) q.clear();
     engine_ = std::make_unique<agg::Engine>(cfg_, pool_.ops);
-    EXPECT_TRUE(engine_->add_job(job_.spec, &err, {}, agg::JobStart::resume)) << err;
+    EXPECT_TRUE(engine_->add_job(job_.spec, &err, agg::JobStart::resume)) << err;
     limit_ = total_;
   }
 
@@ -354,13 +354,13 @@ TEST(EngineCollectives, AddJobRefusesWhatItCannotRun) {
   JobFixture pow2(5, 3, Dtype::fp32, 64, 32, 2);
   pow2.spec.collective = Collective::reduce_scatter;
   pow2.spec.chunk = 2;
-  EXPECT_TRUE(engine.add_job(pow2.spec, &err, {}, agg::JobStart::resume)) << err;
+  EXPECT_TRUE(engine.add_job(pow2.spec, &err, agg::JobStart::resume)) << err;
   EXPECT_TRUE(engine.remove_job(5, &err)) << err;
   for (auto [workers, chunk] : {std::pair{4u, 1u}, std::pair{3u, 3u}}) {
     JobFixture odd(6, workers, Dtype::fp32, 64, 32, 2);
     odd.spec.collective = Collective::all_gather;
     odd.spec.chunk = chunk;
-    EXPECT_FALSE(engine.add_job(odd.spec, &err, {}, agg::JobStart::resume));
+    EXPECT_FALSE(engine.add_job(odd.spec, &err, agg::JobStart::resume));
     EXPECT_NE(err.find("divide the 2^24 PSNs, and its are " + std::to_string((workers - 1) * chunk * 2) + " packets"),
               std::string::npos)
         << err;

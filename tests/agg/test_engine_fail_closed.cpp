@@ -306,7 +306,8 @@ TEST_F(FailClosed, ConnectionsHeldClosedWhileAJobIsAddedElsewhere) {
 }
 
 // The datapath's routes live in the same table: which lcore takes a packet, for another lcore's
-// job (held closed here), a sharded job, this engine's own job, and an IPv4-mapped destination.
+// job (held closed here), that job moved to another lcore, this engine's own job, and an
+// IPv4-mapped destination.
 TEST_F(FailClosed, RoutesShareTheConnectionTable) {
   auto route = [&](const std::vector<uint8_t>& f) {
     wire::Layout l;
@@ -317,30 +318,26 @@ TEST_F(FailClosed, RoutesShareTheConnectionTable) {
   EXPECT_EQ(route(k.data_frame(0, 0)), nullptr);
   // Job 2 lives on lcore 3: its data and ACKs go there; here its connections are held closed.
   engine->hold_closed(k.spec);
-  engine->route_job(k.spec, 3, {});
+  engine->route_job(k.spec, 3);
   for (const auto& f : {k.data_frame(0, 0), k.data_frame(1, 5), k.ack_frame(0, 0)}) {
     const agg::Engine::Route* r = route(f);
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->owner, 3u);
-    EXPECT_EQ(r->nshards, 0u);
   }
   EXPECT_TRUE(send(k.data_frame(0, 0)).empty());  // reaching this engine anyway: dropped, never raw
   EXPECT_EQ(engine->counters().drop_closed, 1u);
   // IPv4-mapped IPv6 destinations find the IPv4 connection's route.
   ASSERT_NE(route(mapped_frame(k)), nullptr);
   EXPECT_EQ(route(mapped_frame(k))->owner, 3u);
-  // Sharded over lcores 1 and 2: the data say which shards' lcores and from which PSN; ACKs go to the owner.
-  engine->route_job(k.spec, 1, {1, 2});
-  const agg::Engine::Route* d = route(k.data_frame(0, 1));
-  ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->nshards, 2u);
-  EXPECT_EQ(d->start_psn, k.spec.conns[0].start_psn);
-  EXPECT_EQ(d->shard_lcore[0], 1u);
-  EXPECT_EQ(d->shard_lcore[1], 2u);
-  EXPECT_EQ(route(k.ack_frame(0, 0))->nshards, 0u);
-  EXPECT_EQ(route(k.ack_frame(0, 0))->owner, 1u);
+  // Routed again, to lcore 1: the new route replaces the old one, data and ACKs alike.
+  engine->route_job(k.spec, 1);
+  for (const auto& f : {k.data_frame(0, 1), k.data_frame(1, 1), k.ack_frame(0, 0)}) {
+    const agg::Engine::Route* r = route(f);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->owner, 1u);
+  }
   // This engine's own job keeps its place and gains a route; unrouting leaves it as it was.
-  engine->route_job(j.spec, 0, {});
+  engine->route_job(j.spec, 0);
   EXPECT_EQ(route(j.data_frame(0, 0))->owner, 0u);
   complete(0);
   engine->unroute_job(1);

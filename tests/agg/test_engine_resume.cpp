@@ -21,7 +21,7 @@ class Resume : public EngineTest {
 
   void add_resumed() {
     std::string err;
-    ASSERT_TRUE(engine->add_job(j.spec, &err, {}, agg::JobStart::resume)) << err;
+    ASSERT_TRUE(engine->add_job(j.spec, &err, agg::JobStart::resume)) << err;
   }
   uint16_t port(unsigned r) const { return static_cast<uint16_t>(r); }
   // Rank r sends seqs [from, to) on its port; nothing may come out.

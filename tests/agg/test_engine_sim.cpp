@@ -29,9 +29,6 @@ struct RunParams {
   Dtype dtype;
   uint32_t seed;
   bool fast_recovery = true;
-  // One job spread over this many engines (shards; protocol.md section 4): data packets go to the
-  // shard of their PSN, ACKs to shard 0, releases through the job's ordered path.
-  unsigned shards = 1;
   // Drops a packet by design (besides `loss`): (rank, link, frame) -> drop it. Links as in Sim.
   std::function<bool(unsigned, int, const std::vector<uint8_t>&)> drop;
 };
@@ -54,24 +51,9 @@ class Sim {
     cfg_.resend_timeout_ns = 300'000;
     cfg_.abort_timeout_ns = 1'000'000'000'000ull;
     cfg_.fast_recovery = p.fast_recovery;
-    agg::ShardOf shard;
-    if (p.shards > 1) {
-      agg::OrderedTx otx;
-      otx.ctx = this;
-      otx.send = [](void* ctx, const PacketRef* pkts, unsigned n) {
-        Sim& sim = *static_cast<Sim*>(ctx);
-        if (sim.ordered_full_) return false;
-        for (unsigned i = 0; i < n; ++i) sim.ordered_.push_back(pkts[i]);
-        return true;
-      };
-      shard.shared = shared_ = std::make_shared<agg::JobShards>(p.shards, otx);
-    }
-    for (unsigned i = 0; i < p.shards; ++i) {
-      engines_.push_back(std::make_unique<agg::Engine>(cfg_, pool_.ops));
-      shard.index = i;
-      std::string err;
-      EXPECT_TRUE(engines_.back()->add_job(job_.spec, &err, shard)) << err;
-    }
+    engine_ = std::make_unique<agg::Engine>(cfg_, pool_.ops);
+    std::string err;
+    EXPECT_TRUE(engine_->add_job(job_.spec, &err)) << err;
     senders_.resize(p.n);
     receivers_.resize(p.n);
     links_.resize(4 * p.n);
@@ -86,7 +68,7 @@ class Sim {
       const int actions = 1 + static_cast<int>(rng_() % 4);
       for (int a = 0; a < actions; ++a) step_once();
       for (unsigned r = 0; r < p_.n; ++r) sender_timer(r);
-      for (auto& e : engines_) e->poll(now_, tx_);
+      engine_->poll(now_, tx_);
       route();
       if (::testing::Test::HasFatalFailure()) return res;
     }
@@ -94,18 +76,16 @@ class Sim {
     for (auto& s : senders_) res.sender_timeouts += s.timeouts;
     res.last_timeout_step = last_timeout_step_;
     res.delivered = delivered_;
-    for (auto& e : engines_) {
-      agg::JobInfo info{};
-      EXPECT_TRUE(e->job_info(1, &info));
-      res.counters.add(info.counters);
-      res.released_slots += info.released_slots;
-      EXPECT_EQ(info.slot_completion.count(), info.counters.slots_completed) << "each slot's wait once";
-      EXPECT_EQ(info.state, agg::JobState::active) << info.error;
-      std::string err;
-      EXPECT_TRUE(e->remove_job(1, &err)) << err;
-      EXPECT_EQ(e->memory_in_use(), 0u);
-      EXPECT_EQ(e->mbufs_reserved(), 0u);
-    }
+    agg::JobInfo info{};
+    EXPECT_TRUE(engine_->job_info(1, &info));
+    res.counters = info.counters;
+    res.released_slots = info.released_slots;
+    EXPECT_EQ(info.slot_completion.count(), info.counters.slots_completed) << "each slot's wait once";
+    EXPECT_EQ(info.state, agg::JobState::active) << info.error;
+    std::string err;
+    EXPECT_TRUE(engine_->remove_job(1, &err)) << err;
+    EXPECT_EQ(engine_->memory_in_use(), 0u);
+    EXPECT_EQ(engine_->mbufs_reserved(), 0u);
     EXPECT_EQ(pool_.live(), 0u) << "buffers leaked";
     return res;
   }
@@ -129,22 +109,8 @@ class Sim {
     return true;
   }
 
-  // The engine a packet from the wire goes to: data to the shard of its PSN, ACKs to shard 0 (the
-  // appliance's lcores route them so).
-  agg::Engine& engine_for(unsigned r, int k, const std::vector<uint8_t>& f) {
-    if (engines_.size() == 1 || k != 0) return *engines_[0];
-    wire::Layout l;
-    if (wire::parse_frame(f, l) != wire::ParseStatus::roce) return *engines_[0];
-    return *engines_[shared_->shard_of(wire::bth_of(f.data(), l).psn(), job_.spec.conns[r].start_psn)];
-  }
-
   void step_once() {
     const unsigned r = rng_() % p_.n;
-    if (shared_ && rng_() % 4 == 0) {  // the shards' loops come round in any order
-      engines_[rng_() % engines_.size()]->release_turns(now_, tx_);
-      route();
-      return;
-    }
     switch (rng_() % 3) {
       case 0: {  // a sender transmits if its window allows
         if (const auto seq = senders_[r].transmit(total_, p_.ppm, p_.window, now_))
@@ -158,7 +124,7 @@ class Sim {
         std::vector<uint8_t> f = std::move(q.front());
         q.pop_front();
         if (k == 0 || k == 2) {
-          engine_for(r, k, f).process(pool_.wrap(f), now_, tx_);
+          engine_->process(pool_.wrap(f), now_, tx_);
           route();
         } else if (k == 1) {
           receive_data(r, f);
@@ -173,14 +139,10 @@ class Sim {
     if (senders_[r].timer(total_, now_, kSenderAckTimeoutNs)) last_timeout_step_ = (now_ - 1'000'000) / kStepNs;
   }
 
-  // Engine output goes to the receivers (data) or back to the senders (ACK/NAK): what the engines
-  // put in their TX list, then what a spread job's shards released on its ordered path, in order.
+  // Engine output goes to the receivers (data) or back to the senders (ACK/NAK).
   void route() {
     for (size_t i = 0; i < tx_.size(); ++i) route_one(tx_[i]);
     tx_.clear();
-    for (size_t i = 0; i < ordered_.size(); ++i) route_one(ordered_[i]);
-    ordered_.clear();
-    if (shared_) ordered_full_ = rng_() % 8 == 0;  // now and then the ordered path has no room
   }
 
   void route_one(const PacketRef& p) {
@@ -248,10 +210,7 @@ class Sim {
   std::mt19937 rng_;
   agg::EngineConfig cfg_;
   Pool pool_;
-  std::vector<std::unique_ptr<agg::Engine>> engines_;
-  std::shared_ptr<agg::JobShards> shared_;
-  std::vector<PacketRef> ordered_;
-  bool ordered_full_ = false;
+  std::unique_ptr<agg::Engine> engine_;
   agg::TxList tx_{1 << 12};
   std::vector<Sender> senders_;
   std::vector<Receiver> receivers_;
@@ -290,6 +249,7 @@ TEST_P(EngineSim, RandomArrivalsLossesAndRetransmissionsKeepEverySumExact) {
     const RunResult r = sim.run();
     ASSERT_FALSE(::testing::Test::HasFailure()) << "seed " << p.seed;
     ASSERT_TRUE(r.finished) << "seed " << p.seed << ": senders did not finish in " << r.steps << " steps";
+    EXPECT_EQ(r.released_slots, uint64_t{p.messages} * p.ppm) << "seed " << p.seed << ": every slot released once";
     timeouts += r.sender_timeouts;
     naks += r.counters.naks_sent;
     resends += r.counters.resends;
@@ -314,43 +274,6 @@ TEST_P(EngineSim, RandomArrivalsLossesAndRetransmissionsKeepEverySumExact) {
 
 INSTANTIATE_TEST_SUITE_P(Loss, EngineSim, ::testing::Values(0.0, 0.01, 0.05),
                          [](const auto& info) { return "loss" + std::to_string(static_cast<int>(info.param * 100)); });
-
-// One job over K lcores with slots sharded by index (protocol.md section 4): K engines,
-// each holding every K-th sequence, releasing through one ordered path in ticket order; data to
-// the shard of its PSN, ACKs to shard 0, whose view the others read. The seeded lossy runs must
-// stay exact (every receiver checks every payload against the plain-loop sum) and in PSN order
-// (the first release of every PSN, per connection), every sender must finish, and every buffer
-// must come back; the ordered path refuses now and then (no room), the shards' loops interleave
-// at random.
-TEST(EngineSimShards, SlotsShardedByIndexKeepEverySumExactAndInOrderUnderLoss) {
-  for (unsigned shards : {2u, 4u}) {
-    for (double loss : {0.0, 0.01, 0.05}) {
-      const int runs = loss == 0 ? 60 : 120;
-      uint64_t naks = 0, answered = 0, resends = 0, slots = 0;
-      for (int i = 0; i < runs; ++i) {
-        RunParams p = random_params(static_cast<uint32_t>(400000 + i * 31 + static_cast<int>(loss * 1000)), loss);
-        p.shards = shards;
-        const RunResult r = Sim(p).run();
-        ASSERT_FALSE(::testing::Test::HasFailure()) << "seed " << p.seed << " shards " << shards;
-        ASSERT_TRUE(r.finished) << "seed " << p.seed << " shards " << shards << ": senders did not finish in "
-                                << r.steps << " steps";
-        // Every sequence of the run was released once, by one shard or another.
-        EXPECT_EQ(r.released_slots, uint64_t{p.messages} * p.ppm) << "seed " << p.seed;
-        EXPECT_EQ(r.counters.job_errors, 0u) << "seed " << p.seed;
-        naks += r.counters.naks_sent + r.counters.tail_naks;
-        answered += r.counters.retransmits_answered;
-        resends += r.counters.resends;
-        slots += r.counters.slots_released;
-      }
-      std::printf("%u shards, loss %.0f%%: %d runs, slots released %llu, NAKs %llu, answered %llu, resends %llu\n",
-                  shards, loss * 100, runs, (unsigned long long)slots, (unsigned long long)naks,
-                  (unsigned long long)answered, (unsigned long long)resends);
-      if (loss > 0) {
-        EXPECT_GT(naks + answered + resends, 0u);
-      }
-    }
-  }
-}
 
 // What the appliance's own loss recovery saves: the same seeded runs at 1% loss with it on and off.
 TEST(EngineSimRecovery, FastRecoverySavesSenderTimeoutsAtOnePercentLoss) {

@@ -565,21 +565,24 @@ TEST(ControlTenants, TheFootprintIsWhatTheEngineReserves) {
     EXPECT_EQ(f.memory_bytes, info.memory_bytes) << text;
     EXPECT_EQ(f.mbufs, info.mbuf_quota) << text;
   }
-  const std::optional<JobSpec> spec = parse_job(ring, &err);
+  // A job of two channels: each channel's engine job reserves its own, and the footprint is the sum.
+  const std::optional<JobSpec> spec = parse_job(
+      ring +
+          "channels = 2\nconn = 0, 10.0.0.1, 0x21, 10.0.0.2, 0x22, 0\nconn = 1, 10.0.0.2, 0x23, 10.0.0.3, 0x24, 0\n"
+          "conn = 2, 10.0.0.3, 0x25, 10.0.0.1, 0x26, 0\n",
+      &err);
   ASSERT_TRUE(spec) << err;
-  auto shards = std::make_shared<agg::JobShards>(2, agg::OrderedTx{});
   size_t memory = 0, mbufs = 0;
-  std::vector<std::unique_ptr<agg::Engine>> engines;
-  for (unsigned i = 0; i < 2; ++i) {
-    engines.push_back(std::make_unique<agg::Engine>(agg::EngineConfig{}, agg::BufferOps{}));
-    ASSERT_TRUE(engines.back()->add_job(*spec, &err, agg::ShardOf{shards, i})) << err;
+  for (uint16_t c = 0; c < 2; ++c) {
+    agg::Engine engine{agg::EngineConfig{}, agg::BufferOps{}};
+    ASSERT_TRUE(engine.add_job(control::channel_spec(*spec, c), &err)) << err;
     agg::JobInfo info{};
-    ASSERT_TRUE(engines.back()->job_info(5, &info));
+    ASSERT_TRUE(engine.job_info(5, &info, c));
     memory += info.memory_bytes;
     mbufs += info.mbuf_quota;
   }
-  EXPECT_EQ(agg::Engine::footprint(*spec, 2).memory_bytes, memory);
-  EXPECT_EQ(agg::Engine::footprint(*spec, 2).mbufs, mbufs);
+  EXPECT_EQ(agg::Engine::footprint(*spec).memory_bytes, memory);
+  EXPECT_EQ(agg::Engine::footprint(*spec).mbufs, mbufs);
   JobSpec bad = *spec;
   bad.payload_bytes = 0;
   EXPECT_EQ(agg::Engine::footprint(bad).memory_bytes, 0u);

@@ -5,17 +5,10 @@
 # at the job's connections. Checks: the job's sums exact and in PSN order, nothing raw out
 # (check_output.py), every bad packet accounted for by exactly the engine counter its kind names,
 # every frame read accounted for, no crash, no sanitizer report, the job still active at the end.
-#   test_adversarial_replay.sh INAGG SRCDIR [BAD] [--job-lcores 2]
+#   test_adversarial_replay.sh INAGG SRCDIR [BAD]
 #     (BAD: default 200000; the README records 1000000)
-# With --job-lcores 2 inagg runs two datapath lcores and the job is spread over both: every
-# frame is received by the lcore that owns the job (the second queue of each port replays nothing).
-# Sharded (the default): each data packet of the job, good or bad, whose PSN is the other shard's is
-# handed to the other lcore, which holds, sums or drops and counts it; all releases leave through
-# the owner's ordered ring. The same checks: spreading must not change what is dropped, counted or sent.
 set -uo pipefail
 inagg=$1 src=$2 bad=${3:-200000}
-shift $(($# < 3 ? $# : 3))
-extra=("$@")
 # shellcheck source=../lib/appliance.sh
 . "$src/tests/lib/appliance.sh" adversarial
 
@@ -25,41 +18,16 @@ step "generate: 4 workers x 256 packets of 256 B, and $bad bad packets"
   --background 20 --max-frame 4000 >/dev/null || fail "gen-pcap"
 /usr/bin/python3 "$src/tests/dataplane/gen_adversarial.py" "$tmp" --bad "$bad" || fail "gen_adversarial.py"
 
-step "replay through inagg${extra[*]:+ (${extra[*]})}"
-lcores=(-l 0)
+step "replay through inagg"
 vdevs=(--vdev="net_pcap0,rx_pcap=$tmp/port0.pcap,tx_pcap=$tmp/out0.pcap"
   --vdev="net_pcap1,rx_pcap=$tmp/port1.pcap,tx_pcap=$tmp/out1.pcap")
-if [ ${#extra[@]} -gt 0 ]; then
-  /usr/bin/python3 -c 'import sys; from scapy.all import wrpcap; wrpcap(sys.argv[1], [])' "$tmp/empty.pcap" || fail "empty pcap"
-  lcores=(--lcores='(0,2)@0,1@1')
-  vdevs=()
-  for p in 0 1; do
-    vdevs+=(--vdev="net_pcap$p,rx_pcap=$tmp/port$p.pcap,rx_pcap=$tmp/empty.pcap,tx_pcap=$tmp/out${p}q0.pcap,tx_pcap=$tmp/out${p}q1.pcap")
-  done
-fi
-# --idle-exit 3: a datapath lcore shares its CPU with another here (EAL's --lcores), and under a
-# loaded CI machine a second without a packet read is not yet the end of the capture.
-timeout 600 "$inagg" "${lcores[@]}" --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
+# --idle-exit 3: under a loaded CI machine a second without a packet read is not yet the end of
+# the capture.
+timeout 600 "$inagg" -l 0 --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
   "${vdevs[@]}" -- --job "$tmp/job.job" --socket "" --idle-exit 3 --mtu 4200 --mbufs 8192 --mbuf-budget 2048 \
-  --resend-us 100000000 "${extra[@]}" >"$tmp/log" 2>&1
+  --resend-us 100000000 >"$tmp/log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || fail "inagg exited with status $rc"
-if [ ${#extra[@]} -gt 0 ]; then
-  # shellcheck source=../lib/lcore_stats.sh
-  . "$src/tests/lib/lcore_stats.sh"
-  [ "$(lcore_sum handover_out "$tmp/log")" -gt 0 ] || fail "no packet was handed to the other shard: the test does not test it"
-  [ "$(lcore_sum ordered "$tmp/log")" -gt 0 ] || fail "nothing left through the ordered ring: the job was not sharded"
-  grep -Eq "^lcore [0-9]+: .* handover_full [1-9]" "$tmp/log" && fail "handovers dropped between the lcores"
-  # One connection's packets all leave from the owner's queue, in order: queue 0's output first.
-  /usr/bin/python3 - "$tmp" <<'PY' || fail "merging the per-queue output"
-import logging, sys
-logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import rdpcap, wrpcap
-d = sys.argv[1]
-for p in range(2):
-    wrpcap(f"{d}/out{p}.pcap", list(rdpcap(f"{d}/out{p}q0.pcap")) + list(rdpcap(f"{d}/out{p}q1.pcap")))
-PY
-fi
 grep -qi "sanitizer\|runtime error" "$tmp/log" && fail "sanitizer report in inagg's output"
 grep -q "^job 1: active " "$tmp/log" || fail "job 1 is not active at the end: $(grep '^job 1' "$tmp/log")"
 

@@ -50,15 +50,18 @@ expect 2 "cannot read the lcores in '0-x'" -- -l 0-x -- --check-config
 # without it, inagg does not.
 expect 2 "--vdev net_af_packet9 did not become a port" -- -l 0 --no-huge --no-pci -m 256 --file-prefix="inagg-cli-$$" \
   --log-level=lib.eal:error --vdev="net_af_packet9,iface=inagg-none$$" -- --socket "" --mtu 1500 --mbufs 2048 --mbuf-budget 512
-# --job-lcores needs that many datapath lcores, at start-up and in --check-config.
-expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 2 --check-config
-expect 2 "--job-lcores 2 needs that many datapath lcores, and there is 1" -- -l 0 -- --job-lcores 2 --check-config
-expect 2 "--job-lcores 0 needs that many datapath lcores" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 0 --check-config
-# A job's lcores share its slots by the PSN's low bits: a power of two. Sharding is the only spread.
-expect 2 "--job-lcores 3 must be 1, 2, 4 or 8" -- -l 0-3 -- --mbufs 16384 --mbuf-budget 2048 --job-lcores 3 --check-config
-expect 0 "2 datapath lcore(s)" -- -l 0-2 -- --mbufs 8192 --mbuf-budget 2048 --job-lcores 2 --job-spread shards --check-config
-expect 2 "--job-spread verify was removed" -- -l 0-3 -- --mbufs 16384 --mbuf-budget 2048 --job-lcores 3 --job-spread verify --check-config
-expect 2 "--job-spread must be shards (got 'pipeline')" -- -- --job-spread pipeline --check-config
+# --job-lcores and --job-spread were removed (a job's channels spread it now): any value but their
+# old default is refused, saying what to do instead, on the command line and in a config file; the
+# old default changes nothing and is only warned about. --help no longer shows them.
+expect 2 "--job-lcores was removed: a job is spread over lcores by its channels now" -- -l 0-2 -- --job-lcores 2 --check-config
+expect 2 "give its job file \`channels = C\`" -- -- --job-lcores=4 --check-config
+printf 'mtu = 1500\njob-lcores = 2\n' >"$tmp/lcores.conf"
+expect 2 "--job-lcores was removed" -- -- --config "$tmp/lcores.conf" --check-config
+expect 2 "--job-spread was removed" -- -- --job-spread verify --check-config
+printf 'job-lcores = 1\njob-spread = shards\n' >"$tmp/old.conf"
+expect 0 "--job-lcores 1 is ignored: the option was removed" -- -- --config "$tmp/old.conf" --check-config
+grep -qF -- "--job-spread shards is ignored" <<<"$out" || fail "no warning about job-spread = shards: $out"
+"$inagg" -- --help 2>&1 | grep -q -- "job-lcores" && fail "--help still shows --job-lcores"
 expect 0 "mempools per-port" -- -- --mempools per-port --check-config
 expect 0 "mempools shared" -- -- --check-config
 expect 2 "--mempools must be shared, per-socket or per-port (got 'numa')" -- -- --mempools numa

@@ -210,7 +210,7 @@ TEST_F(FlowSteeringTest, FallsBackToQueueThenSoftwareWithThePmdsReasons) {
   EXPECT_NE(ps.reason.find("queue at priority 0: fake PMD"), std::string::npos) << ps.reason;
   EXPECT_EQ(fake.held.size(), 2u);  // port 1 holds nothing
   // No job rules where the port is not in rss mode.
-  EXPECT_EQ(s.steer_job(7, job_pairs(ring3(), {}, 1)), 0u);
+  EXPECT_EQ(s.steer_job(7, job_pairs(ring3(), 1)), 0u);
   EXPECT_EQ(s.counters().job_rules, 0u);
 }
 
@@ -218,7 +218,7 @@ TEST_F(FlowSteeringTest, JobRulesCoverBothDirectionsOfEveryConnectionOnEveryRssP
   FlowSteering s(kFakeOps);
   s.add_port(0, 2);
   s.add_port(1, 2);
-  EXPECT_EQ(s.steer_job(7, job_pairs(ring3(), {}, 1)), 0u);
+  EXPECT_EQ(s.steer_job(7, job_pairs(ring3(), 1)), 0u);
   // A 3-ring has 3 connections, 6 directed address pairs; on 2 ports.
   EXPECT_EQ(s.counters().job_rules, 12u);
   std::vector<std::pair<uint32_t, uint32_t>> seen;
@@ -240,7 +240,7 @@ TEST_F(FlowSteeringTest, JobRulesCoverBothDirectionsOfEveryConnectionOnEveryRssP
   // Re-steering (a job re-added to the same owner) keeps its rules: none destroyed and re-made, so
   // its packets never fall back to RSS in between.
   const int created = fake.created, destroyed = fake.destroyed;
-  s.steer_job(7, job_pairs(ring3(), {}, 1));
+  s.steer_job(7, job_pairs(ring3(), 1));
   EXPECT_EQ(s.counters().job_rules, 12u);
   EXPECT_EQ(fake.created, created);
   EXPECT_EQ(fake.destroyed, destroyed);
@@ -255,7 +255,7 @@ TEST_F(FlowSteeringTest, RefusedJobRulesAreCountedNotFatal) {
   fake.take_job_rules = false;
   FlowSteering s(kFakeOps);
   s.add_port(0, 2);
-  EXPECT_EQ(s.steer_job(9, job_pairs(ring3(), {}, 0)), 6u);
+  EXPECT_EQ(s.steer_job(9, job_pairs(ring3(), 0)), 6u);
   EXPECT_EQ(s.counters().job_rules, 0u);
   EXPECT_EQ(s.counters().job_rules_refused, 6u);
 }
@@ -266,7 +266,7 @@ TEST_F(FlowSteeringTest, TwoRankJobSharesOneRulePerDirection) {
   std::vector<ConnectionSpec> conns(2);
   conns[0].src_ip = conns[1].dst_ip = IpAddr::v4(0x0a000001);
   conns[0].dst_ip = conns[1].src_ip = IpAddr::v4(0x0a000002);
-  s.steer_job(1, job_pairs(conns, {}, 1));
+  s.steer_job(1, job_pairs(conns, 1));
   EXPECT_EQ(s.counters().job_rules, 2u);
 }
 
@@ -274,7 +274,7 @@ TEST_F(FlowSteeringTest, DestructorRemovesEveryRule) {
   {
     FlowSteering s(kFakeOps);
     s.add_port(0, 2);
-    s.steer_job(1, job_pairs(ring3(), {}, 1));
+    s.steer_job(1, job_pairs(ring3(), 1));
     EXPECT_FALSE(fake.held.empty());
   }
   EXPECT_TRUE(fake.held.empty());
@@ -288,20 +288,20 @@ TEST_F(FlowSteeringTest, APmdWithOnlyPriorityZeroSpreadsButTakesNoJobRules) {
   EXPECT_FALSE(ps.job_rules);  // nothing could outrank the port-wide rule
   EXPECT_NE(ps.reason.find("rss at priority 1: fake PMD: no such priority"), std::string::npos) << ps.reason;
   for (const auto& h : fake.held) EXPECT_EQ(h->priority, 0u);
-  EXPECT_EQ(s.steer_job(1, job_pairs(ring3(), {}, 1)), 0u);
+  EXPECT_EQ(s.steer_job(1, job_pairs(ring3(), 1)), 0u);
   EXPECT_EQ(s.counters().job_rules, 0u);
 }
 
 TEST_F(FlowSteeringTest, TwoJobsBetweenTheSameHostsShareRulesAndNeverClash) {
   FlowSteering s(kFakeOps);
   s.add_port(0, 2);
-  EXPECT_EQ(s.steer_job(1, job_pairs(ring3(), {}, 0)), 0u);
+  EXPECT_EQ(s.steer_job(1, job_pairs(ring3(), 0)), 0u);
   // Job 2 (another communicator on the same workers, owned by lcore 1) wants the same pairs elsewhere.
-  EXPECT_EQ(s.steer_job(2, job_pairs(ring3(), {}, 1)), 6u);
+  EXPECT_EQ(s.steer_job(2, job_pairs(ring3(), 1)), 6u);
   EXPECT_EQ(s.counters().job_rules, 6u);  // each pair held once
   EXPECT_EQ(s.counters().job_rules_contended, 6u);
   // Job 3 wants them where job 1 has them: shares.
-  EXPECT_EQ(s.steer_job(3, job_pairs(ring3(), {}, 0)), 0u);
+  EXPECT_EQ(s.steer_job(3, job_pairs(ring3(), 0)), 0u);
   EXPECT_EQ(s.counters().job_rules, 6u);
   // Removing job 1 leaves job 3's (the same) rules in place, untouched.
   const int destroyed = fake.destroyed;
@@ -318,16 +318,16 @@ TEST_F(FlowSteeringTest, TwoJobsBetweenTheSameHostsShareRulesAndNeverClash) {
 TEST_F(FlowSteeringTest, AJobWhoseOwnerMovedGetsItsRulesMovedNewBeforeOld) {
   FlowSteering s(kFakeOps);
   s.add_port(0, 2);
-  s.steer_job(1, job_pairs(ring3(), {}, 0));
-  s.steer_job(1, job_pairs(ring3(), {}, 1));
+  s.steer_job(1, job_pairs(ring3(), 0));
+  s.steer_job(1, job_pairs(ring3(), 1));
   EXPECT_EQ(s.counters().job_rules, 6u);
   for (const auto& h : fake.held)
     if (h->has_ip) EXPECT_EQ(h->queue, 1);
 }
 
-TEST(FlowJobPairs, DataGoesToItsRanksFirstLcoreAndAcksToTheOwner) {
-  // A 3-ring owned by lcore 0 whose ranks' data goes first to lcores 1, 2, 1 (any per-rank queues).
-  const std::vector<SteeredPair> pairs = job_pairs(ring3(), {1, 2, 1}, 0);
+TEST(FlowJobPairs, EveryDirectionOfEveryConnectionGoesToTheOwnerOnce) {
+  // A 3-ring owned by lcore 2: each connection's data and its ACKs, six address pairs.
+  const std::vector<SteeredPair> pairs = job_pairs(ring3(), 2);
   ASSERT_EQ(pairs.size(), 6u);
   for (const ConnectionSpec& c : ring3()) {
     int data = -1, acks = -1;
@@ -335,16 +335,16 @@ TEST(FlowJobPairs, DataGoesToItsRanksFirstLcoreAndAcksToTheOwner) {
       if (p.src == c.src_ip && p.dst == c.dst_ip) data = p.queue;
       if (p.src == c.dst_ip && p.dst == c.src_ip) acks = p.queue;
     }
-    EXPECT_EQ(data, std::vector<int>({1, 2, 1})[c.rank]) << "rank " << c.rank;
-    EXPECT_EQ(acks, 0) << "rank " << c.rank;
+    EXPECT_EQ(data, 2) << "rank " << c.rank;
+    EXPECT_EQ(acks, 2) << "rank " << c.rank;
   }
-  // Two ranks: each pair carries one connection's data and the other's ACKs; the data's queue wins.
+  // Two ranks: each pair carries one connection's data and the other's ACKs, and is steered once.
   std::vector<ConnectionSpec> two(2);
   two[0].rank = 0;
   two[1].rank = 1;
   two[0].src_ip = two[1].dst_ip = IpAddr::v4(0x0a000001);
   two[0].dst_ip = two[1].src_ip = IpAddr::v4(0x0a000002);
-  const std::vector<SteeredPair> p2 = job_pairs(two, {1, 1}, 0);
+  const std::vector<SteeredPair> p2 = job_pairs(two, 1);
   ASSERT_EQ(p2.size(), 2u);
   for (const SteeredPair& p : p2) EXPECT_EQ(p.queue, 1);
 }

@@ -4,7 +4,7 @@
 #  1. A tenant added to the tenants file is accepted on the TCP listener afterwards (refused
 #     before); the metrics endpoint moved to another address answers there, and the old one is
 #     closed; a log level in the config takes effect; an option only a restart applies is named in
-#     a warning. The job stays active and keeps aggregating the looping capture. The metrics then
+#     a warning, a removed option's old default (job-lcores = 1) only as ignored. The job stays active and keeps aggregating the looping capture. The metrics then
 #     move to every address on the port they listen on (the old listener closes first).
 #  2. A broken tenants file, a config file with an unknown key, a broken binding table, an unknown
 #     log level: "reload refused, nothing changed", naming the file and line; the tenants and log
@@ -74,15 +74,18 @@ out=$(B list 2>&1) && fail "bob was accepted before he is a tenant: $out"
 grep -q "wrong credential" <<<"$out" || fail "bob's refusal before the reload: $out"
 scrape "$metrics_at" | grep -q "^inagg_build_info" || fail "no metrics at $metrics_at"
 
-# 1. Bob added, the metrics elsewhere, control's log at warnings, a restart-only option changed.
+# 1. Bob added, the metrics elsewhere, control's log at warnings, a restart-only option changed,
+# a removed option's old default set.
 echo "bob 200-299 prefixes=10.77.0.3 $bob" >>"$tmp/tenants"
 metrics=127.0.0.2:0 drain=50
-conf "log-level = inagg.control:warning"
+conf "log-level = inagg.control:warning" "job-lcores = 1"
 before=$(aggregated)
 reload "bob added"
 grep -q "inagg: reloaded $tmp/inagg.conf: listeners, tenants" "$tmp/log" || fail "no 'reloaded' line"
 grep -q "inagg: the metrics endpoint moved from 127.0.0.1:0 to 127.0.0.2:0 (reload)" "$tmp/log" || fail "the metrics did not move"
 grep -q "inagg: reload: --drain-us changed, which only a restart applies" "$tmp/log" || fail "no warning for --drain-us"
+grep -q "job-lcores 1 is ignored: the option was removed" "$tmp/log" || fail "no warning that job-lcores = 1 is ignored"
+grep -q "job-lcores changed" "$tmp/log" && fail "job-lcores = 1, which changes nothing, was taken for a change only a restart applies"
 out=$(B list 2>&1) || fail "bob is refused after the reload: $out"
 grep -q "no jobs" <<<"$out" || fail "bob sees another tenant's job: $out"
 new_metrics=$(sed -n 's|.*metrics at http://\(127.0.0.2:[0-9]*\)/metrics.*|\1|p' "$tmp/log")

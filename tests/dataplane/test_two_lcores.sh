@@ -5,17 +5,9 @@
 # station it is addressed to - the owner learns where ranks 3-5 are from the packets handed to it -
 # and carry the exact sum (check_output.py, scapy). Before, the owner never learned them and
 # flooded their sums to every other port.
-#
-# With --job-lcores 2 (one job on two lcores) the same job is spread over both lcores.
-# Sharded (the default --job-spread shards): each data packet goes to the lcore of its PSN's shard,
-# which sums every other slot; every release leaves through the owner's ordered ring. The sums
-# must be exact and each connection's PSNs in order (check_output.py against gen-pcap's
-# independent sums), with nothing dropped between the lcores.
-#   test_two_lcores.sh INAGG SRCDIR [--job-lcores N]
+#   test_two_lcores.sh INAGG SRCDIR
 set -uo pipefail
 inagg=$1 src=$2
-shift 2
-extra=("$@")
 tmp=$(mktemp -d)
 prefix="inagg-2lc-$$"
 cleanup() { [ -n "${KEEP:-}" ] && grep -E "^(lcore|job 1|engine)" "$tmp/log"; rm -rf "$tmp" "/var/run/dpdk/$prefix"; }
@@ -34,7 +26,7 @@ done
 # loaded CI machine a second without a packet read is not yet the end of the capture.
 timeout 120 "$inagg" --lcores='(0,2)@0,1@1' --no-huge --no-pci -m 1024 --file-prefix="$prefix" --log-level=lib.eal:error \
   "${vdevs[@]}" -- --job "$tmp/job.job" --socket "" --idle-exit 3 --mtu 4200 --mbufs 8192 --mbuf-budget 2048 \
-  --resend-us 100000000 "${extra[@]}" >"$tmp/log" 2>&1
+  --resend-us 100000000 >"$tmp/log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || fail "inagg exited with $rc"
 grep -q "datapath on the worker lcores" "$tmp/log" || fail "not two datapath lcores"
@@ -46,22 +38,6 @@ grep -q "job 1: active" "$tmp/log" || fail "job not active at exit"
 grep -Eq "port 0 .*rte_flow steering of UDP 4791 unavailable \(rss at priority 1: .*; queue at priority 0: .*\); classifying in software" "$tmp/log" ||
   fail "the rte_flow fallback (rss, then queue, then software) was not reported"
 grep -Eq "^port 0 .*steering software\)" "$tmp/log" || fail "stats do not show steering software"
-# shellcheck source=../lib/lcore_stats.sh
-. "$src/tests/lib/lcore_stats.sh"
-if [ "${extra[*]}" = "--job-lcores 2" ]; then
-  grep -q "job-lcores 2: one job on two lcores measured .* one lcore" "$tmp/log" ||
-    fail "no warning that a sharded job can lose against one lcore"
-  # Sharded: both lcores' engines summed slots (12 sequences, 6 each), and all 72 released packets
-  # left through the owner's ordered ring.
-  ordered=$(lcore_sum ordered "$tmp/log")
-  [ "$ordered" -eq 72 ] || fail "$ordered released packets left through the ordered ring, expected 72"
-  grep -Eq "^job 1: .*slots_released 12( |$)" "$tmp/log" || fail "the job's line does not show 12 slots released: $(grep '^job 1:' "$tmp/log" | tail -n 1)"
-  # Each lcore's engine took its shard's half of the job's 72 data packets (36 each).
-  for lc in $(awk '/^lcore [0-9]+:/ {print $2}' "$tmp/log" | sort -u); do
-    roce=$(awk -v l="$lc" '$1 == "lcore" && $2 == l {for (i = 1; i <= NF; i++) if ($i == "roce") v = $(i + 1)} END {print v + 0}' "$tmp/log")
-    [ "$roce" -eq 36 ] || fail "lcore ${lc%:}'s engine took $roce of the job's packets, expected 36 (its shard's half)"
-  done
-fi
 /usr/bin/python3 - "$tmp" <<'PY' || fail "merging the per-queue output"
 import logging, sys
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
@@ -72,4 +48,4 @@ for p in range(3):
 PY
 /usr/bin/python3 "$src/tests/dataplane/check_output.py" --station-ports 0,1,2,0,1,2 "$tmp" "$tmp/out0.pcap" "$tmp/out1.pcap" "$tmp/out2.pcap" ||
   fail "output check"
-echo "two datapath lcores${extra[*]:+ (${extra[*]})}: every sum exact, in PSN order, and only on its destination's port"
+echo "two datapath lcores: every sum exact, in PSN order, and only on its destination's port"

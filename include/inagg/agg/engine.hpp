@@ -8,8 +8,6 @@
 // allocate nothing, except the error message when a job aborts.
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -90,7 +88,6 @@ class TxList {
   X(drop_closed,                                                                                                       \
     "packets addressed to a connection held closed (its job being added, or removed a short while ago), dropped")      \
   X(cnp_forwarded, "CNPs on registered connections, forwarded (congestion control stays end to end)")                  \
-  X(drop_wrong_shard, "data packets of a sharded job given to another shard's engine (a routing fault), dropped")      \
   X(aggregated_packets, "data packets added to a slot")                                                                \
   X(aggregated_bytes, "payload bytes added to a slot")                                                                 \
   X(slots_completed, "slots that received all n ranks")                                                                \
@@ -185,7 +182,7 @@ struct JobInfo {
   uint16_t channel;  // which channel of the job (control::JobSpec::channel)
   JobState state;
   std::string error;        // why it failed, when it did
-  uint64_t released_slots;  // the job's release cursor (current generation); a shard: its part of it
+  uint64_t released_slots;  // the job's release cursor (current generation)
   size_t held_packets;      // packets in collecting/complete slots
   size_t retained_packets;  // released packets kept for resend
   size_t memory_bytes;
@@ -194,95 +191,17 @@ struct JobInfo {
   SlotCompletionHistogram slot_completion;  // how long its slots waited for their last rank
 };
 
-// One job spread over K engines, each on its own lcore (protocol.md section 4, "Slots sharded by
-// index"): engine i is the job's shard i and does everything for the sequences s with s mod K == i
-// (hold, sum, ICRCs, release); which shard a data packet is for follows from its PSN alone
-// (JobShards::shard_of). What the shards share is here, all of it atomic, written as noted:
-//   - the release ticket: the job's next sequence to release. Shard i releases its complete slot s
-//     only when the ticket is s, through `tx` (one ordered path for the whole job), then sets it to
-//     s + 1: every connection's packets leave in PSN order although K threads release them;
-//   - what the receivers acknowledged, per rank: shard 0 takes every ACK and publishes it, the
-//     others read it (to free retained copies, to build NAKs, for their resend timers);
-//   - a failure: the first shard to abort the job publishes why, the others abort it at their next look;
-//   - replay jobs (a looping capture): the capture's length, which spaces the generations in the
-//     ticket's numbering.
-struct OrderedTx {
-  void* ctx = nullptr;
-  // Takes all n packets (one reference each) in this order, or none and returns false (no room:
-  // the engine tries again at its next release_turns()/poll()). Called by whichever shard releases,
-  // one at a time (the ticket orders the calls), and by any shard answering a retransmission.
-  bool (*send)(void* ctx, const PacketRef* pkts, unsigned n) = nullptr;
-};
-
-class JobShards {
- public:
-  static constexpr unsigned kMaxShards = 8;
-  // count: a power of two from 1 to kMaxShards (so the 24-bit PSN wrap keeps every shard's share).
-  JobShards(unsigned count, const OrderedTx& tx) : count_(count), tx_(tx) {}
-  unsigned count() const { return count_; }
-  const OrderedTx& tx() const { return tx_; }
-  // The shard a data packet with this PSN is for, on a connection that starts at start_psn.
-  unsigned shard_of(uint32_t psn, uint32_t start_psn) const { return (psn - start_psn) & (count_ - 1); }
-  uint64_t ticket() const { return ticket_.load(std::memory_order_acquire); }
-  bool failed() const { return fail_state_.load(std::memory_order_acquire) == 2; }
-  const std::string& error() const { return error_; }  // once failed() is true
-
- private:
-  friend class Engine;
-  struct alignas(64) Acked {  // one rank's receiver, as shard 0 saw it
-    std::atomic<uint64_t> acked{0};
-    std::atomic<uint64_t> ack_ns{0};
-    std::atomic<uint32_t> msn{0};
-    std::atomic<bool> seen{false};
-  };
-  struct alignas(64) Highest {
-    std::atomic<uint64_t> v{0};
-  };
-  // The first shard to fail wins: 0 -> 1 (writing error_) -> 2.
-  bool publish_failure(const std::string& why) {
-    int expect = 0;
-    if (!fail_state_.compare_exchange_strong(expect, 1, std::memory_order_acq_rel)) return false;
-    error_ = why;
-    fail_state_.store(2, std::memory_order_release);
-    return true;
-  }
-
-  unsigned count_;
-  OrderedTx tx_;
-  alignas(64) std::atomic<uint64_t> ticket_{0};
-  // One past the last sequence handed to the ordered path: the ticket, or one more while the
-  // ticket's slot is being handed over (set before its packets go onto the path, the ticket only
-  // after). Packets of that slot may be out, acknowledged and answered by their senders before
-  // the ticket moves; the window and bypass checks measure against this, not the ticket.
-  std::atomic<uint64_t> handed_{0};
-  alignas(64) std::atomic<uint64_t> gen_length_{0};  // replay: the capture's sequences, agreed after its first loop
-  std::atomic<int> fail_state_{0};
-  // A resumed job (JobStart::resume): the PSN offset from the start PSNs at which shard 0 found the
-  // message it resumes at, or -1 while it has found none; the other shards count from it too.
-  std::atomic<int64_t> resume_at_{-1};
-  std::string error_;
-  std::array<Highest, kMaxShards> highest_;  // replay: one past each shard's highest sequence
-  std::array<Acked, 64> acked_;              // by rank
-};
-
 // Engine::add_job's `start`: where a job's ranks are.
 enum class JobStart : uint8_t {
   fresh,  // at their start PSNs: the job counts from there
   // Somewhere past them: a job registered before the appliance restarted (reloaded from its state
   // directory), whose ranks went on. Its packets are dropped (drop_resuming) until it knows where
-  // to resume: a job of one engine once every rank went back (its RC retransmission after the
-  // drops: the first packet its receiver lacks), at the furthest of those points; a spread job at
-  // the first WRITE that begins a message (FIRST or ONLY) on shard 0 (an offset from the start PSN
-  // that is a multiple of the shards). Only packets that fit (a WRITE of the job's size and
-  // position, a good ICRC, from the rank's registered source) count. Whatever is older is stale.
+  // to resume: once every rank went back (its RC retransmission after the drops: the first packet
+  // its receiver lacks), at the furthest of those points. Only packets that fit (a WRITE of the
+  // job's size and position, a good ICRC, from the rank's registered source) count. Whatever is
+  // older is stale.
   // Replay jobs always start fresh.
   resume,
-};
-
-// Engine::add_job's `shard`: which part of a spread job this engine takes (none: all of it).
-struct ShardOf {
-  std::shared_ptr<JobShards> shared;
-  unsigned index = 0;
 };
 
 class alignas(64) Engine {
@@ -296,19 +215,15 @@ class alignas(64) Engine {
   // sentence saying what to change. A job of several channels is added one channel at a time
   // (control::channel_spec): each is a job of its own here, known by its id and channel; one
   // engine may hold several channels of a job. Re-adding the id and channel of a failed job
-  // replaces it. With `shard`,
-  // this engine takes shard `index` of a job spread over shared->count() engines (JobShards): its
-  // share of the slots, memory and mbufs is 1/count of the job's. Every shard's engine must be
-  // given the same spec and the same JobShards.
-  bool add_job(const control::JobSpec& spec, std::string* error, const ShardOf& shard = {},
-               JobStart start = JobStart::fresh);
-  // What add_job() reserves for `spec` over all its `nshards` shards and all its channels together, as JobInfo's
-  // memory_bytes and mbuf_quota (summed over the shards) give it once added: a tenant's budget is
-  // checked against it before the job is added. {0, 0} for a spec whose sizes add_job() refuses.
+  // replaces it.
+  bool add_job(const control::JobSpec& spec, std::string* error, JobStart start = JobStart::fresh);
+  // What add_job() reserves for `spec` over all its channels together, as JobInfo's memory_bytes
+  // and mbuf_quota (summed over the channels) give it once added: a tenant's budget is checked
+  // against it before the job is added. {0, 0} for a spec whose sizes add_job() refuses.
   struct Footprint {
     size_t memory_bytes = 0, mbufs = 0;
   };
-  static Footprint footprint(const control::JobSpec& spec, unsigned nshards = 1);
+  static Footprint footprint(const control::JobSpec& spec);
   // Removes every channel of job `id` here; its connections stay closed for
   // EngineConfig::closed_hold_ns (tombstones).
   bool remove_job(uint32_t id, std::string* error);
@@ -335,18 +250,14 @@ class alignas(64) Engine {
     ++totals_.passthrough;
   }
 
-  // Which lcore takes a connection's packets, when a job is spread over lcores or owned by another
-  // (the datapath's routes, kept in the engine's connection table so that one table answers both
-  // "whose is it" and "which job and rank"). A job's data go to its owner, or with shards to the
-  // lcore of their PSN's shard, (PSN - start PSN) mod nshards; its ACKs to the owner.
+  // Which lcore takes a connection's packets, when its job (or its channel) is owned by another
+  // lcore (the datapath's routes, kept in the engine's connection table so that one table answers
+  // both "whose is it" and "which job and rank"): its data and its ACKs go to the owner.
   struct Route {
     uint16_t owner = 0;
-    uint8_t nshards = 0;  // > 1: the data direction of a sharded job
-    uint32_t start_psn = 0;
-    std::array<uint16_t, JobShards::kMaxShards> shard_lcore{};
   };
   // Routes the job's connections (replacing its earlier routes); unroute_job removes them.
-  void route_job(const control::JobSpec& spec, uint16_t owner, const std::vector<uint16_t>& shard_lcores);
+  void route_job(const control::JobSpec& spec, uint16_t owner);
   void unroute_job(uint32_t job_id);
   // The route of a parsed RoCEv2 frame's destination (an IPv4-mapped IPv6 destination finds its
   // IPv4 connection's), or nullptr.
@@ -369,19 +280,6 @@ class alignas(64) Engine {
   // Timers: resends of unacknowledged released packets, NAKs sent again, no-progress aborts. Call
   // every few us.
   void poll(uint64_t now_ns, TxList& tx);
-
-  // Spread jobs only: releases the slots whose turn came (the ticket reached them) and aborts jobs
-  // another shard failed. Cheap when nothing is due (a load of the ticket per spread job); call it
-  // every loop iteration, or a shard waits for its turn until its next poll(). A spread job's
-  // releases go to its OrderedTx; `tx` is for what a job of one engine would send.
-  void release_turns(uint64_t now_ns, TxList& tx);
-
-  // Whether a spread replay job's shard here took in all of its part of the capture's current loop
-  // and not all of it went out yet (it waits for other shards' turns). A capture has no senders'
-  // windows: the next packet its queue gives is the next loop's, which this shard could only take
-  // for a retransmission of the last. The lcore stops taking packets in until then, as a sender
-  // waits for its ACKs. Never true for live jobs.
-  bool replay_paused();
 
   const EngineCounters& counters() const { return totals_; }
   size_t memory_in_use() const { return memory_used_; }
@@ -412,46 +310,43 @@ class alignas(64) Engine {
   void emit(const PacketRef& p, TxList& tx, Job* job);
   void rebuild_conn_table();
   // A job's packets (engine_job.cpp). Its way of being processed is chosen once, when it is added
-  // (choose_path sets Job::on_data and Job::on_ack): one engine or a shard, live or a replay.
+  // (choose_path sets Job::on_data and Job::on_ack): live or a replay, a leaf, a rotated collective.
   using PacketPath = void (Engine::*)(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l,
                                       uint64_t now_ns, TxList& tx);
   static void choose_path(Job& job);
-  // One shard's slots, memory and packet buffers (add_job's budgets, footprint()).
+  // One channel's slots, memory and packet buffers (add_job's budgets, footprint()).
   struct Sizing {
     uint64_t nslots = 0, rot_L = 0, rot_nslots = 0, rot_ring = 0;
     size_t memory_bytes = 0, mbufs = 0;
   };
-  static Sizing sizing(const control::JobSpec& s, unsigned nshards);
+  static Sizing sizing(const control::JobSpec& s);
   // A packet that breaks the job contract: dropped and counted (drop_unfit and its rule's err_
   // counter), never an abort, since a forger can send any of them; the first one's reason is kept
   // for the no-progress timeout's message (`why` is called only then).
   template <class Why>
   void refuse(Job& job, const PacketRef& pkt, Why&& why, uint64_t EngineCounters::*kind);
-  template <bool kSharded, bool kReplay, bool kLeaf = false>
+  template <bool kReplay, bool kLeaf = false>
   void handle_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
-  template <bool kSharded, bool kReplay>
+  template <bool kReplay>
   void handle_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   bool refuse_unless_rc_write(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn);
-  template <bool kSharded, bool kLeaf, bool kRotated = false>
+  template <bool kLeaf, bool kRotated = false>
   bool place_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint32_t psn, uint64_t* seq);
   void learn_nak_template(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l);
-  template <bool kSharded, bool kReplay>
+  template <bool kReplay>
   void watch_for_gap(Job& job, unsigned rank, uint64_t seq, uint64_t now_ns, TxList& tx);
   void open_epoch(Job& job, uint64_t seq);
-  template <bool kSharded, bool kLeaf>
+  template <bool kLeaf>
   void collect(Job& job, unsigned rank, uint64_t seq, const PacketRef& pkt, const wire::Layout& l, uint32_t header_crc,
                uint64_t now_ns, TxList& tx);
-  template <bool kSharded>
   void note_arrival(Job& job, unsigned rank, uint64_t seq);
+  void start_generation(Job& job);  // a replay job starts over
   // A resumed job until it finds the message it resumes at (engine_resume.cpp).
-  template <bool kSharded>
   void resume_data(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
   void resume_ack(Job& job, unsigned rank, const PacketRef& pkt, const wire::Layout& l, uint64_t now_ns, TxList& tx);
-  void resume_at(Job& job, uint32_t offset);
   void resume_from(Job& job, uint64_t seq);
   // Sums and releases (engine_release.cpp).
   void sum_slot(Job& job, uint64_t seq);
-  void emit_data(Job& job, const PacketRef& p, TxList& tx);
   void free_acknowledged(Job& job, unsigned rank, uint64_t to);
   bool write_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
   bool finish_sum(Job& job, uint64_t seq, uint8_t* f, const wire::Layout& l, uint32_t header_crc);
@@ -475,20 +370,13 @@ class alignas(64) Engine {
   void fill_total(Job& job, uint64_t seq);
   void answer_uplink(Job& job, uint64_t seq, const PacketRef& pkt, const wire::Layout& l, uint32_t header_crc,
                      TxList& tx);
-  void release_ready(Job& job, uint64_t now_ns, TxList& tx);  // either kind: timers, release_turns
+  void release_ready(Job& job, uint64_t now_ns, TxList& tx);  // any kind, for the timers
   void mark_released(Job& job, uint64_t now_ns);              // the cursor's slot went out
-  // A shard's part (engine_shards.cpp): the ticket, the ordered path, shared ACKs, replay generations.
-  void release_sharded(Job& job, uint64_t now_ns, TxList& tx);
-  void emit_ordered(Job& job, const PacketRef& p);
-  void sync_acks(Job& job, unsigned rank, uint64_t now_ns);
-  void start_generation(Job& job, uint64_t base);
-  void replay_turn(Job& job, unsigned rank, uint32_t psn, wire::OpPosition pos);
   // NAKs, resends, timers (engine_recovery.cpp).
   bool send_nak(Job& job, unsigned rank, uint64_t now_ns, TxList& tx, NakReason why);
   void recover(Job& job, uint64_t now_ns, TxList& tx);
   // Adding, removing and ending jobs (engine_admission.cpp).
   void abort_job(Job& job, const std::string& why, uint64_t EngineCounters::*kind);
-  void follow_spread_failure(Job& job);  // aborts a spread job here that another shard aborted
   std::string timeout_reason(const Job& job) const;
   void free_job_memory(Job& job);
   Job* find_job(uint32_t id, uint16_t channel);
@@ -509,10 +397,9 @@ class alignas(64) Engine {
   EngineCounters totals_;
   size_t memory_used_ = 0;
   size_t mbufs_reserved_ = 0;
-  uint64_t now_ns_ = 0;                    // the engine's clock: the last now_ns process() or poll() saw
-  bool untrusted_ = false;                 // the frame process() is handling was dropped as untrustworthy
-  bool teaches_ = false;                   // ... may teach the bridge its source (teaches())
-  std::array<PacketRef, 64> release_out_;  // a spread job's slot on its way to the OrderedTx
+  uint64_t now_ns_ = 0;     // the engine's clock: the last now_ns process() or poll() saw
+  bool untrusted_ = false;  // the frame process() is handling was dropped as untrustworthy
+  bool teaches_ = false;    // ... may teach the bridge its source (teaches())
 };
 
 }  // namespace inagg::agg

@@ -50,7 +50,8 @@ class Appliance {
   // fewest jobs. A re-added id (a failed job) stays where it is.
   bool add_job(const control::JobSpec& spec, std::string* error, agg::JobStart start = agg::JobStart::fresh,
                std::optional<unsigned> lcore = std::nullopt);
-  // The EAL lcore id of the lcore that owns job `id` (a sharded job's shard 0), or -1 for no job.
+  // The EAL lcore id of the lcore that owns job `id` (a job of channels: its channel 0's), or -1 for
+  // no job.
   int job_lcore(uint32_t id);
   bool remove_job(uint32_t id, std::string* error);
   // Binds the jobs registered again after a restart (JobStart::resume) by what `path` (the state

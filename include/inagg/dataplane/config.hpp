@@ -43,19 +43,11 @@ struct ApplianceConfig {
   // Per capture file; later packets are skipped and counted.
   uint64_t capture_max_bytes = 1ull << 30;
   uint32_t wait_link_ms = 0;  // before starting the loops, wait this long for every link to be up
-  // Datapath lcores each job is spread over (protocol.md section 4): 1, its owner alone; N > 1, its
-  // slots sharded by index: lcore i of N (the owner is 0) takes every sequence s with s mod N == i
-  // and does all the work of its slots; releases leave in PSN order through the owner's ordered
-  // ring. N a power of two, at most 8, and at most the datapath lcores.
-  uint16_t job_lcores = 1;
 };
 
 // The engines' mbuf budget must leave the pool buffers for forwarding: the check inagg makes at
 // start-up and inagg --check-config makes without EAL (so both say the same). On failure *error
 // says which option to change.
 bool check_mbuf_budget(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error);
-// job_lcores must be between 1 and the datapath lcores, and for shards a power of two of at most 8
-// (the same check at start-up and --check-config).
-bool check_job_lcores(const ApplianceConfig& cfg, unsigned datapath_lcores, std::string* error);
 
 }  // namespace inagg::dataplane

@@ -11,9 +11,8 @@
 //            frame itself, with the same result; the reason is logged once and shown in the stats.
 // On a port in rss mode whose port-wide rule sits at priority 1, a job's connections get rules of
 // their own (priority 0): per direction of each connection, ETH / IP src, dst / UDP dst 4791 -> the
-// queue of the lcore that takes those packets first (the job's owner; for data with --job-lcores,
-// one of the job's shards by rank; job_pairs below), so it receives them directly instead of through another
-// lcore's handover ring. A per-job rule the PMD refuses costs only that handover: it is counted and
+// queue of the job's owner (job_pairs below), so it receives them directly instead of through
+// another lcore's handover ring. A per-job rule the PMD refuses costs only that handover: it is counted and
 // logged once per job.
 #pragma once
 
@@ -89,13 +88,10 @@ struct SteeredPair {
   uint16_t queue = 0;
 };
 
-// The directions of a job's connections and their queues: connection r's data (src -> dst) to
-// data_queue[r] (the lcore that takes its data first: the owner, or one of its shards
-// with --job-lcores), its ACKs and NAKs (dst -> src) to ack_queue (the owner). In a ring of two ranks a
-// pair carries one connection's data and the other's ACKs: the data's queue wins. A connection
-// whose rank has no entry in data_queue goes to ack_queue both ways.
-std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns,
-                                   const std::vector<uint16_t>& data_queue, uint16_t ack_queue);
+// The directions of a job's connections, each once, all to `queue` (the owner's): every
+// connection's data (src -> dst) and its ACKs and NAKs (dst -> src). In a ring of two ranks a pair
+// carries one connection's data and the other's ACKs.
+std::vector<SteeredPair> job_pairs(const std::vector<control::ConnectionSpec>& conns, uint16_t queue);
 
 struct SteeringCounters {
   uint64_t job_rules = 0;            // per-job rules in place now (one per port and address pair)
