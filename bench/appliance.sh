@@ -9,7 +9,6 @@
 #   machine with the control thread: indicative only)
 #   job_2channels_vs_1 the aggregation job as 2 channels on 2 datapath lcores vs 1 channel on 1, and the
 #                    packets handed between lcores meanwhile (bench/job_lcores.py)
-#   job_2lcores_vs_1 the aggregation job on 2 datapath lcores (--job-lcores 2) vs 1 (bench/job_lcores.py)
 #   fwd_vs_ovs       the same 64-byte forwarding, inagg vs Open vSwitch with DPDK (Debian's
 #                    openvswitch-switch-dpdk, DPDK 22.11) on the same vdevs, EAL options and cores:
 #                    its PMD thread on inagg's datapath CPU, its other lcore on the control thread's,
@@ -163,14 +162,14 @@ echo "forwarding vs OVS-DPDK, Mpps, inagg / OVS NORMAL / OVS port-to-port: 64 B 
 echo "job ownership: the non-owner lcore spends ${ho_cyc:-?} cycles per 4 KiB packet it receives and hands over (net_pcap RX copy included; the owner, at ${own_cyc:-?} cycles per packet, cannot keep up, so most handovers find its ring full and are dropped and counted)"
 echo "aggregation, fp32 n=4 4 KiB: $(awk -v x="$agg_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps of input per lcore," \
      "memcpy $(awk -v x="$memcpy_bps" 'BEGIN {printf "%.1f", x * 8 / 1e9}') Gbps"
-# One job on two datapath lcores against one (bench/job_lcores.py, one round; `bench/run job-lcores`
-# runs more).
+# One job as two channels on two datapath lcores against one (bench/job_lcores.py, one round;
+# `bench/run job-lcores` runs more).
 job=$(/usr/bin/python3 bench/job_lcores.py 1 "$secs" | tee -a /dev/stderr |
-  grep -Eo '(job_2channels_vs_1|channels2_handed_over|job_2lcores_vs_1)=[0-9.]*' | tr '\n' ' ')
+  grep -Eo '(job_2channels_vs_1|channels2_handed_over)=[0-9.]*' | tr '\n' ' ')
 # vs X Y: X / Y, nan when Y is nan or 0.
 vs() { awk -v x="$1" -v y="$2" 'BEGIN {if (y == "nan" || y == "" || y + 0 <= 0) print "nan"; else printf "%.2f", x / y}'; }
 ovs_keys="fwd_vs_ovs=$(vs "$inagg_pps" "$(ovs fwd-normal)") fwd_vs_ovs_p2p=$(vs "$inagg_pps" "$(ovs fwd-p2p)")"
 ovs_keys+=" fwd1500_vs_ovs=$(vs "$inagg_pps1500" "$(ovs fwd1500-normal)") fwdroce_vs_ovs=$(vs "$inagg_ppsroce" "$(ovs fwdroce-normal)")"
-awk -v f="$inagg_pps" -v t="$testpmd_pps" -v a="$agg_bps" -v m="$memcpy_bps" -v f2="$inagg_pps2" -v f1="$inagg_pps_s1" -v j="${job:-job_2channels_vs_1=? job_2lcores_vs_1=?}" -v o="$ovs_keys" 'BEGIN {
+awk -v f="$inagg_pps" -v t="$testpmd_pps" -v a="$agg_bps" -v m="$memcpy_bps" -v f2="$inagg_pps2" -v f1="$inagg_pps_s1" -v j="${job:-job_2channels_vs_1=?}" -v o="$ovs_keys" 'BEGIN {
   printf "fwd_vs_testpmd=%.2f agg_vs_memcpy=%.2f agg_gbps_per_lcore=%.1f fwd_2lcores_vs_1=%.2f %s %s\n",
     (t > 0 ? f / t : 0), (m > 0 ? a / m : 0), a * 8 / 1e9, (f1 > 0 ? f2 / f1 : 0), j, o }'

@@ -1,17 +1,12 @@
 #!/usr/bin/python3
-"""bench/run job-lcores: one aggregation job on one datapath lcore against the same job on two
-(--job-lcores 2), in one run, interleaved. The fp32 n = 4, 4 KiB replay job of bench/run appliance, on two
-net_pcap ports looping their captures (infinite_rx), TX to /dev/null pcaps in every configuration:
+"""bench/run job-lcores: one aggregation job on one datapath lcore against the same job on two, in one
+run, interleaved: as two channels on two lcores, and as one job half of whose packets arrive at the
+lcore that does not own it. The fp32 n = 4, 4 KiB replay job of bench/run appliance, on two net_pcap
+ports looping their captures (infinite_rx), TX to /dev/null pcaps in every configuration:
 
   one     -l 0,1: one datapath lcore (lcore 1, CPU 1); the control thread on lcore 0 (CPU 0)
-  shards  --lcores (0,2)@0,1@1, --job-lcores 2 (slots sharded by index, docs/protocol.md section 4),
-          two queues per port, queue q replaying the packets whose sequence is q mod 2 (every rank's):
-          each lcore receives exactly its shard's packets, as a NIC flow rule matching the PSN's low
-          bit would steer them, so no packet crosses cores
-  shards_by_rank  the same, with rank r on queue r / 2 of port r mod 2 (as RSS by UDP source port
-          spreads connections): half of each lcore's packets are the other shard's and cross once
-  handover  the by-rank queues, --job-lcores 1: the lcore that does not own the job hands its
-          packets to the owner
+  handover  --lcores (0,2)@0,1@1, rank r on queue r / 2 of port r mod 2 (as RSS by UDP source port
+          spreads connections): the lcore that does not own the job hands its packets to the owner
   channels2  the n = 4, 4 KiB job as two channels (docs/protocol.md section 22: every rank two
           connections, message m on channel m mod 2, each channel an engine job of its own on its own
           lcore), each channel as the one-channel job (8 messages, window 8), channel c's packets on
@@ -114,24 +109,6 @@ def run(lcores, vdevs, extra, secs, prefix, env=None):
     return gbps, per_cpu, datapath_ns / 1e9 / (t1 - t0), cycles, useful, text
 
 
-def split_by_sequence(src, dst):
-    """src's port0/port1 captures (every rank's packets, in order), each split in two: queue q gets
-    the packets whose sequence (their index in their sender's stream) is q mod 2."""
-    import logging
-    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-    from scapy.all import IP, rdpcap, wrpcap
-    os.makedirs(dst, exist_ok=True)
-    for p in (0, 1):
-        seen, q = {}, ([], [])
-        for pkt in rdpcap(f"{src}/port{p}.pcap"):
-            key = pkt[IP].src if IP in pkt else None
-            i = seen.get(key, 0)
-            seen[key] = i + 1
-            q[i % 2].append(pkt)
-        for k in (0, 1):
-            wrpcap(f"{dst}/port{p}q{k}.pcap", q[k])
-
-
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     secs = float(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -147,22 +124,17 @@ def main():
         # job holds as many slots (the capture has twice the messages, half on each channel).
         subprocess.run(gen + ["--out", f"{d}/ch2", "--channels", "2", "--queues", "2", "--messages", "16"], check=True,
                        stdout=subprocess.DEVNULL)
-        split_by_sequence(f"{d}/one", f"{d}/psn")
         one = [f"--vdev=net_pcap0,rx_pcap={d}/one/port0.pcap,infinite_rx=1",
                f"--vdev=net_pcap1,rx_pcap={d}/one/port1.pcap,infinite_rx=1"]
         two = [f"--vdev=net_pcap0,rx_pcap={d}/two/port0.pcap,rx_pcap={d}/two/port2.pcap,"
                "infinite_rx=1",
                f"--vdev=net_pcap1,rx_pcap={d}/two/port1.pcap,rx_pcap={d}/two/port3.pcap,"
                "infinite_rx=1"]
-        psn = [f"--vdev=net_pcap{p},rx_pcap={d}/psn/port{p}q0.pcap,rx_pcap={d}/psn/port{p}q1.pcap,infinite_rx=1"
-               for p in (0, 1)]
         ch2 = [f"--vdev=net_pcap{p},rx_pcap={d}/ch2/port{p}q0.pcap,rx_pcap={d}/ch2/port{p}q1.pcap,infinite_rx=1"
                for p in (0, 1)]
         configs = [
             ("one", "0,1", one, ["--job", f"{d}/one/job.job"]),
-            ("shards", "(0,2)@0,1@1", psn, ["--job", f"{d}/one/job.job", "--job-lcores", "2"]),
-            ("shards_by_rank", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "2"]),
-            ("handover", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job", "--job-lcores", "1"]),
+            ("handover", "(0,2)@0,1@1", two, ["--job", f"{d}/two/job.job"]),
             ("channels2", "(0,2)@0,1@1", ch2, ["--job", f"{d}/ch2/job.job"]),
         ]
         handed = {name: [] for name, *_ in configs}
@@ -190,11 +162,8 @@ def main():
         two = re.search(r"two_cores_vs_one=([0-9.]+)", handoff)
         print(f"job_2channels_vs_1={med['channels2'][0] / med['one'][0]:.2f} "
               f"channels2_handed_over={max(handed['channels2'])} "
-              f"job_2lcores_vs_1={med['shards'][0] / med['one'][0]:.2f} "
-              f"shards_by_rank_vs_1={med['shards_by_rank'][0] / med['one'][0]:.2f} "
               f"handover_vs_1={med['handover'][0] / med['one'][0]:.2f} "
-              f"shards_per_cpu_vs_1={med['shards'][1] / med['one'][1]:.2f} "
-              f"one_gbps={med['one'][0]:.1f} shards_gbps={med['shards'][0]:.1f} "
+              f"one_gbps={med['one'][0]:.1f} "
               f"two_cores_vs_one={two.group(1) if two else '?'}")
     finally:
         subprocess.run(["rm", "-rf", d, f"/var/run/dpdk/{prefix}"])
