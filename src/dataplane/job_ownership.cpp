@@ -40,6 +40,17 @@ void JobOwnership::broadcast(LcoreRequest::Kind kind, const control::JobSpec& sp
   }
 }
 
+namespace {
+
+// The lcores of a job's channels, each once (an engine removes all its channels of a job at once).
+std::vector<uint16_t> each_once(std::vector<uint16_t> lcores) {
+  std::sort(lcores.begin(), lcores.end());
+  lcores.erase(std::unique(lcores.begin(), lcores.end()), lcores.end());
+  return lcores;
+}
+
+}  // namespace
+
 // Channel c's engine job on channel_lcore(owner, c). All channels take the job or none does.
 bool JobOwnership::add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error) {
   std::vector<uint16_t> ls;
@@ -53,9 +64,7 @@ bool JobOwnership::add_channels(const control::JobSpec& spec, uint16_t owner, ag
     if (!r.ok) {
       // Undo the channels already added (their engines keep the connections closed a while, as
       // after any removal: nothing of the job is forwarded raw in between).
-      std::sort(ls.begin(), ls.end());
-      ls.erase(std::unique(ls.begin(), ls.end()), ls.end());
-      for (uint16_t done : ls) remove_from(done, spec.id, nullptr);
+      for (uint16_t done : each_once(ls)) remove_from(done, spec.id, nullptr);
       *error = r.error + (spec.channels > 1 ? " (on lcore " + std::to_string(lcores_[lc]->lcore_id) + ")" : "");
       return false;
     }
@@ -76,12 +85,7 @@ std::vector<size_t> JobOwnership::load() const {
 }
 
 std::vector<uint16_t> JobOwnership::lcores_of(uint32_t id) const {
-  if (auto it = channel_lcores_.find(id); it != channel_lcores_.end()) {  // each lcore once
-    std::vector<uint16_t> ls = it->second;
-    std::sort(ls.begin(), ls.end());
-    ls.erase(std::unique(ls.begin(), ls.end()), ls.end());
-    return ls;
-  }
+  if (auto it = channel_lcores_.find(id); it != channel_lcores_.end()) return each_once(it->second);
   if (auto it = owner_.find(id); it != owner_.end()) return {it->second};
   return {};
 }

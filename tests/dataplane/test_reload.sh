@@ -145,11 +145,6 @@ before=$(aggregated)
 wait_for 10 "job 1 to aggregate after the reloads" advancing "$before" || fail "job 1 stopped aggregating"
 C list | grep -q "^id=1 state=active" || fail "job 1 is not active after the reloads: $(C list)"
 
-kill -TERM "$pid"
-wait_for 10 "inagg to exit after SIGTERM" eval '! kill -0 "$pid"' || fail "inagg did not exit after SIGTERM"
-wait "$pid"
-rc=$?
-pid=""
-[ "$rc" = 0 ] || fail "exit status $rc after SIGTERM"
+stop_appliance
 grep -qi "sanitizer" "$tmp/log" && fail "sanitizer report"
 echo "ok: reloads applied tenants, listeners, log levels all or nothing while job 1 kept aggregating"

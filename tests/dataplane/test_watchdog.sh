@@ -39,12 +39,7 @@ healthy=$(pings)
 more_pings() { [ "$(pings)" -gt "$healthy" ]; }
 wait_for 2 "no ping after the stall" more_pings 2>/dev/null &&
   fail "WATCHDOG=1 went on after lcore $stalled stalled: $(tail -n 3 "$tmp/notify.txt")"
-kill -TERM "$pid"
-wait_for 10 "inagg to exit after SIGTERM" eval '! kill -0 "$pid"' || fail "inagg did not exit after SIGTERM"
-wait "$pid"
-rc=$?
-pid=""
-[ "$rc" = 0 ] || fail "exit status $rc after SIGTERM"
+stop_appliance
 grep -q "^STOPPING=1" "$tmp/notify.txt" || fail "no STOPPING=1: $(tail -n 3 "$tmp/notify.txt")"
 grep -qi "sanitizer" "$tmp/log" && fail "sanitizer report"
 echo "ok: $healthy WATCHDOG=1 while lcores $lcores ran, none once lcore $stalled stalled: $(grep -o "lcore $stalled has begun.*" "$tmp/log")"

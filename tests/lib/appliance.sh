@@ -6,7 +6,8 @@
 #  - fail MSG: prints "FAIL: MSG" and the tail of $tmp/log (the appliance's output), exits 1;
 #  - start_pcap_appliance ARGS...: an appliance looping a 2-worker capture (scripts/gen-pcap) on two
 #    net_pcap ports, its control socket at $tmp/ctl.sock, output in $tmp/log, ARGS after inagg's "--";
-#    the job of that capture is $tmp/job.job. Waits for the socket (30 s deadline).
+#    the job of that capture is $tmp/job.job. Waits for the socket (30 s deadline);
+#  - stop_appliance: SIGTERM, its exit within 10 s and exit status 0, else fail.
 #   . "$src/tests/lib/appliance.sh" NAME
 # The sourcing test sets src and inagg (the appliance binary).
 : "${src:?tests/lib/appliance.sh: set src before sourcing}" "${inagg:?tests/lib/appliance.sh: set inagg before sourcing}"
@@ -34,4 +35,13 @@ start_pcap_appliance() {
     -- --socket "$tmp/ctl.sock" --mtu 9000 --mbufs 8192 --mbuf-budget 2048 "$@" >"$tmp/log" 2>&1 &
   pid=$!
   wait_alive "$pid" 30 "the control socket $tmp/ctl.sock" test -S "$tmp/ctl.sock" || fail "inagg did not start"
+}
+
+stop_appliance() {
+  kill -TERM "$pid"
+  wait_for 10 "inagg to exit after SIGTERM" eval '! kill -0 "$pid"' || fail "inagg did not exit after SIGTERM"
+  wait "$pid"
+  local rc=$?
+  pid=""
+  [ "$rc" = 0 ] || fail "exit status $rc after SIGTERM"
 }
