@@ -394,13 +394,14 @@ TEST(Rendezvous, AReplayedMessageIsDropped) {
 }
 
 // A rank with another payload is told why at once and dropped; the meeting waits on for a rank 1
-// that agrees, and fails at its deadline naming the refusal.
+// that agrees, and fails at its deadline naming the refusal. Rank 2 waits past rank 0's deadline,
+// so that rank 0, not rank 2's own deadline, ends the meeting.
 TEST(Rendezvous, DifferentPayloadsAreRefused) {
   const uint16_t port = test_port(2);
   RankRun runs[3];
   std::thread r0 = run_rank(0, 3, port, &runs[0], kSecret, ~0u, 2);
   std::thread r1 = run_rank(1, 3, port, &runs[1], kSecret, ~0u, 2, 4096);
-  std::thread r2 = run_rank(2, 3, port, &runs[2], kSecret, ~0u, 2);
+  std::thread r2 = run_rank(2, 3, port, &runs[2], kSecret, ~0u, 6);
   r0.join();
   r1.join();
   r2.join();
