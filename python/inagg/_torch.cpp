@@ -27,6 +27,7 @@ PYBIND11_MODULE(_torch, m) {
       .def_readwrite("message", &ProcessGroupOptions::message)
       .def_readwrite("payload", &ProcessGroupOptions::payload)
       .def_readwrite("window", &ProcessGroupOptions::window)
+      .def_readwrite("channels", &ProcessGroupOptions::channels)
       .def_readwrite("ack_timeout_ms", &ProcessGroupOptions::ack_timeout_ms)
       .def_readwrite("retry", &ProcessGroupOptions::retry)
       .def_readwrite("chunk_bytes", &ProcessGroupOptions::chunk_bytes)

@@ -26,6 +26,9 @@ from the environment (or ``pg_options=inagg.torch.Options(...)``):
     INAGG_JOB_ID               the job's id on the appliance; default: one derived from the ranks'
                                addresses (a tenant whose credential owns only some ids sets it)
     INAGG_DTYPE                what the appliance sums: fp32 (default), fp16, bf16, int32
+    INAGG_CHANNELS             RC connections per rank for all_reduce, 1 (default) to 16: message m
+                               on channel m mod C, each channel a job of its own on one of the
+                               appliance's lcores (more lcores for one job); every rank the same
     INAGG_DEBUG=1              one line per call on stderr: where it went and why
 
 The DDP communication hooks are the other way in, beside a Gloo process group, summing gradient
@@ -81,6 +84,7 @@ class Options:
     message, payload   RDMA WRITE message size and path-MTU payload (payload None: from the link's
                        MTU, 4096 on MTU 4200 links, 1024 at 1500); every rank must agree
     window             messages in flight per connection
+    channels           as INAGG_CHANNELS
     ack_timeout_ms, retry  the RC requester's ACK timeout and retries: (retry + 1) x ack_timeout_ms
                        is the skew the ranks may have at a sum (the appliance holds a rank's packets
                        until every rank's are in)
@@ -91,7 +95,7 @@ class Options:
 
     def __init__(self, control=None, control_secret_file=None, job_id=None, dtype=None, interface=None,
                  address=None, message=65536, payload=None, window=2, ack_timeout_ms=250.0, retry=15,
-                 chunk_bytes=8 << 20, timeout_s=60.0, debug=None):
+                 chunk_bytes=8 << 20, timeout_s=60.0, debug=None, channels=None):
         env = os.environ.get
         self.control = control if control is not None else env("INAGG_CONTROL", "/run/inagg/inagg.sock")
         self.control_secret_file = (control_secret_file if control_secret_file is not None
@@ -103,11 +107,16 @@ class Options:
         self.message, self.payload, self.window = message, payload or 0, window
         self.ack_timeout_ms, self.retry, self.chunk_bytes, self.timeout_s = ack_timeout_ms, retry, chunk_bytes, timeout_s
         self.debug = bool(debug) if debug is not None else env("INAGG_DEBUG", "") not in ("", "0")
+        channels = channels if channels is not None else env("INAGG_CHANNELS", "1")
+        try:
+            self.channels = int(channels)
+        except ValueError:
+            raise ValueError(f"inagg: INAGG_CHANNELS (channels) must be a number of channels, 1 to 16, not {channels!r}")
 
     def _native(self, master_addr):
         o = _backend._Options()
         for k in ("control_secret_file", "job_id", "dtype", "interface", "address", "message", "payload", "window",
-                  "ack_timeout_ms", "retry", "chunk_bytes", "timeout_s", "debug"):
+                  "channels", "ack_timeout_ms", "retry", "chunk_bytes", "timeout_s", "debug"):
             setattr(o, k, getattr(self, k))
         o.control = "" if self.control == "none" else self.control
         if self.control == "none":

@@ -37,24 +37,21 @@ std::string RackPlan::job_text() const {
     std::snprintf(buf, sizeof buf, "channels = %u\n", channels);
     t += buf;
   }
-  if (exchanged) {  // (one channel: Rank refuses channels with an exchange)
-    for (unsigned r = 0; r < workers; ++r) {
-      const RankConnection &c = connections[r], &s = connections[(r + 1) % workers];
-      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(c.ip).c_str(), c.send_qpn,
-                    util::ip_text(s.ip).c_str(), s.recv_qpn, c.start_psn);
-      t += buf;
-    }
-    return t;
-  }
-  for (unsigned ch = 0; ch < channels; ++ch) {  // channel by channel, as the job file reads them
+  // Channel by channel, as the job file reads them; channel ch's QPNs and first PSN kChannelQpnStep
+  // x ch above channel 0's (the exchanged connections' or the plan's own).
+  for (unsigned ch = 0; ch < channels; ++ch) {
     if (channels > 1) {
       std::snprintf(buf, sizeof buf, "# channel %u\n", ch);
       t += buf;
     }
+    const uint32_t step = kChannelQpnStep * ch;
     for (unsigned r = 0; r < workers; ++r) {
       const unsigned s = (r + 1) % workers;
-      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(ip_of(r)).c_str(),
-                    send_qpn(r, ch), util::ip_text(ip_of(s)).c_str(), recv_qpn(s, ch), start_psn(r, ch));
+      const RankConnection c = exchanged ? connections[r] : RankConnection{ip_of(r), send_qpn(r), 0, start_psn(r)};
+      const RankConnection succ = exchanged ? connections[s] : RankConnection{ip_of(s), 0, recv_qpn(s), 0};
+      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(c.ip).c_str(),
+                    c.send_qpn + step, util::ip_text(succ.ip).c_str(), succ.recv_qpn + step,
+                    (c.start_psn + step) & 0xffffff);
       t += buf;
     }
   }
@@ -86,18 +83,24 @@ UdpRcConfig RackPlan::rc_config(bool ring, double ack_timeout_ms, unsigned retry
   rs.recv_start_psn = start_psn(predecessor());
   c.send_bytes = send_bytes;
   c.receive_bytes = receive_bytes;
-  for (unsigned ch = 1; !ring && ch < channels; ++ch) {
-    RcConfig send = rq, receive = rs;
-    send.local_qpn = send_qpn(rank, ch);
-    send.remote_qpn = recv_qpn(successor(), ch);
-    send.send_start_psn = start_psn(rank, ch);
-    receive.local_qpn = recv_qpn(rank, ch);
-    receive.remote_qpn = send_qpn(predecessor(), ch);
-    receive.recv_start_psn = start_psn(predecessor(), ch);
-    send.src_port = receive.src_port = channel_port(ch);
-    c.channels.push_back({send, receive});
-  }
+  if (!ring) add_channels(&c, channels);
   return c;
+}
+
+void RackPlan::add_channels(UdpRcConfig* c, unsigned channels) {
+  c->channels.clear();
+  for (unsigned ch = 1; ch < channels; ++ch) {
+    const uint32_t step = kChannelQpnStep * ch;
+    RcConfig send = c->send, receive = c->receive;
+    send.local_qpn += step;
+    send.remote_qpn += step;
+    send.send_start_psn = (send.send_start_psn + step) & 0xffffff;
+    receive.local_qpn += step;
+    receive.remote_qpn += step;
+    receive.recv_start_psn = (receive.recv_start_psn + step) & 0xffffff;
+    send.src_port = receive.src_port = channel_port(ch);
+    c->channels.push_back({send, receive});
+  }
 }
 
 uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message) {

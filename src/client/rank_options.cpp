@@ -177,12 +177,13 @@ std::string RankOptions::validate(const RankOptionNames& n) {
   }
   if (geometry.channels > 1) {
     // Channels are the appliance's: each its own engine job. The ring's QPs are not summed, and
-    // the exchange's (verbs ranks, a caller's channel) have one QP pair a rank yet.
+    // the exchange's (verbs ranks) have one QP pair a rank yet. A caller's channel of endpoints
+    // (address) derives every channel from the endpoint's channel 0, as the rack plan does.
     const std::string what = n.channels + " " + std::to_string(geometry.channels);
     if (m != Mode::ina && m != Mode::automatic)
       return what + " stripes a job over the appliance's lcores: it runs " + n.mode + " ina or auto";
-    if (transport != "udp" || exchange || address)
-      return what + " runs on the software transport on the rack plan (" + n.transport +
+    if (transport != "udp" || exchange)
+      return what + " runs on the software transport (" + n.transport +
              " udp); channels over verbs or an exchange of endpoints are not built yet";
     if (!rack_of.empty()) return what + ": a job across racks (" + n.racks + ") has one channel yet";
   }

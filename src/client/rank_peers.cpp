@@ -137,6 +137,7 @@ bool Rank::open(const std::vector<RankEndpoint>& all) {
   c.receive.remote_ip = util::gid_address(pred.gid);
   c.receive.recv_start_psn = pred.start_psn;
   c.receive_key = key_;
+  RackPlan::add_channels(&c, plan.channels);  // from the endpoints' channel 0, not the plan's addresses
   auto t = std::make_unique<UdpRcTransport>();
   if (!t->open(c, &error_)) return false;
   t->set_successor_key({succ.recv_addr, succ.recv_rkey});
@@ -175,6 +176,7 @@ std::string Rank::job_text(uint32_t id, control::Collective c) const {
     const uint32_t step = kLaneQpnStep * (c == control::Collective::reduce_scatter ? 1 : 2);
     p.collective = c;
     p.chunk = 1;
+    p.channels = 1;  // a lane is one connection a rank
     for (RankConnection& rc : p.connections) {
       rc.send_qpn += step;
       rc.recv_qpn += step;

@@ -127,6 +127,7 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
     r.geometry.message = o_.message;
     r.geometry.payload = o_.payload;
     r.geometry.window = o_.window;
+    r.geometry.channels = o_.channels;
     r.geometry.chunk_bytes = o_.chunk_bytes;
     r.address = *address;
     r.ack_timeout_ms = o_.ack_timeout_ms;

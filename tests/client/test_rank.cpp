@@ -665,7 +665,7 @@ TEST(Rank, ValidateNamesEachBadOption) {
          o.geometry.channels = 2;
          o.mode = "ring";
        }},
-      {"--x-channels 4 runs on the software transport on the rack plan (--x-transport udp)",
+      {"--x-channels 4 runs on the software transport (--x-transport udp)",
        [](RankOptions& o) {
          o.geometry.channels = 4;
          o.exchange = true;

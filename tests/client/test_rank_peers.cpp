@@ -138,6 +138,44 @@ TEST(RankPeers, JobTextNamesEveryRanksConnection) {
   EXPECT_EQ(spec->conns[1].start_psn, RackPlan::start_psn(1));
 }
 
+// Channels through the caller's channel (the torch backend's INAGG_CHANNELS): the job file lists
+// every channel at the endpoints' addresses (not the plan's ip-base ones), channel c's QPNs and
+// first PSN 0x10000 x c above the endpoint's; a reduce-scatter lane's job has one channel.
+TEST(RankPeers, JobTextOfChannelsFollowsTheEndpoints) {
+  constexpr unsigned kChannels = 3;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (const auto& [rank, address] : {std::pair{0u, "127.88.3.1"}, std::pair{1u, "127.88.3.9"}}) {
+    RankOptions o = options_of(rank, 2, address);
+    o.geometry.channels = kChannels;
+    ASSERT_EQ(o.validate(), "");
+    ranks.push_back(std::make_unique<Rank>(o));
+    ASSERT_EQ(ranks.back()->error(), "");
+  }
+  ASSERT_TRUE(ranks[1]->open(endpoints_of(ranks))) << ranks[1]->error();
+  std::string error;
+  const std::optional<control::JobSpec> spec = control::parse_job(ranks[1]->job_text(78), &error);
+  ASSERT_TRUE(spec) << error << "\n" << ranks[1]->job_text(78);
+  EXPECT_EQ(spec->channels, kChannels);
+  ASSERT_EQ(spec->conns.size(), 2u * kChannels);
+  const char* address[] = {"127.88.3.1", "127.88.3.9"};
+  for (unsigned c = 0; c < kChannels; ++c)
+    for (unsigned r = 0; r < 2; ++r) {
+      const control::ConnectionSpec& conn = spec->conns[c * 2 + r];
+      SCOPED_TRACE("channel " + std::to_string(c) + " rank " + std::to_string(r));
+      EXPECT_EQ(conn.rank, r);
+      EXPECT_EQ(util::ip_text(conn.src_ip), address[r]);
+      EXPECT_EQ(util::ip_text(conn.dst_ip), address[1 - r]);
+      EXPECT_EQ(conn.src_qpn, RackPlan::send_qpn(r) + 0x10000 * c);
+      EXPECT_EQ(conn.dst_qpn, RackPlan::recv_qpn(1 - r) + 0x10000 * c);
+      EXPECT_EQ(conn.start_psn, (RackPlan::start_psn(r) + 0x10000 * c) & 0xffffff);
+    }
+  const std::optional<control::JobSpec> lane =
+      control::parse_job(ranks[1]->job_text(79, control::Collective::reduce_scatter), &error);
+  ASSERT_TRUE(lane) << error;
+  EXPECT_EQ(lane->channels, 1u);
+  EXPECT_EQ(lane->conns.size(), 2u);
+}
+
 // Three ranks whose ring is connected straight, no appliance: every rank receives its
 // predecessor's data unsummed, and the tally (1, not 3) fails the allreduce on every rank.
 TEST(RankPeers, WithoutTheApplianceEveryRankFailsOnTheTally) {

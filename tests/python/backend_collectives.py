@@ -16,13 +16,14 @@
         slot those sums make released with all ranks' packets, every reduce-scatter's held packet
         summed and every all-gather placeholder filled. Writes OUT_DIR/check.R.json (the
         counters, the job's id and stats).
-        Then, for each DTYPE (bf16, fp16, int32), a process group made again in the same
+        Then, for each DTYPE (bf16, fp16, int32, fp32; DTYPE/C: with INAGG_CHANNELS=C as well, the
+        job striped over C connections a rank), a process group made again in the same
         processes with INAGG_DTYPE=DTYPE (a job sums one dtype): all_reduce of that dtype through
         the appliance, bit for bit against the scalar reference (16-bit floats widened to fp32,
         summed in rank order, rounded once to nearest even; int32 wrapping), and against Gloo's
         all_reduce of the same inputs in a Gloo group (int32 equal; 16-bit floats, which Gloo
         rounds after every add, within a few units in the last place); the counters say the
-        appliance summed them. Writes OUT_DIR/dtype-DTYPE.R.json.
+        appliance summed them. Writes OUT_DIR/dtype-DTYPE.R.json (DTYPE/C: dtype-DTYPExC.R.json).
         The last line: "rank R: passed" when every part passed, else "rank R: FAILED".
     backend_collectives.py restart OUT_DIR PAUSE_DIR
         reduce_scatter_tensor, all_gather_into_tensor and all_reduce steps (each checked), a pause
@@ -260,6 +261,11 @@ def dtype_case(dtype, rank, count, salt):
             acc = acc + gen(r)  # int32 + int32 wraps
         return torch.from_numpy(gen(rank)), acc, lambda t: t.numpy(), 0.0
     f32 = [rank_input(r, count, salt) for r in range(dist.get_world_size())]
+    if dtype == "fp32":
+        acc = f32[0].copy()
+        for x in f32[1:]:
+            acc = acc + x  # float32 adds, in rank order
+        return torch.from_numpy(f32[rank].copy()), acc.view(np.uint32), lambda t: t.numpy().view(np.uint32), 2.0**-23
     if dtype == "fp16":
         halves = [x.astype(np.float16) for x in f32]
         acc = halves[0].astype(np.float32)
@@ -276,21 +282,27 @@ def dtype_case(dtype, rank, count, salt):
 
 
 def as_float(bits, dtype):
+    if dtype == "fp32":
+        return bits.view(np.float32).astype(np.float64)
     if dtype == "fp16":
         return bits.view(np.float16).astype(np.float64)
     return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def dtype_check(out, dtype):
+def dtype_check(out, spec):
+    """A group made again with the job's dtype and channels from SPEC, DTYPE or DTYPE/CHANNELS."""
+    dtype, _, channels = spec.partition("/")
+    name = dtype + (f"x{channels}" if channels else "")
     os.environ["INAGG_DTYPE"] = dtype
+    os.environ["INAGG_CHANNELS"] = channels or "1"
     # A store of this group's own: torch 1.13 numbers a group made again after
     # destroy_process_group as the first, and its barrier would count the first one's ranks too.
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
                          timedelta(seconds=120))
-    rank, world, pg, c = appliance_group(store=dist.PrefixStore(f"dtype-{dtype}/", base), rank=rank, world_size=world)
+    rank, world, pg, c = appliance_group(store=dist.PrefixStore(f"dtype-{name}/", base), rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
-    element = 4 if dtype == "int32" else 2
+    element = 4 if dtype in ("int32", "fp32") else 2
     before = pg.counters()
     appliance_bytes, calls = 0, 0
     for salt, count in enumerate([3 << 20, 1001]):
@@ -323,12 +335,14 @@ def dtype_check(out, dtype):
     for k, v in {"allreduce_appliance": calls, "allreduce_gloo": 0, "appliance_bytes": appliance_bytes, "failed": 0}.items():
         if got[k] != v:
             c.failed.append(f"counter {k}: {got[k]}, want {v}")
-    with open(os.path.join(out, f"dtype-{dtype}.{rank}.json"), "w") as f:
-        json.dump({"dtype": dtype, "job_id": pg.job_id, "counters": got, "failed": c.failed}, f)
+    with open(os.path.join(out, f"dtype-{name}.{rank}.json"), "w") as f:
+        json.dump({"dtype": dtype, "channels": int(channels or 1), "job_id": pg.job_id, "counters": got,
+                   "failed": c.failed}, f)
     for why in c.failed:
-        print(f"rank {rank}: FAIL: {dtype}: {why}", flush=True)
+        print(f"rank {rank}: FAIL: {name}: {why}", flush=True)
     dist.destroy_process_group()
-    print(f"rank {rank}: {dtype} {'FAILED' if c.failed else 'passed'}", flush=True)
+    os.environ["INAGG_CHANNELS"] = "1"
+    print(f"rank {rank}: {name} {'FAILED' if c.failed else 'passed'}", flush=True)
     return 1 if c.failed else 0
 
 

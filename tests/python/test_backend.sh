@@ -12,7 +12,8 @@
 #     all-gather's); after destroy_process_group the jobs are gone.
 #  1b. Every other dtype as the job's (INAGG_DTYPE bf16, fp16, int32; a group made again in the
 #     same processes): all_reduce through the appliance bit for bit against the scalar reference and
-#     against Gloo's all_reduce of the same inputs, the counters saying the appliance summed it.
+#     against Gloo's all_reduce of the same inputs, the counters saying the appliance summed it;
+#     and fp32 with INAGG_CHANNELS=2 (the job striped over 2 connections a rank, 2 engine jobs).
 #  2. A rank killed (SIGKILL) in a loop of all_reduce: every other rank raises, and the job is
 #     removed from the appliance.
 #  2b. The appliance killed and started again with its state directory while 3 ranks pause
@@ -89,13 +90,13 @@ finish() {
 # 1. Collectives, the job registered over TCP; then (1b) a group of each other dtype in the same
 # processes.
 control="tcp://$subnet.1:18590" credential_file="$tmp/credential" \
-  launch check 29541 "$src/tests/python/backend_collectives.py" check "$tmp" bf16 fp16 int32
+  launch check 29541 "$src/tests/python/backend_collectives.py" check "$tmp" bf16 fp16 int32 fp32/2
 finish check 900
 for r in $(seq 0 $((n - 1))); do
   wait "${agents[$r]}" || fail "collectives: rank $r's torchrun exited with $?: $(grep -E 'FAIL|Error|error' "$tmp/check.$r.log" | head -n 5)"
   grep -q "^rank $r: passed" "$tmp/check.$r.log" || fail "collectives: rank $r did not pass: $(grep -E 'FAIL' "$tmp/check.$r.log" | head -n 5; tail -n 5 "$tmp/check.$r.log")"
 done
-grep -h "^rank" "$tmp"/check.*.log | grep -v -E ": (bf16|fp16|int32)"
+grep -h "^rank" "$tmp"/check.*.log | grep -v -E ": (bf16|fp16|int32|fp32x2)"
 job=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$tmp/check.0.json") ||
   fail "rank 0 wrote no job id"
 job_listed "$job" && fail "collectives: job $job is still on the appliance after destroy_process_group: $(C list)"
@@ -109,6 +110,14 @@ for dtype in bf16 fp16 int32; do
 done
 gloo_cannot=$(grep -o "Gloo cannot sum [a-z0-9]*" "$tmp/check.0.log" | awk '{print $4}' | sort -u | paste -sd' ' -)
 echo "ok: bf16, fp16 and int32 jobs: all_reduce through the appliance as the scalar reference, and as Gloo's${gloo_cannot:+ (Gloo cannot sum: $gloo_cannot)}"
+# INAGG_CHANNELS=2: the endpoints' channel 0 gives channel 1's QPs; the appliance added the job as
+# 2 channels, and both ranks' sums were exact (the rank's check above, fp32x2).
+[ -s "$tmp/dtype-fp32x2.0.json" ] || fail "fp32 with 2 channels: rank 0 wrote no result"
+grep -q "^rank 0: fp32x2 passed" "$tmp/check.0.log" || fail "fp32 with 2 channels: rank 0 did not pass"
+job2=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$tmp/dtype-fp32x2.0.json")
+grep -q "^inagg: job $job2 added (4 workers, 2 channel" "$tmp/inagg.log" ||
+  fail "fp32 with 2 channels: the appliance did not add job $job2 as 2 channels: $(grep "job $job2 added" "$tmp/inagg.log")"
+echo "ok: INAGG_CHANNELS=2: job $job2 added as 2 channels, all_reduce of fp32 exact as the rank-ordered sum"
 
 # 2. A rank killed in a loop of all_reduce.
 rm -f "$tmp"/pid.*

@@ -65,6 +65,10 @@ struct RackPlan {
   // ina's with every channel's beyond the first (UdpRcConfig::channels).
   UdpRcConfig rc_config(bool ring, double ack_timeout_ms, unsigned retry, uint64_t send_bytes,
                         uint64_t receive_bytes) const;
+  // Channels 1..channels-1 of `c` from its channel 0 (c->send, c->receive, whatever addresses and
+  // QPNs those have: the plan's or an exchange's): QPNs and first PSNs kChannelQpnStep x ch above
+  // channel 0's, UDP source port channel_port(ch). Replaces c->channels.
+  static void add_channels(UdpRcConfig* c, unsigned channels);
 };
 
 // RoCEv2 over IPv4 carries a payload P in P + 64 bytes of IP packet: IPv4 20, UDP 8, BTH 12,

@@ -60,6 +60,7 @@ struct ProcessGroupOptions {
   std::string master_addr;                // where the route is taken toward when neither is given
   uint32_t message = 65536, payload = 0;  // payload 0: from the link's MTU
   unsigned window = 2;
+  unsigned channels = 1;  // RC connections a rank, each a job of its own on the appliance's lcores
   double ack_timeout_ms = 250;
   unsigned retry = 15;
   uint64_t chunk_bytes = 8u << 20;
