@@ -359,6 +359,14 @@ bool Rank::barrier(const std::string& what) {
   return transport_->barrier(what, &why) || fail("the ranks' barrier before " + what + ": " + why);
 }
 
+bool Rank::gather(const std::string& what, const std::string& mine, std::vector<std::string>* all) {
+  if (!can_gather()) return fail("gathering '" + what + "': the ranks of this job do not meet at rank 0");
+  std::string why;
+  return transport_->gather(what, mine, all, &why) || fail("the ranks' gather of " + what + ": " + why);
+}
+
+bool Rank::can_gather() const { return transport_ && !o_.address && (o_.meet || o_.exchange || o_.resolved.use_verbs); }
+
 void Rank::serve(int wait_ms) {
   if (transport_ && tier() == Tier::appliance && transport_->error().empty())
     transport_->poll(wait_ms);

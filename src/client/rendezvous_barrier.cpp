@@ -49,6 +49,28 @@ void Rendezvous::drop_peers(const std::string& why) {
 }
 
 bool Rendezvous::barrier(const std::string& what, std::string* error) {
+  return meet(what, "barrier " + what, nullptr, error);
+}
+
+bool Rendezvous::gather(const std::string& what, const std::string& mine, std::vector<std::string>* all,
+                        std::string* error) {
+  if (what.size() > 256 || what.find_first_of("\t\n") != std::string::npos || mine.find('\n') != std::string::npos ||
+      mine.size() > kMaxGatherText) {
+    *error = "the gather '" + what.substr(0, 100) + "': its name has a tab, a newline or more than 256 bytes, or " +
+             "its text (" + std::to_string(mine.size()) + " bytes) a newline or more than " +
+             std::to_string(kMaxGatherText) + " bytes";
+    return false;
+  }
+  all->assign(cfg_.rank == 0 ? cfg_.workers : 0, "");
+  // Rank 0 reads each rank's text after this prefix; the tab ends the name, which may have spaces.
+  if (!meet(what, "gather " + what + "\t" + (cfg_.rank == 0 ? "" : mine), cfg_.rank == 0 ? all : nullptr, error))
+    return false;
+  if (cfg_.rank == 0) (*all)[0] = mine;
+  return true;
+}
+
+bool Rendezvous::meet(const std::string& what, const std::string& line, std::vector<std::string>* texts,
+                      std::string* error) {
   if (cfg_.workers == 0 || peers_.empty()) {
     *error = "barrier before the exchange";
     return false;
@@ -57,7 +79,6 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
     *error = "the ranks' connections are closed: " + broken_;
     return false;
   }
-  const std::string line = "barrier " + what;
   if (cfg_.rank != 0) {
     // "<mac> barrier WHAT" to rank 0 on the kept connection; its answer "<mac> end", or
     // "<mac> error ..." when a rank went away or came to another barrier; the connection closing
@@ -146,12 +167,15 @@ bool Rendezvous::barrier(const std::string& what, std::string* error) {
         *error = "rank 0: " + broken_;
         return false;
       }
-      if (text != line) {
-        drop_peers("rank " + std::to_string(r) + " came to '" + text.substr(0, 100) + "' while rank 0 was at '" + line +
-                   "'");
+      // A barrier's line is rank 0's own; a gather's starts with rank 0's (which ends in a tab).
+      if (texts ? text.compare(0, line.size(), line) != 0 : text != line) {
+        const std::string came = text.substr(0, std::min<size_t>(100, text.find('\t')));
+        drop_peers("rank " + std::to_string(r) + " came to '" + came + "' while rank 0 was at '" +
+                   line.substr(0, line.find('\t')) + "'");
         *error = "rank 0: " + broken_;
         return false;
       }
+      if (texts) (*texts)[r] = text.substr(line.size());
       in[r] = true;
       ++arrived;
     }

@@ -154,6 +154,61 @@ TEST(Rendezvous, ARankThatWentAwayFailsTheOthersBarrierAtOnce) {
         << "rank " << r << ": " << errors[r];
 }
 
+// A gather carries each rank's line to rank 0 (texts with spaces, an empty one, one of the
+// largest size), indexed by rank, between barriers on the same connections; the other ranks get
+// nothing. A rank at another gather is refused with both names; a text with a newline or too long
+// is refused before anything is sent.
+TEST(Rendezvous, AGatherBringsEveryRanksTextToRankZero) {
+  const unsigned n = 4;
+  auto text_of = [](unsigned r) {
+    return r == 2   ? std::string()
+           : r == 3 ? std::string(Rendezvous::kMaxGatherText, 'x')
+                    : "rank " + std::to_string(r) + " a b\tc";
+  };
+  std::vector<std::string> errors(n);
+  std::vector<std::vector<std::string>> got(n), second(n);
+  std::vector<std::thread> threads;
+  for (unsigned r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      Rendezvous rv;
+      std::vector<RankEndpoint> table;
+      if (!rv.exchange(config_of(r, n, test_port(7), 30), endpoint_of(r, 1024), &table, &errors[r])) return;
+      if (!rv.gather("the figures of 8 bytes", text_of(r), &got[r], &errors[r])) return;
+      if (!rv.barrier("between", &errors[r])) return;
+      if (!rv.gather("again", std::to_string(r * r), &second[r], &errors[r])) return;
+    });
+  for (std::thread& t : threads) t.join();
+  for (unsigned r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_EQ(got[0].size(), n);
+  for (unsigned r = 0; r < n; ++r) EXPECT_EQ(got[0][r], text_of(r)) << "rank " << r << "'s text";
+  EXPECT_EQ(second[0], (std::vector<std::string>{"0", "1", "4", "9"}));
+  for (unsigned r = 1; r < n; ++r) EXPECT_TRUE(got[r].empty() && second[r].empty()) << "rank " << r;
+
+  errors.assign(2, "");
+  threads.clear();
+  for (unsigned r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Rendezvous rv;
+      std::vector<RankEndpoint> table;
+      std::vector<std::string> all;
+      if (!rv.exchange(config_of(r, 2, test_port(8), 30), endpoint_of(r, 1024), &table, &errors[r])) return;
+      rv.gather(r == 0 ? "size 4096" : "size 8192", "mine", &all, &errors[r]);
+    });
+  for (std::thread& t : threads) t.join();
+  for (unsigned r = 0; r < 2; ++r)
+    EXPECT_NE(errors[r].find("rank 1 came to 'gather size 8192' while rank 0 was at 'gather size 4096'"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+
+  Rendezvous alone;
+  std::vector<std::string> all;
+  std::string why;
+  EXPECT_FALSE(alone.gather("x", "two\nlines", &all, &why));
+  EXPECT_NE(why.find("a newline"), std::string::npos) << why;
+  EXPECT_FALSE(alone.gather("x", std::string(Rendezvous::kMaxGatherText + 1, 'x'), &all, &why));
+  EXPECT_NE(why.find("more than 3072 bytes"), std::string::npos) << why;
+}
+
 TEST(Rendezvous, NoRankZeroIsADeadlineWithAMessage) {
   Rendezvous rv;
   RendezvousConfig c;

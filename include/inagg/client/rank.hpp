@@ -237,6 +237,16 @@ class Rank {
   // differs between ranks and before the next collective through the appliance. A no-op in auto
   // mode and once the XDP tier has taken over. False with error().
   bool barrier(const std::string& what);
+  // A barrier that carries one line of text (rendezvous.hpp: no newline, at most 3072 bytes) from
+  // every rank to rank 0, whose *all then holds every rank's `mine`, indexed by rank; another
+  // rank's is left empty. For a front end's report of every rank's figures. Unlike barrier(), it
+  // meets in auto mode too: call it where no rank can be in the tier's fall-over agreement (before
+  // the first collective, after finish()), and while the job is on the appliance. False with
+  // error() where the ranks do not meet at rank 0 (can_gather()) or a rank went away.
+  bool gather(const std::string& what, const std::string& mine, std::vector<std::string>* all);
+  // Whether the ranks meet at rank 0, so that gather() can work: ina, ring and auto on the rack
+  // plan; not the XDP tier alone, nor ranks on the caller's channel or that never meet.
+  bool can_gather() const;
   // Between collectives: keeps the transport running for up to `wait_ms` (ACKs, retransmissions),
   // as a NIC would while the host computes.
   void serve(int wait_ms);

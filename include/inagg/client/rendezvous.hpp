@@ -94,6 +94,12 @@ class Rendezvous {
   // at once with that reason instead of at the deadline. After a failed barrier every later one
   // fails too.
   bool barrier(const std::string& what, std::string* error);
+  // A barrier that carries one line of text from every rank to rank 0, on the same connections
+  // with the same MACs and sequence numbers: rank 0's *all gets every rank's `mine`, indexed by
+  // rank (its own at [0]); another rank's is left empty. Every rank calls it with the same `what`
+  // (no tab or newline); `mine` has no newline and at most kMaxGatherText bytes.
+  bool gather(const std::string& what, const std::string& mine, std::vector<std::string>* all, std::string* error);
+  static constexpr size_t kMaxGatherText = 3072;
 
   // What to do while waiting for the other ranks, instead of sleeping: called with at most
   // kIdleMs. A software RC endpoint is its own NIC: it must keep answering its peers in the
@@ -129,6 +135,11 @@ class Rendezvous {
   bool read_until(int fd, const std::string& stop, std::string* out) const;
   bool read_answer(int fd, std::string* out) const;
   bool write_all(int fd, const std::string& s) const;
+
+  // barrier() and gather(): every other rank sends `line` to rank 0 and waits for its answer;
+  // rank 0 takes one line from each, `line` itself (texts null: a barrier) or `line` followed by
+  // that rank's text (stored in (*texts)[rank]).
+  bool meet(const std::string& what, const std::string& line, std::vector<std::string>* texts, std::string* error);
 
   // Rank 0: tells every kept connection `why` and ends its side of each; others: close theirs.
   // Every later barrier then fails with `why`.

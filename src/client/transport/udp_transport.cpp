@@ -76,6 +76,10 @@ class UdpRcTransport::Lane final : public Transport {
     return t_.error();
   }
   bool barrier(const std::string& what, std::string* error) override { return t_.barrier(what, error); }
+  bool gather(const std::string& what, const std::string& mine, std::vector<std::string>* all,
+              std::string* error) override {
+    return t_.gather(what, mine, all, error);
+  }
   void finish(uint64_t deadline_ns) override { t_.finish(deadline_ns); }
   TransportCounters counters() const override { return counters_of(*req_, *rsp_); }
 
@@ -242,6 +246,17 @@ bool UdpRcTransport::barrier(const std::string& what, std::string* error) {
     return false;
   }
   if (!rendezvous_->barrier(what, error)) return false;
+  last_arrival_ns_ = now_ns();  // the wait is not the predecessor's silence
+  return true;
+}
+
+bool UdpRcTransport::gather(const std::string& what, const std::string& mine, std::vector<std::string>* all,
+                            std::string* error) {
+  if (!rendezvous_) {
+    *error = "a gather before the ranks met (meet() or exchange())";
+    return false;
+  }
+  if (!rendezvous_->gather(what, mine, all, error)) return false;
   last_arrival_ns_ = now_ns();  // the wait is not the predecessor's silence
   return true;
 }

@@ -127,6 +127,16 @@ class Transport {
   // would see no ACK for that long and spend its RC retry budget. The rank keeps answering its
   // peers while it waits. False with *error (a rank that never came, the deadline).
   virtual bool barrier(const std::string& what, std::string* error) = 0;
+  // A barrier that also carries one line of text (no newline, Rendezvous::kMaxGatherText bytes at
+  // most) from every rank to rank 0: rank 0 gets every rank's `mine`, indexed by rank; the others
+  // get nothing. For reports after the collectives (inagg-worker's table of every rank's figures).
+  // A transport whose ranks do not meet at rank 0 cannot: false with *error.
+  virtual bool gather(const std::string& what, const std::string& mine, std::vector<std::string>* all,
+                      std::string* error) {
+    (void)what, (void)mine, (void)all;
+    *error = "this transport's ranks do not meet at rank 0";
+    return false;
+  }
 
   // After the last allreduce: keeps serving the peers until they need nothing more from this rank
   // (software RC: answers the predecessor's retransmissions until it has been quiet for a few ACK

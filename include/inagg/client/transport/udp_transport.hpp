@@ -111,6 +111,8 @@ class UdpRcTransport final : public Transport {
   // The plan's ranks meet (see the top). finish() stays as without: answering until quiet.
   bool meet(const RendezvousConfig& cfg, std::string* error);
   bool barrier(const std::string& what, std::string* error) override;
+  bool gather(const std::string& what, const std::string& mine, std::vector<std::string>* all,
+              std::string* error) override;
   const std::vector<RankConnection>* job_connections() const override {
     return connections_.empty() ? nullptr : &connections_;
   }

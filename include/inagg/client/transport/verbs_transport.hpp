@@ -106,6 +106,10 @@ class VerbsTransport final : public Transport {
   TransportCounters counters() const override;
   // The ranks' barrier over the exchange's connection to rank 0 (the NIC answers its peers meanwhile).
   bool barrier(const std::string& what, std::string* error) override { return rendezvous_.barrier(what, error); }
+  bool gather(const std::string& what, const std::string& mine, std::vector<std::string>* all,
+              std::string* error) override {
+    return rendezvous_.gather(what, mine, all, error);
+  }
   const std::vector<RankConnection>* job_connections() const override {
     return connections_.empty() ? nullptr : &connections_;
   }
