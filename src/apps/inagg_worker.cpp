@@ -1,16 +1,18 @@
-// inagg-worker: one rank of an allreduce that takes nccl-tests' all_reduce_perf options with their
-// meaning and prints its table (include/inagg/client/nccl_table.hpp): option parsing, the sweep's
-// buffers and output around client::Rank (include/inagg/client/rank.hpp), which holds the rack
-// plan, the transport, the registration, the algorithms (ina, ring, xdp, auto) and auto's fall-over.
+// inagg-worker: one rank of a collective that takes nccl-tests' all_reduce_perf options with their
+// meaning; rank 0 prints the job's one table from every rank's figures, as nccl-tests does under
+// MPI (nccl_table.hpp), and writes its JSON (-J): option parsing, the sweep's buffers and output
+// around client::Rank (include/inagg/client/rank.hpp), which holds the rack plan, the transport,
+// the registration, the algorithms (ina, ring, xdp, auto), auto's fall-over and the ranks' gather.
 #include <boost/program_options.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <new>
@@ -110,33 +112,62 @@ bool run_collective(Rank& w, Buffers& b, control::Collective c, uint64_t bytes, 
 
 namespace {
 
-// The comment lines above the table: nccl-tests' own, then the rank, its path and its tier.
-void print_preamble(const Rank& w, const CommandLine& cl) {
+// The collective's nccl-tests program, as its preamble, footer and JSON name it.
+const char* program_of(control::Collective c) {
+  return c == control::Collective::reduce_scatter ? "reduce_scatter_perf"
+         : c == control::Collective::all_gather   ? "all_gather_perf"
+                                                  : "all_reduce_perf";
+}
+
+// nccl-tests' bus bandwidth factor: an allreduce's 2(n-1)/n, a reduce-scatter's and all-gather's
+// (n-1)/n (docs/workers.md: what it means through the appliance).
+double bus_factor(control::Collective c, unsigned n) {
+  return c == control::Collective::allreduce ? nccl::bus_bandwidth(1.0, n) : (n - 1.0) / n;
+}
+
+// This rank's line in nccl-tests' "Using devices" list: no GPU (device 0, [0000:00:00]); the
+// device information says how the rank reaches the others.
+nccl::RankInfo rank_info(const Rank& w) {
+  const RankOptions& o = w.options();
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
+  std::string info = "inagg " + o.mode + " " + util::ip_text(w.plan().ip_of(o.geometry.rank));
+  if (const std::string d = w.transport_description(); !d.empty()) info += " (" + d + ")";
+  return {static_cast<int>(o.geometry.rank), 0, static_cast<int>(getpid()), 0, host, "0000:00:00", info};
+}
+
+// nccl-tests' -J: the file is created anew, never overwritten; where FILE exists, FILE.0, FILE.1,
+// ... (the first that does not). Rank 0 only, before anything runs, so that a path that cannot be
+// written fails at once. -1 with *error.
+int create_results_file(const std::string& path, std::string* created, std::string* error) {
+  for (int i = -1; i < 1000; ++i) {
+    *created = i < 0 ? path : path + "." + std::to_string(i);
+    const int fd = ::open(created->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) {
+      *error = "-J/--output_file " + *created + ": cannot create it: " + std::strerror(errno);
+      return -1;
+    }
+  }
+  *error = "-J/--output_file " + path + ": it and " + path + ".0 to .999 exist already: give another name";
+  return -1;
+}
+
+// Every rank's own comment lines: who it is, its path and its tier.
+void print_rank(const Rank& w, const CommandLine& cl) {
   const RankOptions& o = cl.o;
-  const Sweep& sw = cl.sweep;
   const RackPlan& rack = w.plan();
   const unsigned rank = o.geometry.rank;
-  const std::string& rank_from = cl.rank_from;
-  const std::string& workers_from = cl.workers_from;
   const unsigned n = o.geometry.ranks;
   const util::Dtype dtype = rack.dtype;
-  const char* perf = rack.collective == control::Collective::reduce_scatter ? "reduce_scatter_perf"
-                     : rack.collective == control::Collective::all_gather   ? "all_gather_perf"
-                                                                            : "all_reduce_perf";
-  std::printf("# Collective test starting: inagg-worker (nccl-tests %s's options and table)\n", perf);
-  std::printf("# nThread 1 nGpus 1 minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64
-              "(%s) warmup iters: %u iters: %u agg iters: 1 validation: %u graph: 0 unalign: 0\n",
-              sw.min_bytes, sw.max_bytes, sw.factor > 1 ? sw.factor : sw.step_bytes, sw.factor > 1 ? "factor" : "bytes",
-              sw.warmup, sw.iters, sw.check);
-  std::printf("#\n");
   const std::string collective = rack.collective == control::Collective::allreduce
                                      ? ""
                                      : ", " + o.geometry.collective + " chunk " + std::to_string(o.geometry.chunk);
   std::printf("# inagg-worker rank %u of %u (%s -> %s), mode %s%s, dtype %s, M %u, P %u, window %u%s%s%s%s\n", rank, n,
               util::ip_text(rack.ip_of(rank)).c_str(), util::ip_text(rack.ip_of(rack.successor())).c_str(),
               o.mode.c_str(), collective.c_str(), std::string(nccl::type_name(dtype)).c_str(), rack.message,
-              rack.payload, rack.window, rank_from.empty() ? "" : ", rank from ", rank_from.c_str(),
-              workers_from.empty() ? "" : ", size from ", workers_from.c_str());
+              rack.payload, rack.window, cl.rank_from.empty() ? "" : ", rank from ", cl.rank_from.c_str(),
+              cl.workers_from.empty() ? "" : ", size from ", cl.workers_from.c_str());
   if (const std::string d = w.transport_description(); !d.empty())
     std::printf("# %s: %s; QPN 0x%x to the successor\n", o.resolved.use_verbs ? "verbs" : "udp", d.c_str(),
                 rack.connections.empty() ? 0 : rack.connections[rank].send_qpn);
@@ -149,26 +180,124 @@ void print_preamble(const Rank& w, const CommandLine& cl) {
         util::ip_text(xdp.group_address(group)).c_str(), o.job_id, o.xdp_values, o.xdp_window,
         dtype == util::Dtype::int32 ? "" : (", fixed point x" + std::to_string(o.xdp_scale)).c_str());
   }
-  if (sw.corrupt)
+  if (cl.sweep.corrupt)
     std::printf("# rank %u alters %u elements of its input in every checked iteration (--corrupt-input)\n", rank,
-                sw.corrupt);
+                cl.sweep.corrupt);
 }
 
-// The table: a row per size, out of place then in place, each timed and then checked against the
-// reference. Returns false when an allreduce failed (w.error() says why); counts failed checks and
-// the bus bandwidths for the footer.
-bool run_sweep(Rank& w, Buffers& buf, const Sweep& o, unsigned* failed_checks, double* busbw_sum,
-               unsigned* measurements, std::vector<nccl::ResultRow>* rows) {
+// Rank 0's comment lines above the table: nccl-tests' own, its list of the ranks (every rank's
+// line from the meeting, or rank 0's alone), how the rows aggregate them.
+void print_preamble(const Rank& w, const CommandLine& cl, const std::vector<std::string>& rank_lines, bool alone) {
+  const RankOptions& o = cl.o;
+  const Sweep& sw = cl.sweep;
+  const RackPlan& rack = w.plan();
+  std::printf("# %s: nccl-tests %s's options, table and JSON (nccl-tests 2.19 format; no NCCL, no GPU)\n",
+              apps::version_line("inagg-worker").c_str(), program_of(rack.collective));
+  std::printf("# Collective test starting: %s\n", program_of(rack.collective));
+  std::printf("# nThread 1 nGpus 1 minBytes %" PRIu64 " maxBytes %" PRIu64 " step: %" PRIu64
+              "(%s) warmup iters: %u iters: %u agg iters: 1 validation: %u graph: 0 unalign: 0\n",
+              sw.min_bytes, sw.max_bytes, sw.factor > 1 ? sw.factor : sw.step_bytes, sw.factor > 1 ? "factor" : "bytes",
+              sw.warmup, sw.iters, sw.check);
+  std::printf("#\n# Using devices\n");
+  for (const std::string& line : rank_lines) std::printf("%s\n", line.c_str());
+  std::printf("# Times: %s over the ranks (-a %d); #wrong: summed over the ranks\n",
+              cl.average == nccl::Average::rank0  ? "rank 0's"
+              : cl.average == nccl::Average::mean ? "the mean"
+              : cl.average == nccl::Average::min  ? "the least"
+                                                  : "the greatest",
+              static_cast<int>(cl.average));
+  if (alone)
+    std::printf(
+        "# mode xdp: the ranks do not meet at rank 0, so this table is rank 0's own figures; every other rank "
+        "reports its wrong elements on stderr and in its exit status\n");
+  if (rack.collective == control::Collective::allreduce && o.resolved.mode != Mode::ring)
+    std::printf(
+        "# busbw is nccl-tests' algbw x 2(n-1)/n, a ring's link rate; summed in the network, each rank's link "
+        "carries the buffer once each way, so its rate is algbw (docs/workers.md)\n");
+}
+
+// What this rank itself measured and checked, for its own exit status and closing line.
+struct OwnTally {
+  unsigned sizes = 0, checks = 0, failed_checks = 0;
+  uint64_t wrong = 0;
+};
+
+// Rank 0's table of the job: each size's row from every rank's figures (indexed by rank; rank 0's
+// alone where the ranks do not meet), aggregated as nccl-tests aggregates them under MPI, printed
+// as it comes; the footer's counts over those rows; the same rows for -J.
+struct JobTable {
+  nccl::Average how = nccl::Average::mean;
+  double bus_factor = 1;
+  util::Dtype dtype = util::Dtype::fp32;
+  std::string op;
+  bool header_printed = false;
+  std::vector<nccl::ResultRow> rows;
+  unsigned out_of_bounds = 0, measurements = 0;
+  double busbw_sum = 0;
+
+  void print_header() {
+    if (header_printed) return;
+    std::fputs(nccl::header().c_str(), stdout);
+    header_printed = true;
+  }
+  void add(uint64_t count, const std::vector<nccl::RankRow>& ranks) {
+    print_header();
+    const uint64_t bytes = ranks[0].bytes;
+    std::optional<nccl::Measurement> placed[2];
+    for (int p = 0; p < 2; ++p) {
+      std::vector<std::optional<nccl::Measurement>> each;
+      for (const nccl::RankRow& r : ranks) each.push_back(r.placed[p]);
+      placed[p] = nccl::aggregate(each, how, &out_of_bounds);
+      if (!placed[p]) continue;
+      nccl::set_bandwidths(&*placed[p], bytes, bus_factor);
+      busbw_sum += placed[p]->busbw;
+      ++measurements;
+    }
+    std::fputs(nccl::row(bytes, count, dtype, op, placed[0], placed[1]).c_str(), stdout);
+    std::fflush(stdout);
+    rows.push_back({bytes, count, dtype, op, placed[0], placed[1]});
+  }
+  double avg_busbw() const { return measurements ? busbw_sum / measurements : 0.0; }
+};
+
+// One size's figures of every rank to rank 0 (Rank::gather), decoded and checked to be of rank
+// 0's size. False with *error.
+bool gather_row(Rank& w, const nccl::RankRow& mine, std::vector<nccl::RankRow>* all, std::string* error) {
+  std::vector<std::string> texts;
+  if (!w.gather("the figures of " + std::to_string(mine.bytes) + " bytes", nccl::encode_row(mine), &texts)) {
+    *error = w.error();
+    return false;
+  }
+  all->clear();
+  for (size_t r = 0; r < texts.size(); ++r) {
+    std::optional<nccl::RankRow> row = nccl::decode_row(texts[r]);
+    if (!row || row->bytes != mine.bytes || row->placed[0].has_value() != mine.placed[0].has_value() ||
+        row->placed[1].has_value() != mine.placed[1].has_value()) {
+      *error = "rank " + std::to_string(r) + " reported figures that are not of rank 0's " +
+               std::to_string(mine.bytes) + " bytes and placements: '" + texts[r].substr(0, 100) +
+               "' (are all ranks started with the same -b/-e/-f/-i and --in-place?)";
+      return false;
+    }
+    all->push_back(*row);
+  }
+  return true;
+}
+
+// The sweep: a row per size, out of place then in place, each timed and then checked against the
+// reference; `done(row, count)` takes each size's figures (false: stop, with *error set by it).
+// Returns false when a collective failed (w.error() says why).
+bool run_sweep(Rank& w, Buffers& buf, const Sweep& o, OwnTally* own,
+               const std::function<bool(const nccl::RankRow&, uint64_t count)>& done) {
   const RankOptions& ro = w.options();
   const unsigned n = ro.geometry.ranks, rank = ro.geometry.rank;
   const util::Dtype dtype = w.dtype();
   const size_t es = util::dtype_size(dtype);
-  std::fputs(nccl::header().c_str(), stdout);
   for (const uint64_t size : sweep(o)) {
     const uint64_t count = size / es, bytes = count * es;
     if (count == 0) {
-      std::printf("# %" PRIu64 " bytes: less than one %s element, skipped\n", size,
-                  std::string(nccl::type_name(dtype)).c_str());
+      if (rank == 0)
+        std::printf("# %" PRIu64 " bytes: less than one %s element, skipped\n", size,
+                    std::string(nccl::type_name(dtype)).c_str());
       continue;
     }
     // A reduce-scatter or all-gather: n shards of whole elements; this rank's input (all-gather)
@@ -177,8 +306,9 @@ bool run_sweep(Rank& w, Buffers& buf, const Sweep& o, unsigned* failed_checks, d
     const bool rotated = coll != control::Collective::allreduce;
     const uint64_t shard = rotated ? count / n * es : bytes;
     if (rotated && shard * n != bytes) {
-      std::printf("# %" PRIu64 " bytes: not %u shards of whole %s elements, skipped\n", size, n,
-                  std::string(nccl::type_name(dtype)).c_str());
+      if (rank == 0)
+        std::printf("# %" PRIu64 " bytes: not %u shards of whole %s elements, skipped\n", size, n,
+                    std::string(nccl::type_name(dtype)).c_str());
       continue;
     }
     const bool gather = coll == control::Collective::all_gather;
@@ -200,7 +330,8 @@ bool run_sweep(Rank& w, Buffers& buf, const Sweep& o, unsigned* failed_checks, d
     if (!fill("the first allreduce")) return false;
     for (unsigned it = 0; it < o.warmup; ++it)
       if (!run_collective(w, buf, coll, bytes, false)) return false;
-    std::optional<nccl::Measurement> placed[2];
+    nccl::RankRow row;
+    row.bytes = bytes;
     for (const bool in_place : {false, true}) {
       if (in_place && !o.in_place) continue;
       nccl::Measurement m;
@@ -213,9 +344,6 @@ bool run_sweep(Rank& w, Buffers& buf, const Sweep& o, unsigned* failed_checks, d
         total_us += static_cast<double>(now_ns() - t0) / 1e3;
       }
       m.time_us = total_us / o.iters;
-      m.algbw = nccl::alg_bandwidth(bytes, m.time_us);
-      // nccl-tests' bus bandwidths: an allreduce's 2(n-1)/n, a reduce-scatter's and all-gather's (n-1)/n.
-      m.busbw = rotated ? m.algbw * (n - 1) / n : nccl::bus_bandwidth(m.algbw, n);
       // Checked iterations, as nccl-tests': fresh inputs, one allreduce, every element against the
       // reference of the tier that summed it; the first one with wrong elements ends them.
       m.checked = o.check > 0;
@@ -238,16 +366,14 @@ bool run_sweep(Rank& w, Buffers& buf, const Sweep& o, unsigned* failed_checks, d
           ++m.wrong;
         }
       }
-      if (m.wrong) ++*failed_checks;
-      *busbw_sum += m.busbw;
-      ++*measurements;
-      placed[in_place] = m;
+      own->checks += m.checked;
+      own->failed_checks += m.wrong > 0;
+      own->wrong += m.wrong;
+      row.placed[in_place] = m;
     }
+    ++own->sizes;
     // (nccl-tests' count of a reduce-scatter or all-gather: the elements of one rank's shard.)
-    const uint64_t shown = rotated ? shard / es : count;
-    std::fputs(nccl::row(bytes, shown, dtype, o.op, placed[0], placed[1]).c_str(), stdout);
-    std::fflush(stdout);
-    rows->push_back({bytes, shown, dtype, o.op, placed[0], placed[1]});
+    if (!done(row, rotated ? shard / es : count)) return false;
   }
   return true;
 }
@@ -257,12 +383,16 @@ int run(int argc, char** argv) {
   if (const int rc = parse_command_line(argc, argv, &cl); rc >= 0) return rc;
   const RankOptions& o = cl.o;
   const unsigned rank = o.geometry.rank;
-  // The results file is opened before anything else, so that a path that cannot be written fails at once.
-  std::ofstream results;
-  if (!cl.output_file.empty()) {
-    results.open(cl.output_file, std::ios::trunc);
-    if (!results)
-      return usage("--output-file " + cl.output_file + ": cannot open it for writing: " + std::strerror(errno));
+  const std::string start_time = nccl::now_text();
+  // The results file: rank 0's, created before anything runs, so that a path that cannot be
+  // written fails at once. nccl-tests announces it first.
+  int results_fd = -1;
+  std::string results_path;
+  if (rank == 0 && !cl.output_file.empty()) {
+    std::string why;
+    results_fd = create_results_file(cl.output_file, &results_path, &why);
+    if (results_fd < 0) return usage(why);
+    std::printf("# Writing %s output to %s\n", cl.output_file_csv ? "CSV" : "JSON", results_path.c_str());
   }
   Rank w(o);
   auto fatal = [&](const std::string& why) {
@@ -277,24 +407,113 @@ int run(int argc, char** argv) {
     std::cerr << "inagg-worker: " << w.error() << "\n";
     return rc;
   }
+  // Where the ranks meet at rank 0 (all modes but xdp), rank 0 prints the job's one table: every
+  // rank's figures reach it over the meeting's connections. ina and ring gather each size's as it
+  // is done (the ranks meet between sizes anyway); auto after finish(), where no rank can be in
+  // the tier's fall-over agreement, and only while the job stayed on the appliance (the meeting's
+  // connections cross it). Otherwise rank 0's own figures.
+  const bool alone = !w.can_gather();
+  const bool deferred = !alone && o.resolved.mode == Mode::automatic;
+  std::vector<std::string> rank_lines;
+  if (alone) {
+    if (rank == 0) rank_lines.push_back(nccl::rank_line(rank_info(w)));
+  } else if (!w.gather("the ranks' devices", nccl::rank_line(rank_info(w)), &rank_lines)) {
+    return fatal(w.error());
+  }
+  std::vector<nccl::RankInfo> devices;
+  for (size_t r = 0; r < rank_lines.size(); ++r) {
+    std::optional<nccl::RankInfo> d = nccl::parse_rank_line(rank_lines[r]);
+    if (!d || d->rank != static_cast<int>(r))
+      return fatal("rank " + std::to_string(r) + " sent a device line that is not its own: '" +
+                   rank_lines[r].substr(0, 100) + "'");
+    devices.push_back(*d);
+  }
   Buffers buf{std::vector<uint8_t>(cl.sweep.max_bytes), std::vector<uint8_t>(cl.sweep.max_bytes)};
+  const control::Collective coll = w.plan().collective;
+  JobTable table;
+  table.how = cl.average;
+  table.bus_factor = bus_factor(coll, o.geometry.ranks);
+  table.dtype = w.dtype();
+  table.op = cl.sweep.op;
+  if (rank == 0) print_preamble(w, cl, rank_lines, alone);
+  print_rank(w, cl);
+  if (rank == 0 && !deferred) table.print_header();
 
-  print_preamble(w, cl);
-  double busbw_sum = 0;
-  unsigned measurements = 0, failed_checks = 0;
-  std::vector<nccl::ResultRow> rows;
-  if (!run_sweep(w, buf, cl.sweep, &failed_checks, &busbw_sum, &measurements, &rows)) return fatal(w.error());
+  OwnTally own;
+  std::vector<std::pair<nccl::RankRow, uint64_t>> held;  // auto: the rows, gathered after finish()
+  std::string report_error;
+  auto done = [&](const nccl::RankRow& row, uint64_t count) {
+    if (cl.rank_figures) {
+      // This rank's own row, as a comment: what rank 0's table aggregates (-a).
+      std::optional<nccl::Measurement> placed[2] = {row.placed[0], row.placed[1]};
+      for (std::optional<nccl::Measurement>& m : placed)
+        if (m) nccl::set_bandwidths(&*m, row.bytes, table.bus_factor);
+      std::printf("# rank %u: %s", rank,
+                  nccl::row(row.bytes, count, w.dtype(), cl.sweep.op, placed[0], placed[1]).c_str());
+      std::fflush(stdout);
+    }
+    if (deferred) {
+      held.emplace_back(row, count);
+      return true;
+    }
+    std::vector<nccl::RankRow> all{row};
+    if (!alone && !gather_row(w, row, &all, &report_error)) return false;
+    if (rank == 0) table.add(count, all);
+    return true;
+  };
+  if (!run_sweep(w, buf, cl.sweep, &own, done)) return fatal(report_error.empty() ? w.error() : report_error);
   if (!w.finish()) return fatal(w.error());
+  if (deferred) {
+    const bool met = w.tier() == Tier::appliance;
+    if (rank == 0 && !met)
+      std::printf(
+          "# mode auto fell over to the XDP tier, whose ranks do not meet at rank 0: this table is rank 0's own "
+          "figures; every other rank reports its wrong elements on stderr and in its exit status\n");
+    for (const auto& [row, count] : held) {
+      std::vector<nccl::RankRow> all{row};
+      if (met && !gather_row(w, row, &all, &report_error)) return fatal(report_error);
+      if (rank == 0) table.add(count, all);
+    }
+  }
   std::optional<double> min_bw;
   if (const char* e = std::getenv("NCCL_TESTS_MIN_BW")) min_bw = std::atof(e);
-  const double avg = measurements ? busbw_sum / measurements : 0.0;
-  std::fputs(nccl::footer(failed_checks, avg, min_bw, "inagg-worker").c_str(), stdout);
-  if (results.is_open()) {
-    results << (cl.output_file.ends_with(".csv")
-                    ? nccl::results_csv(rows)
-                    : nccl::results_json(rows, {"inagg-worker", o.mode, rank, o.geometry.ranks, failed_checks, avg}));
-    results.close();
-    if (!results) return fatal("--output-file " + cl.output_file + ": the results could not be written");
+  if (rank == 0) {
+    table.print_header();
+    std::fputs(nccl::footer(table.out_of_bounds, table.avg_busbw(), min_bw, program_of(coll)).c_str(), stdout);
+  } else {
+    std::printf("# rank %u: %u sizes, %u checked placements, %" PRIu64
+                " wrong elements (the job's table is rank 0's, summed over every rank)\n",
+                rank, own.sizes, own.checks, own.wrong);
+  }
+  if (results_fd >= 0) {
+    std::string text;
+    if (cl.output_file_csv) {
+      text = nccl::results_csv(table.rows);
+    } else {
+      nccl::JsonRun run;
+      run.start_time = start_time;
+      run.end_time = nccl::now_text();
+      run.args.assign(argv, argv + argc);
+      run.env = nccl::environment_for_json(environ);
+      run.min_bytes = cl.sweep.min_bytes;
+      run.max_bytes = cl.sweep.max_bytes;
+      run.step_bytes = cl.sweep.step_bytes;
+      run.step_factor = cl.sweep.factor;
+      run.warmup_iters = cl.sweep.warmup;
+      run.iterations = cl.sweep.iters;
+      run.validation = cl.sweep.check;
+      run.devices = devices;
+      run.rows = table.rows;
+      run.experiment_name = program_of(coll);
+      run.out_of_bounds = table.out_of_bounds;
+      run.avg_busbw = table.avg_busbw();
+      run.min_busbw = min_bw;
+      text = nccl::results_json(run);
+    }
+    FILE* f = ::fdopen(results_fd, "w");
+    const bool written = f && std::fputs(text.c_str(), f) >= 0;
+    if ((f ? std::fclose(f) : ::close(results_fd)) != 0 || !written)
+      return fatal("-J/--output_file " + results_path + ": the results could not be written: " + std::strerror(errno));
   }
   if (const std::optional<TransportCounters> c = w.transport_counters(); c && o.resolved.use_verbs)
     std::printf("# rank %u: verbs: %" PRIu64 " messages written, %" PRIu64
@@ -318,7 +537,10 @@ int run(int argc, char** argv) {
                    " values did not fit the fixed point and were clipped; lower --xdp-scale\n",
                    rank, w.saturated());
   }
-  return failed_checks || nccl::bandwidth_failed(avg, min_bw) ? 1 : 0;
+  // Rank 0 fails the job as nccl-tests does (any rank's wrong elements, the bandwidth below
+  // NCCL_TESTS_MIN_BW); every other rank fails on its own wrong elements.
+  if (rank != 0) return own.failed_checks ? 1 : 0;
+  return table.out_of_bounds || nccl::bandwidth_failed(table.avg_busbw(), min_bw) ? 1 : 0;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <sstream>
 #include <string>
 
 #include "inagg/client/rank.hpp"
@@ -116,31 +118,171 @@ std::string footer(unsigned failed_checks, double avg_busbw, std::optional<doubl
   return f;
 }
 
+std::optional<Measurement> aggregate(const std::vector<std::optional<Measurement>>& ranks, Average how,
+                                     unsigned* failed_checks) {
+  if (ranks.empty() || !ranks[0]) return std::nullopt;
+  Measurement m = *ranks[0];
+  m.wrong = 0;
+  double sum = 0;
+  for (const std::optional<Measurement>& r : ranks) {
+    if (!r) continue;
+    sum += r->time_us;
+    if (how == Average::min) m.time_us = std::min(m.time_us, r->time_us);
+    if (how == Average::max) m.time_us = std::max(m.time_us, r->time_us);
+    if (!r->checked) continue;
+    m.wrong += r->wrong;
+    *failed_checks += r->wrong > 0;
+  }
+  if (how == Average::mean) m.time_us = sum / static_cast<double>(ranks.size());
+  return m;
+}
+
+void set_bandwidths(Measurement* m, uint64_t bytes, double bus_factor) {
+  m->algbw = alg_bandwidth(bytes, m->time_us);
+  m->busbw = m->algbw * bus_factor;
+}
+
+std::string encode_row(const RankRow& r) {
+  std::string t = std::to_string(r.bytes);
+  for (const std::optional<Measurement>& m : r.placed) {
+    if (!m) {
+      t += " - -";
+      continue;
+    }
+    t += format(" %a ", m->time_us) + (m->checked ? std::to_string(m->wrong) : "-");
+  }
+  return t;
+}
+
+std::optional<RankRow> decode_row(const std::string& text) {
+  std::istringstream in(text);
+  RankRow r;
+  std::string bytes, time[2], wrong[2];
+  if (!(in >> bytes >> time[0] >> wrong[0] >> time[1] >> wrong[1]) || !(in >> std::ws).eof()) return std::nullopt;
+  auto number = [](const std::string& s, uint64_t* out) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
+    *out = std::stoull(s);
+    return true;
+  };
+  if (!number(bytes, &r.bytes)) return std::nullopt;
+  for (int p = 0; p < 2; ++p) {
+    if (time[p] == "-") {
+      if (wrong[p] != "-") return std::nullopt;
+      continue;
+    }
+    char* end = nullptr;
+    Measurement m;
+    m.time_us = std::strtod(time[p].c_str(), &end);
+    if (*end || !std::isfinite(m.time_us) || m.time_us < 0) return std::nullopt;
+    m.checked = wrong[p] != "-";
+    if (m.checked && !number(wrong[p], &m.wrong)) return std::nullopt;
+    r.placed[p] = m;
+  }
+  return r;
+}
+
+std::string rank_line(const RankInfo& r) {
+  return format("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s", r.rank, r.group, r.pid, r.hostname.c_str(),
+                r.device, r.device_hex.c_str(), r.device_info.c_str());
+}
+
+std::optional<RankInfo> parse_rank_line(const std::string& line) {
+  // The fields as nccl-tests' parseRankInfo reads them: numbers, a hostname without spaces, the
+  // device's hex id in brackets, the rest of the line.
+  std::istringstream in(line);
+  std::string hash, rank_word, group_word, pid_word, on_word, device_word, hex;
+  RankInfo r;
+  if (!(in >> hash >> rank_word >> r.rank >> group_word >> r.group >> pid_word >> r.pid >> on_word >> r.hostname >>
+        device_word >> r.device >> hex) ||
+      hash != "#" || rank_word != "Rank" || group_word != "Group" || pid_word != "Pid" || on_word != "on" ||
+      device_word != "device" || hex.size() < 2 || hex.front() != '[' || hex.back() != ']')
+    return std::nullopt;
+  r.device_hex = hex.substr(1, hex.size() - 2);
+  std::getline(in >> std::ws, r.device_info);
+  return r;
+}
+
 namespace {
+
+// nccl-tests' JSON values: doubles with %lf, booleans as strings, null for what is not there.
+std::string json_double(double v) { return v != v ? "\"nan\"" : format("%lf", v); }
+std::string json_bool(bool v) { return v ? "\"true\"" : "\"false\""; }
 
 std::string placement_json(const std::optional<Measurement>& m) {
   if (!m) return "null";
-  return format("{\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %s}", m->time_us, m->algbw,
-                m->busbw, m->checked ? std::to_string(m->wrong).c_str() : "null");
+  return "{\"time\":" + json_double(m->time_us) + ",\"alg_bw\":" + json_double(m->algbw) +
+         ",\"bus_bw\":" + json_double(m->busbw) +
+         ",\"nwrong\":" + (m->checked ? json_double(static_cast<double>(m->wrong)) : "null") + "}";
+}
+
+std::string json_list(const std::vector<std::string>& items) {
+  std::string j = "[";
+  for (size_t i = 0; i < items.size(); ++i) j += (i ? "," : "") + control::json_quote(items[i]);
+  return j + "]";
 }
 
 }  // namespace
 
-std::string results_json(const std::vector<ResultRow>& rows, const RunSummary& summary) {
-  std::string j = "{\"program\": " + control::json_quote(summary.program) +
-                  ", \"mode\": " + control::json_quote(summary.mode) +
-                  format(", \"rank\": %u, \"ranks\": %u, \"results\": [", summary.rank, summary.ranks);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const ResultRow& r = rows[i];
-    j += (i ? ", " : "") +
-         format("{\"size_bytes\": %llu, \"count\": %llu, \"type\": ", static_cast<unsigned long long>(r.bytes),
-                static_cast<unsigned long long>(r.count)) +
-         control::json_quote(type_name(r.dtype)) + ", \"redop\": " + control::json_quote(r.op) +
-         ", \"out_of_place\": " + placement_json(r.out_of_place) + ", \"in_place\": " + placement_json(r.in_place) +
-         "}";
+std::string results_json(const JsonRun& run) {
+  using control::json_quote;
+  auto size = [](uint64_t v) { return std::to_string(v); };
+  std::string j = "{\"version\":3,\"start_time\":" + json_quote(run.start_time) + ",\"args\":" + json_list(run.args) +
+                  ",\"env\":" + json_list(run.env) + ",\"nccl_version\":0";
+  j += ",\"config\":{\"nthreads\":1,\"ngpus\":1,\"minimum_bytes\":" + size(run.min_bytes) +
+       ",\"maximum_bytes\":" + size(run.max_bytes) +
+       (run.step_factor > 1 ? ",\"step_factor\":" + size(run.step_factor) : ",\"step_bytes\":" + size(run.step_bytes)) +
+       ",\"warmup_iters\":" + size(run.warmup_iters) + ",\"iterations\":" + size(run.iterations) +
+       ",\"aggregated_iterations\":1,\"validation\":" + size(run.validation) +
+       ",\"graph\":0,\"blocking_collectives\":" + json_bool(false) + ",\"per_iter_timing\":" + json_bool(false) +
+       ",\"per_iter_skip\":0,\"parallel_init\":" + json_bool(false) + ",\"devices\":[";
+  for (size_t i = 0; i < run.devices.size(); ++i) {
+    const RankInfo& d = run.devices[i];
+    j += std::string(i ? "," : "") + "{\"rank\":" + std::to_string(d.rank) + ",\"group\":" + std::to_string(d.group) +
+         ",\"pid\":" + std::to_string(d.pid) + ",\"hostname\":" + json_quote(d.hostname) +
+         ",\"device\":" + std::to_string(d.device) + ",\"device_hex\":" + json_quote(d.device_hex) +
+         ",\"device_info\":" + json_quote(d.device_info) + "}";
   }
-  j += format("], \"failed_checks\": %u, \"avg_busbw_gbps\": %.4f}\n", summary.failed_checks, summary.avg_busbw);
+  j += "]},\"results\":[";
+  for (size_t i = 0; i < run.rows.size(); ++i) {
+    const ResultRow& r = run.rows[i];
+    j += std::string(i ? "," : "") + "{\"size\":" + size(r.bytes) + ",\"count\":" + size(r.count) +
+         ",\"type\":" + json_quote(type_name(r.dtype)) + ",\"redop\":" + json_quote(r.op) +
+         ",\"root\":" + json_quote(format("%6i", -1)) + ",\"out_of_place\":" + placement_json(r.out_of_place) +
+         ",\"in_place\":" + placement_json(r.in_place) + ",\"actual_iterations\":" + size(run.iterations) +
+         ",\"experiment_name\":" + json_quote(run.experiment_name) + "}";
+  }
+  j += "],\"out_of_bounds\":{\"count\":" + std::to_string(run.out_of_bounds) +
+       ",\"okay\":" + json_bool(run.out_of_bounds == 0) + "}";
+  j += ",\"average_bus_bandwidth\":{\"bandwidth\":" + json_double(run.avg_busbw) +
+       ",\"okay\":" + (run.min_busbw ? json_bool(!bandwidth_failed(run.avg_busbw, run.min_busbw)) : "\"unchecked\"") +
+       "}";
+  j += ",\"errors\":" + json_list(run.errors) + ",\"end_time\":" + json_quote(run.end_time) + "}\n";
   return j;
+}
+
+std::vector<std::string> environment_for_json(char** envp) {
+  std::vector<std::string> env;
+  for (char** e = envp; e && *e; ++e) {
+    std::string v(*e);
+    const size_t eq = v.find('=');
+    std::string name = v.substr(0, eq);
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (const char* secret : {"SECRET", "KEY", "TOKEN", "PASSWORD"})
+      if (eq != std::string::npos && name.find(secret) != std::string::npos) {
+        v = v.substr(0, eq + 1) + "(not written)";
+        break;
+      }
+    env.push_back(std::move(v));
+  }
+  return env;
+}
+
+std::string now_text() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char buf[64];
+  return std::string(buf, std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &local));
 }
 
 std::string results_csv(const std::vector<ResultRow>& rows) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -103,7 +104,7 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
   std::string& workers_from = cl->workers_from;
   std::string minbytes = "32M", maxbytes = "32M", stepbytes = "1M", old_dtype, payload = "auto", racks;
   unsigned ngpus = 1, nthreads = 1, agg_iters = 1, run_cycles = 1, cudagraph = 0, cputime = 0;
-  int root = 0, blocking = 0, parallel_init = 0, average = 1;
+  int root = 0, blocking = 0, parallel_init = 0, average = 1, stream_null = 0, local_register = 0;
   po::options_description nccl("nccl-tests all_reduce_perf options, with its meaning");
   nccl.add_options()("minbytes,b", po::value<std::string>(&minbytes)->default_value(minbytes),
                      "smallest size, bytes (K, M, G suffixes: binary)")(
@@ -130,8 +131,16 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "taken and ignored: every allreduce here completes before the next")(
       "parallel_init,p", po::value<int>(&parallel_init)->default_value(0), "taken and ignored")(
       "average,a", po::value<int>(&average)->default_value(1),
-      "taken and ignored: each rank prints its own times and its own #wrong")(
-      "cudagraph,G", po::value<unsigned>(&cudagraph)->default_value(0), "0 (no CUDA here)")(
+      "how rank 0's table takes each row's time (and so algbw, busbw) from every rank's: 0 rank 0's, 1 the mean, 2 "
+      "the least, 3 the greatest; #wrong is always the sum over the ranks")(
+      "stream_null,y", po::value<int>(&stream_null)->default_value(0),
+      "taken and ignored: there is no CUDA stream here")(
+      "local_register,R", po::value<int>(&local_register)->default_value(0),
+      "taken and ignored: the transport registers its own regions (no NCCL buffer registration here)")(
+      "output_file,J", po::value<std::string>(&cl->output_file)->value_name("FILE"),
+      "rank 0 also writes the results to FILE, created anew (FILE.0, FILE.1, ... where it exists): nccl-tests' "
+      "JSON when the name ends in .json, inagg's CSV (a line per size and placement) when in .csv; --output-file "
+      "is taken too")("cudagraph,G", po::value<unsigned>(&cudagraph)->default_value(0), "0 (no CUDA here)")(
       "report_cputime,C", po::value<unsigned>(&cputime)->default_value(0), "0 (times are wall-clock)")(
       "timeout,T", po::value<double>(&o.timeout_s)->default_value(o.timeout_s),
       "give up after this many seconds (0: no limit)");
@@ -211,11 +220,12 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
       "--register tcp://: the file with this tenant's credential, one line: SECRET (tenant admin) or TENANT SECRET "
       "(mode 0600); $INAGG_CONTROL_SECRET takes precedence")(
       "print-job", "print the appliance job file for these parameters and exit")(
-      "output-file", po::value<std::string>(&cl->output_file)->value_name("FILE"),
-      "also write the results for programs to FILE: JSON when its name ends in .json, CSV when in .csv (one line per "
-      "size and placement); the table stays on stdout")(
-      "xdp-heads", po::value<std::string>(&o.xdp_heads)->value_name("IP[,IP..]"),
-      "xdp/auto: the head of each group (group g = rank / group size)")(
+      "output-file", po::value<std::string>(&cl->output_file)->value_name("FILE"), "same as -J/--output_file")(
+      "rank-figures", po::bool_switch(&cl->rank_figures),
+      "every rank also prints its own figures of each size, as a comment line '# rank R: ' and a row: what rank 0's "
+      "table aggregates (-a), to find a slow rank")("xdp-heads",
+                                                    po::value<std::string>(&o.xdp_heads)->value_name("IP[,IP..]"),
+                                                    "xdp/auto: the head of each group (group g = rank / group size)")(
       "xdp-group-size", po::value<unsigned>(&o.xdp_group_size)->default_value(0),
       "xdp/auto: ranks per head (0: all ranks under one head)")(
       "xdp-mcast", po::value<std::string>(&o.xdp_mcast)->default_value(o.xdp_mcast),
@@ -348,8 +358,18 @@ int parse_command_line(int argc, char** argv, CommandLine* cl) {
   if (const std::string e = o.validate(option_names()); !e.empty()) return usage(e);
   if (o.geometry.collective != "allreduce" && sw.max_bytes / util::dtype_size(o.resolved.dtype) / o.geometry.ranks == 0)
     return usage("--collective " + o.geometry.collective + ": --maxbytes (-e) holds less than one element per rank");
-  if (const std::string& f = cl->output_file; !f.empty() && !f.ends_with(".json") && !f.ends_with(".csv"))
-    return usage("--output-file " + f + ": the name must end in .json or .csv (it chooses the format)");
+  if (average < 0 || average > 3)
+    return usage("-a/--average must be 0 (rank 0's times), 1 (the mean), 2 (the least) or 3 (the greatest); got " +
+                 std::to_string(average));
+  cl->average = static_cast<nccl::Average>(average);
+  if (const std::string& f = cl->output_file; !f.empty()) {
+    // nccl-tests takes the extension in any case, and writes nothing for another one: refused here.
+    std::string ext = f.substr(f.find_last_of("./") == std::string::npos ? f.size() : f.find_last_of("./"));
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (ext != ".json" && ext != ".csv")
+      return usage("-J/--output_file " + f + ": the name must end in .json (nccl-tests' JSON) or .csv");
+    cl->output_file_csv = ext == ".csv";
+  }
 
   // The buffers hold several times -e: input, output, the transport's two regions, and with -c
   // every rank's input and the sum for the reference. Refused up front when the host cannot hold

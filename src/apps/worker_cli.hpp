@@ -5,6 +5,7 @@
 #include <string>
 
 #include "inagg/client/rank.hpp"
+#include "nccl_table.hpp"
 
 namespace inagg::apps {
 
@@ -28,7 +29,12 @@ struct CommandLine {
   client::RankOptions o;
   Sweep sweep;
   std::string rank_from, workers_from;  // an MPI launcher's variable, or "" when given
-  std::string output_file;              // --output-file: the results also as JSON or CSV, by its name's end
+  // -J/--output_file (--output-file): rank 0 also writes the results to this file, nccl-tests'
+  // JSON, or CSV when the name ends in .csv.
+  std::string output_file;
+  bool output_file_csv = false;
+  apps::nccl::Average average = apps::nccl::Average::mean;  // -a: how rows aggregate the ranks' times
+  bool rank_figures = false;  // --rank-figures: every rank also prints its own rows as comments
 };
 
 // The rank's options as inagg-worker's flags name them (validate()'s sentences).

@@ -18,8 +18,9 @@ lossarg=()
 start_rack "${lossarg[@]}" --
 args=(-d "$dtype" --message 16384 -n 1 -w 0 -c 1 --ack-timeout-ms 200 --collective "$collective" --chunk "$chunk")
 run_workers 4 "${args[@]}" -b 64 -e 1000000 -f 5 --timeout 90 --register "$tmp/ctl.sock"
-grep -q "^# Collective test starting: inagg-worker (nccl-tests ${collective}_perf's" "$tmp/w0.log" ||
-  fail "worker 0's table is not ${collective}_perf's: $(head -n 2 "$tmp/w0.log")"
+grep -q "^# Collective test starting: ${collective}_perf$" "$tmp/w0.log" &&
+  grep -q "^# Collective test concluded: ${collective}_perf$" "$tmp/w0.log" ||
+  fail "worker 0's table is not ${collective}_perf's: $(grep '^# Collective test' "$tmp/w0.log")"
 stats=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats: $stats"
 grep -q "^state active" <<<"$stats" || fail "job not active: $stats"
 grep -q "^held_packets 0$" <<<"$stats" || fail "packets left held: $stats"

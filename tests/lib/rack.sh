@@ -78,10 +78,23 @@ start_agent() {
     fail "inagg-xdp on head $h did not start: $(cat "$tmp/agent$h.log")"
 }
 
-# table_exact LOG...: every row of each inagg-worker table (nccl-tests' all_reduce_perf columns:
-# #wrong is field 9 out of place, 13 in place) counted no wrong element; at least one row.
+# table_exact LOG...: each inagg-worker log is exact: rank 0's, the job's table (nccl-tests'
+# all_reduce_perf columns: #wrong, summed over the ranks, is field 9 out of place, 13 in place),
+# counted no wrong element in at least one row; another rank's closing line ("# rank R: S sizes,
+# C checked placements, W wrong elements") counted none of its own.
 table_exact() {
-  awk '!/^#/ && NF >= 9 {rows++; if ($9 != "0" || (NF >= 13 && $13 != "0")) bad = 1} END {exit bad || !rows}' "$@"
+  local log
+  for log in "$@"; do
+    awk '/^# rank [0-9]+: [0-9]+ sizes, [0-9]+ checked placements, 0 wrong elements/ {own = 1}
+         !/^#/ && NF >= 9 {rows++; if ($9 != "0" || (NF >= 13 && $13 != "0")) bad = 1}
+         END {exit bad || !(rows || own)}' "$log" || return 1
+  done
+}
+
+# rows_of LOG: the sizes an inagg-worker log reports: rank 0's table rows, or the count in another
+# rank's closing line.
+rows_of() {
+  awk '/^# rank [0-9]+: [0-9]+ sizes,/ {sizes = $4} !/^#/ && NF >= 9 {rows++} END {print rows ? rows : sizes + 0}' "$1"
 }
 
 # run_workers MIN_ROWS WORKER_ARGS...: inagg-worker ($worker) on every rank in its namespace, as
@@ -104,7 +117,7 @@ run_workers() {
   done
   for r in $(seq 0 $((n - 1))); do
     table_exact "$tmp/w$r.log" || fail "${worker_context:-}worker $r reports wrong elements"
-    [ "$(grep -c '^ ' "$tmp/w$r.log")" -ge "$rows" ] || fail "${worker_context:-}worker $r printed fewer than $rows result rows"
+    [ "$(rows_of "$tmp/w$r.log")" -ge "$rows" ] || fail "${worker_context:-}worker $r reported fewer than $rows sizes"
   done
 }
 

@@ -78,9 +78,16 @@ run_ranks() {
       wait "${pids[i - vms]}"
       rc=$?
     fi
-    # nccl-tests' table: column 9 is the out-of-place #wrong (N/A when nothing was checked).
-    wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
-    rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    # Rank 0 prints the job's table (nccl-tests' columns: #wrong, summed over the ranks, is field 9,
+    # N/A when nothing was checked); each other rank a closing line with its own sizes and wrong
+    # elements ("# rank R: S sizes, C checked placements, W wrong elements").
+    if [ "$i" = 0 ]; then
+      wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
+      rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    else
+      read -r rows wrong < <(awk '/^# rank [0-9]+: [0-9]+ sizes,/ {print $4, ($9 == "0" ? "" : $9)}' "$tmp/$name-$i.log")
+      rows=${rows:-0}
+    fi
     if [ "$want" = ok ]; then
       [ "$rc" -eq 0 ] || fail "$name: rank $i exited $rc ($(tail -n 3 "$tmp/$name-$i.log" | tr '\n' ' '))"
       if [ "$rows" -ne 2 ] || [ -n "$wrong" ]; then fail "$name: rank $i printed $rows size rows, #wrong '$wrong'"; fi

@@ -77,9 +77,16 @@ run_ranks() {
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||
       fail "$name: rank $i failed ($(tail -n 3 "$tmp/$name-$i.log" | tr '\n' ' '))"
-    # nccl-tests' table: column 9 is the out-of-place #wrong (N/A when nothing was checked).
-    wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
-    rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    # Rank 0 prints the job's table (nccl-tests' columns: #wrong, summed over the ranks, is field 9,
+    # N/A when nothing was checked); each other rank a closing line with its own sizes and wrong
+    # elements ("# rank R: S sizes, C checked placements, W wrong elements").
+    if [ "$i" = 0 ]; then
+      wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
+      rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    else
+      read -r rows wrong < <(awk '/^# rank [0-9]+: [0-9]+ sizes,/ {print $4, ($9 == "0" ? "" : $9)}' "$tmp/$name-$i.log")
+      rows=${rows:-0}
+    fi
     if [ "$rows" -ne "$want_rows" ] || [ -n "$wrong" ]; then fail "$name: rank $i printed $rows size rows, #wrong '$wrong'"; fi
   done
 }

@@ -62,7 +62,7 @@ wait_workers() {  # TAG [MIN_ROWS]: every rank exits 0, every row exact
   for r in $(seq 0 $((n - 1))); do wait "${wpids[$r]}" || fail "$1: rank $r exited with $?: $(tail -n 3 "$tmp/$1.w$r.log")"; done
   for r in $(seq 0 $((n - 1))); do
     table_exact "$tmp/$1.w$r.log" || fail "$1: rank $r reports wrong elements"
-    [ "$(grep -c '^ ' "$tmp/$1.w$r.log")" -ge "${2:-3}" ] || fail "$1: rank $r printed too few rows: $(cat "$tmp/$1.w$r.log")"
+    [ "$(rows_of "$tmp/$1.w$r.log")" -ge "${2:-3}" ] || fail "$1: rank $r reported too few sizes: $(cat "$tmp/$1.w$r.log")"
   done
 }
 stat_of() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
