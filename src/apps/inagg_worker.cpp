@@ -200,12 +200,13 @@ void print_preamble(const Rank& w, const CommandLine& cl, const std::vector<std:
               sw.warmup, sw.iters, sw.check);
   std::printf("#\n# Using devices\n");
   for (const std::string& line : rank_lines) std::printf("%s\n", line.c_str());
-  std::printf("# Times: %s over the ranks (-a %d); #wrong: summed over the ranks\n",
-              cl.average == nccl::Average::rank0  ? "rank 0's"
-              : cl.average == nccl::Average::mean ? "the mean"
-              : cl.average == nccl::Average::min  ? "the least"
-                                                  : "the greatest",
-              static_cast<int>(cl.average));
+  if (!alone)
+    std::printf("# Times: %s over the ranks (-a %d); #wrong: summed over the ranks\n",
+                cl.average == nccl::Average::rank0  ? "rank 0's"
+                : cl.average == nccl::Average::mean ? "the mean"
+                : cl.average == nccl::Average::min  ? "the least"
+                                                    : "the greatest",
+                static_cast<int>(cl.average));
   if (alone)
     std::printf(
         "# mode xdp: the ranks do not meet at rank 0, so this table is rank 0's own figures; every other rank "
@@ -482,7 +483,7 @@ int run(int argc, char** argv) {
     std::fputs(nccl::footer(table.out_of_bounds, table.avg_busbw(), min_bw, program_of(coll)).c_str(), stdout);
   } else {
     std::printf("# rank %u: %u sizes, %u checked placements, %" PRIu64
-                " wrong elements (the job's table is rank 0's, summed over every rank)\n",
+                " wrong elements (rank 0 prints the job's table)\n",
                 rank, own.sizes, own.checks, own.wrong);
   }
   if (results_fd >= 0) {
