@@ -52,8 +52,10 @@ std::vector<uint16_t> each_once(std::vector<uint16_t> lcores) {
 }  // namespace
 
 // Channel c's engine job on channel_lcore(owner, c). All channels take the job or none does.
-bool JobOwnership::add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error) {
+bool JobOwnership::add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error,
+                                unsigned* taken) {
   std::vector<uint16_t> ls;
+  *taken = 0;
   for (unsigned c = 0; c < spec.channels; ++c) {
     const control::JobSpec part = control::channel_spec(spec, c);
     const uint16_t lc = channel_lcore(owner, c, lcores_.size());
@@ -69,6 +71,7 @@ bool JobOwnership::add_channels(const control::JobSpec& spec, uint16_t owner, ag
       return false;
     }
     ls.push_back(lc);
+    ++*taken;
   }
   channel_lcores_[spec.id] = ls;
   return true;
@@ -192,12 +195,15 @@ bool JobOwnership::add(const control::JobSpec& spec, std::string* error, agg::Jo
     return false;
   }
   if (!existed) broadcast(LcoreRequest::Kind::hold_closed, spec, 0);
-  if (!add_channels(engine_spec, owner, start, error)) {
+  unsigned taken = 0;
+  if (!add_channels(engine_spec, owner, start, error, &taken)) {
     if (!existed) broadcast(LcoreRequest::Kind::release_closed, spec, 0, 0);
     // A failed job of channels being replaced: the channels that took the new one gave it back,
     // the others still hold the failed one. Half a job cannot stay: all of it goes, as a removal
-    // does (every engine keeps its connections closed for the closed hold).
-    if (existed && spec.channels > 1) {
+    // does (every engine keeps its connections closed for the closed hold). Where the first
+    // channel refused (an active job: "already exists and is active"), nothing was replaced and
+    // the job stays as it was.
+    if (existed && spec.channels > 1 && taken > 0) {
       remove_parts(spec.id);
       *error += "; the failed job " + std::to_string(spec.id) + " it was to replace was removed";
     }

@@ -55,7 +55,9 @@ class JobOwnership {
 
  private:
   bool conflicts(const control::JobSpec& spec, std::string* error) const;
-  bool add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error);
+  // *taken: the channels that took the job before one refused (0: none was touched).
+  bool add_channels(const control::JobSpec& spec, uint16_t owner, agg::JobStart start, std::string* error,
+                    unsigned* taken);
   std::vector<size_t> load() const;                              // channels per lcore
   bool remove_parts(uint32_t id, std::string* error = nullptr);  // with mutex_ held
   // Removes job `id` from one lcore's engine; on refusal sets *error (when given) to why.
