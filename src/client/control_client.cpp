@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <cstdio>
 
@@ -31,6 +33,20 @@ std::optional<control::JobListLine> ControlClient::job_state(uint32_t id, std::s
     start = end + 1;
   }
   return std::nullopt;
+}
+
+uint64_t ControlClient::slots_released(uint32_t id) const {
+  std::string reply, error;
+  if (!request("stats " + std::to_string(id) + "\n", &reply, &error) || control::is_error_reply(reply)) return 0;
+  static constexpr std::string_view kKey = "slots_released ";
+  for (size_t at = 0; at < reply.size();) {
+    size_t end = reply.find('\n', at);
+    if (end == std::string::npos) end = reply.size();
+    const std::string_view line = std::string_view(reply).substr(at, end - at);
+    if (line.starts_with(kKey)) return std::strtoull(std::string(line.substr(kKey.size())).c_str(), nullptr, 10);
+    at = end + 1;
+  }
+  return 0;
 }
 
 namespace {
@@ -95,6 +111,21 @@ Registration ControlClient::register_job(bool add_job, const std::string& job_te
     // appliance sums otherwise, or not at all.
     if (l && l->state == "active" && l->spec_digest && own_digest && *l->spec_digest != *own_digest)
       return {Registration::Outcome::refused, control::format_error(other_spec(id, *l->spec_digest, *own_digest))};
+    // An active job of this spec that has summed already is an earlier launch's, left registered
+    // (a rank of this launch joins before any rank sends): its PSNs are past this launch's first,
+    // so every packet would be taken for an old one and the ranks would fail on their RC retries.
+    // A replay job (pktgen's) restarts at its first PSN by design.
+    if (l && l->state == "active" && own && !own->replay) {
+      const uint64_t summed = slots_released(id);
+      if (summed > 0)
+        return {Registration::Outcome::refused,
+                control::format_error("job " + std::to_string(id) +
+                                      " is already active on the appliance with this spec and has summed " +
+                                      std::to_string(summed) +
+                                      " slots: an earlier run's, which this run cannot join from its first PSN: "
+                                      "remove it first (inagg-ctl remove " +
+                                      std::to_string(id) + ") or give this job another id")};
+    }
     if (l && l->state == "active") return r;
     if (announce_rank && own && *announce_rank < own->conns.size() && l && l->state == "binding" &&
         now_ns() >= next_announce_ns) {

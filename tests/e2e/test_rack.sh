@@ -57,3 +57,22 @@ if [ "$loss" != 0 ]; then
   [ "$recovered" -gt 0 ] || fail "loss injected but the appliance recovered nothing: $stats"
 fi
 echo "ok: $n workers, ina, $dtype, $channels channel(s), loss $loss%, $ports ports, $payload-byte payloads: every element exact; appliance: $(grep -E '^(slots_released|naks_sent|resends|retransmits_answered|held_packets) ' <<<"$stats" | tr '\n' ' ')"
+# The same launch again while the first's job is still registered (it summed already): every rank
+# refuses to join it mid-stream, naming the job and how to remove it, instead of failing later on
+# its RC retries with every packet taken for an old one.
+rerun=()
+for r in $(seq 0 $((n - 1))); do
+  ip netns exec "$(ns_w "$r")" "$worker" --workers "$n" --rank "$r" -d "$dtype" --message 16384 --payload "$payload" \
+    -b 4 -e 200000 -f 7 -n 1 -w 0 -c 1 --ack-timeout-ms 200 --timeout 30 --mode ina --register "$tmp/ctl.sock" \
+    --channels "$channels" >"$tmp/again$r.log" 2>&1 &
+  rerun+=($!)
+done
+for r in $(seq 0 $((n - 1))); do
+  wait "${rerun[$r]}" && fail "a second launch of job 1 ran while the first's was still registered: rank $r exited 0"
+  grep -q "job 1 is already active on the appliance with this spec and has summed [1-9][0-9]* slots.*inagg-ctl remove 1" \
+    "$tmp/again$r.log" || fail "second launch: rank $r did not say why: $(tail -n 3 "$tmp/again$r.log")"
+done
+# The second launch's add of the same job (rank 0's) left the first's as it was.
+again=$("$ctl" --socket "$tmp/ctl.sock" stats 1) || fail "stats after the second launch: $again"
+grep -q "^state active" <<<"$again" || fail "the second launch's add changed the first's job: $again"
+echo "ok: a second launch of the same job, the first's still registered: every rank refused with the reason, the job kept"

@@ -39,6 +39,8 @@ class ControlClient {
   // The job's line in `list`; nullopt when it is not listed or (with *error set) the socket
   // cannot be reached.
   std::optional<control::JobListLine> job_state(uint32_t id, std::string* error) const;
+  // Job `id`'s slots_released (its stats); 0 when it has none, or the request fails.
+  uint64_t slots_released(uint32_t id) const;
 
   // Rank 0 (`add_job`) adds `job_text` (a refusal that the job already exists is no refusal);
   // then every rank polls `list` every `poll_ms` until job `id` is active, was refused, or
