@@ -216,6 +216,13 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
     *error = "job " + std::to_string(job.id) + ": no MAC key (key_file, read by the agent)";
     return false;
   }
+  if (used_keys_.count({job.id, job.key->bytes})) {
+    *error = "job " + std::to_string(job.id) +
+             " was added on this head before with this key: its chunk numbers start " +
+             "over, so the earlier run's packets would verify and be summed into this one; make a new key for every " +
+             "run (inagg-xdp key FILE) and give it to the heads' key_file and the workers' --xdp-key-file";
+    return false;
+  }
   // The TC program first: a job that cannot have its fan-out leaves the maps as they were.
   if (job.unicast && !update_fanout(true, error)) return false;
   unsigned block = 0;
@@ -268,6 +275,7 @@ bool HeadProgram::add_job(const HeadJob& job, std::string* error) {
   }
   jobs_[job.id] = job;
   block_of_[job.id] = block;
+  used_keys_.insert({job.id, job.key->bytes});
   update_fanout();  // a job that replaced the last unicast one lets the TC program go
   // A job's counters start from zero whenever it is (re)configured.
   const int cpus = libbpf_num_possible_cpus();

@@ -306,6 +306,38 @@ TEST(HeadProgramMac, ForgedDataLeavesTheSlotAsItWas) {
   EXPECT_TRUE(wire::xagg_verify(key, real.out.data() + kHdrOff, real.out.size() - kHdrOff));
 }
 
+// A job added again starts its chunk numbers over: under the key it had, the earlier run's
+// packets would verify and land in the new run's slots. The head takes it again only with a new
+// key, whether it replaces the job or comes back after a removal; under the new key, a DATA of the
+// earlier run is dropped as bad_mac, never added.
+TEST(HeadProgramMac, AJobAddedAgainNeedsANewKey) {
+  std::string err;
+  std::unique_ptr<HeadProgram> prog = loaded(&err);
+  ASSERT_TRUE(prog) << err;
+  std::mt19937_64 rng(11);
+  const wire::XaggKey first = random_key(rng), second = random_key(rng), third = random_key(rng);
+  ASSERT_TRUE(prog->add_job(test_job(5, 2, 8, 2, first), &err)) << err;
+  const std::vector<uint8_t> old_run = data_frame(first, 5, 0, 0, {1, 1, 1, 1, 1, 1, 1, 1});
+  ASSERT_EQ(prog->test_run(old_run).verdict, static_cast<uint32_t>(XDP_DROP));  // held in the first run
+  EXPECT_EQ(prog->counters(5)[XAGG_C_added], 1u);
+
+  EXPECT_FALSE(prog->add_job(test_job(5, 2, 8, 2, first), &err)) << "replaced with the key it had";
+  EXPECT_NE(err.find("job 5 was added on this head before with this key"), std::string::npos) << err;
+  EXPECT_NE(err.find("inagg-xdp key FILE"), std::string::npos) << err;
+  std::string why;
+  ASSERT_TRUE(prog->remove_job(5, &why)) << why;
+  EXPECT_FALSE(prog->add_job(test_job(5, 2, 8, 2, first), &err)) << "added again after its removal with its old key";
+  EXPECT_TRUE(prog->jobs().empty());
+  ASSERT_TRUE(prog->add_job(test_job(6, 2, 8, 2, first), &err)) << "another id may use it: " << err;
+  ASSERT_TRUE(prog->remove_job(6, &why)) << why;
+
+  ASSERT_TRUE(prog->add_job(test_job(5, 2, 8, 2, second), &err)) << err;
+  EXPECT_EQ(prog->test_run(old_run).verdict, static_cast<uint32_t>(XDP_DROP));
+  EXPECT_EQ(prog->counters(5)[XAGG_C_bad_mac], 1u) << "the earlier run's DATA verified in the new one";
+  EXPECT_EQ(prog->counters(5)[XAGG_C_added], 0u);
+  ASSERT_TRUE(prog->add_job(test_job(5, 2, 8, 2, third), &err)) << "replaced with a new key: " << err;
+}
+
 TEST(HeadProgramConcurrency, TwoThreadsOnTheSameSlotsLoseAndDoubleNothing) {
   std::string err;
   std::unique_ptr<HeadProgram> prog = loaded(&err);

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -63,7 +64,9 @@ class HeadProgram {
   // Adds job.id, or replaces it (its slots start empty again). A job needs its key and every
   // member's MAC resolved, one with a parent parent_mac; while a job with unicast fan-out exists the
   // TC program xagg_fanout is attached (a TCX link, which needs Linux 6.6). Checks that the job
-  // fits. On failure nothing changed.
+  // fits. A job added again (replaced, or after its removal) starts its chunk numbers over, so it
+  // must come with a key this head has not used for that id yet: under the old one, the earlier
+  // run's packets would verify and be summed into the new run's slots. On failure nothing changed.
   bool add_job(const HeadJob& job, std::string* error);
   bool remove_job(unsigned id, std::string* error);
   const std::map<unsigned, HeadJob>& jobs() const { return jobs_; }
@@ -92,6 +95,9 @@ class HeadProgram {
   uint32_t next_gen_ = 1;
   std::map<unsigned, HeadJob> jobs_;
   std::map<unsigned, unsigned> block_of_;  // job id -> its block of XAGG_MAX_SLOTS slots
+  // Every key each job id has been added with since the program was loaded: never taken again
+  // for that id (add_job).
+  std::set<std::pair<unsigned, std::array<uint8_t, XAGG_KEY_BYTES>>> used_keys_;
 };
 
 // The XDP_PASS program for the other end of a veth whose head runs in native mode (XDP_TX on veth
