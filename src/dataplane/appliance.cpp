@@ -100,6 +100,7 @@ struct Appliance::Impl {
   void save_bound();
   bool add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start, int placed,
                  std::string* error);
+  bool remove_bound(uint32_t id, std::string* error);
   void update_pins();
   control::JobStatus waiting_status(uint32_t id, const Waiting& w) const;
 };
@@ -291,12 +292,23 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
     case BindOutcome::Kind::refused:
       *error = b.why;
       return false;
-    case BindOutcome::Kind::waiting:
-      if (I.jobs.owner_of(spec.id) >= 0) {  // the engine decides whether an existing id is replaced
-        *error = "job " + std::to_string(spec.id) + " already exists";
+    case BindOutcome::Kind::waiting: {
+      // An existing id: a failed job is replaced, as the engine replaces one when a job binds at
+      // once; a live one stays.
+      control::JobStatus old;
+      const bool exists = I.jobs.owner_of(spec.id) >= 0,
+                 failed = exists && I.jobs.describe(spec.id, &old) && old.state == control::JobStatus::State::failed;
+      if (exists && !failed) {
+        *error = "job " + std::to_string(spec.id) + " already exists; remove it first (inagg-ctl remove " +
+                 std::to_string(spec.id) + ") or give this job another id";
         return false;
       }
       if (!I.jobs.check(spec, error)) return false;
+      if (failed && !I.remove_bound(spec.id, error)) return false;
+      if (failed)
+        util::log(util::LogModule::control, util::LogLevel::info,
+                  "job %u: the failed job of this id was removed; its new registration waits for its ranks (%s)",
+                  spec.id, old.error.c_str());
       // Nothing of it is forwarded raw meanwhile: every lcore drops its packets until it is bound.
       // Its lcore is chosen now, so that the state directory can keep it.
       I.jobs.hold(spec);
@@ -306,6 +318,7 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
       util::log(util::LogModule::control, util::LogLevel::info, "job %u waits for its ranks to be seen: %s", spec.id,
                 b.why.c_str());
       return true;
+    }
     case BindOutcome::Kind::bound:
       break;
   }
@@ -482,10 +495,14 @@ bool Appliance::remove_job(uint32_t id, std::string* error) {
     I.waiting.erase(it);
     return true;
   }
-  if (!I.jobs.remove(id, error)) return false;
-  I.bound.erase(id);
-  I.update_pins();
-  I.ports.steering().unsteer_job(id);
+  return I.remove_bound(id, error);
+}
+
+bool Appliance::Impl::remove_bound(uint32_t id, std::string* error) {
+  if (!jobs.remove(id, error)) return false;
+  bound.erase(id);
+  update_pins();
+  ports.steering().unsteer_job(id);
   return true;
 }
 std::vector<control::JobStatus> Appliance::describe_jobs() {
