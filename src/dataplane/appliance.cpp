@@ -102,6 +102,7 @@ struct Appliance::Impl {
                  std::string* error);
   bool remove_bound(uint32_t id, std::string* error);
   void update_pins();
+  bool room_to_wait(const control::JobSpec& spec, int placed, std::string* error);
   control::JobStatus waiting_status(uint32_t id, const Waiting& w) const;
 };
 
@@ -304,15 +305,17 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
         return false;
       }
       if (!I.jobs.check(spec, error)) return false;
+      // Its lcore is chosen now, so that the state directory can keep it, and its room there is
+      // reserved from now on: a waiting job counts against the lcore's budgets as a bound one.
       if (failed && !I.remove_bound(spec.id, error)) return false;
+      if (owner_index < 0) owner_index = I.jobs.least_loaded();
+      if (!I.room_to_wait(spec, owner_index, error)) return false;
       if (failed)
         util::log(util::LogModule::control, util::LogLevel::info,
                   "job %u: the failed job of this id was removed; its new registration waits for its ranks (%s)",
                   spec.id, old.error.c_str());
       // Nothing of it is forwarded raw meanwhile: every lcore drops its packets until it is bound.
-      // Its lcore is chosen now, so that the state directory can keep it.
       I.jobs.hold(spec);
-      if (owner_index < 0) owner_index = I.jobs.least_loaded();
       I.waiting[spec.id] = {spec, start, owner_index, b.why};
       I.unbound.forget(spec.id);
       util::log(util::LogModule::control, util::LogLevel::info, "job %u waits for its ranks to be seen: %s", spec.id,
@@ -321,6 +324,11 @@ bool Appliance::add_job(const control::JobSpec& spec, std::string* error, agg::J
     }
     case BindOutcome::Kind::bound:
       break;
+  }
+  // The engine checks its own budgets; the room the waiting jobs hold is checked here.
+  if (!I.waiting.empty() && I.jobs.owner_of(spec.id) < 0) {
+    if (owner_index < 0) owner_index = I.jobs.least_loaded();
+    if (!I.room_to_wait(spec, owner_index, error)) return false;
   }
   if (!I.add_bound(spec, b.spec, start, owner_index, error)) return false;
   I.unbound.forget(spec.id);
@@ -434,6 +442,54 @@ void Appliance::Impl::save_bound() {
               "%s: after a restart, its jobs' ranks are bound again as they are seen", err.c_str());
 }
 
+// Whether the lcores a job placed on lcore index `placed` would take (its channels', as
+// JobOwnership::add places them) have room for it beside their engines' jobs and the other waiting
+// jobs placed there, by the engine's own budgets (jobs, slot memory, mbufs): a waiting job holds
+// its room from its registration, so that no one can park more jobs than the appliance would run.
+bool Appliance::Impl::room_to_wait(const control::JobSpec& spec, int placed, std::string* error) {
+  std::vector<JobOwnership::LcoreUse> use = jobs.use();
+  const auto reserve = [&](const control::JobSpec& s, int at) {
+    for (unsigned c = 0; c < s.channels; ++c) {
+      JobOwnership::LcoreUse& u = use[JobOwnership::channel_lcore(static_cast<uint16_t>(at), c, use.size())];
+      const agg::Engine::Footprint f = agg::Engine::footprint(control::channel_spec(s, c));
+      ++u.jobs;
+      u.memory_bytes += f.memory_bytes;
+      u.mbufs += f.mbufs;
+    }
+  };
+  for (const auto& [id, w] : waiting)
+    if (id != spec.id && w.placed >= 0) reserve(w.spec, w.placed);
+  const std::vector<JobOwnership::LcoreUse> before = use;
+  reserve(spec, placed);
+  const agg::EngineConfig& e = cfg.engine;
+  for (size_t i = 0; i < use.size(); ++i) {
+    // The engine's own words (engine_admission.cpp), with the lcore and the waiting jobs named.
+    const std::string job = "job " + std::to_string(spec.id) + ": ";
+    const std::string where =
+        " on lcore " + std::to_string(lcores[i]->lcore_id) + " (counting the jobs waiting there for their ranks)";
+    if (use[i].jobs > e.max_jobs) {
+      *error = job + "the engine already has its maximum of " + std::to_string(e.max_jobs) + " jobs" + where +
+               "; remove a job, or raise --max-jobs";
+      return false;
+    }
+    if (use[i].memory_bytes > e.memory_budget_bytes) {
+      *error = job + "needs " + std::to_string((use[i].memory_bytes - before[i].memory_bytes) >> 10) +
+               " KiB of slot memory but only " +
+               std::to_string((e.memory_budget_bytes - std::min(before[i].memory_bytes, e.memory_budget_bytes)) >> 10) +
+               " KiB of the budget is free" + where + "; lower window or message_bytes, or raise the memory budget";
+      return false;
+    }
+    if (use[i].mbufs > e.mbuf_budget) {
+      *error = job + "needs up to " + std::to_string(use[i].mbufs - before[i].mbufs) +
+               " held packet buffers (2 x window x packets per message x workers) but only " +
+               std::to_string(e.mbuf_budget - std::min(before[i].mbufs, e.mbuf_budget)) +
+               " of the mbuf budget are free" + where;
+      return false;
+    }
+  }
+  return true;
+}
+
 control::JobStatus Appliance::Impl::waiting_status(uint32_t id, const Waiting& w) const {
   control::JobStatus s;
   s.id = id;
@@ -441,6 +497,10 @@ control::JobStatus Appliance::Impl::waiting_status(uint32_t id, const Waiting& w
   s.error = w.why;
   s.dtype = w.spec.dtype;
   s.workers = w.spec.workers;
+  // What it holds room for (room_to_wait), as a bound job's figures: a tenant's budget counts it.
+  const agg::Engine::Footprint f = agg::Engine::footprint(w.spec);
+  s.memory_bytes = f.memory_bytes;
+  s.mbuf_quota = f.mbufs;
   s.spec_digest = control::job_digest(w.spec);
   return s;
 }

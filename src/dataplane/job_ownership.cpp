@@ -123,6 +123,21 @@ int JobOwnership::least_loaded() {
   return static_cast<int>(std::min_element(l.begin(), l.end()) - l.begin());
 }
 
+std::vector<JobOwnership::LcoreUse> JobOwnership::use() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<LcoreUse> use(lcores_.size());
+  for (size_t i = 0; i < lcores_.size(); ++i) {
+    LcoreRequest r{LcoreRequest::Kind::list_jobs};
+    call_lcore(*lcores_[i], r);
+    for (const agg::JobInfo& info : r.infos) {
+      ++use[i].jobs;
+      use[i].memory_bytes += info.memory_bytes;
+      use[i].mbufs += info.mbuf_quota;
+    }
+  }
+  return use;
+}
+
 // Unlike broadcast(), also with one lcore: a waiting job has no owner to take its packets.
 void JobOwnership::to_every_lcore(LcoreRequest::Kind kind, const control::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mutex_);

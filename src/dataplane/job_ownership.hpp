@@ -36,6 +36,11 @@ class JobOwnership {
   bool check(const control::JobSpec& spec, std::string* error);
   // The index of the lcore with the fewest jobs, where add() puts a new job given no lcore.
   int least_loaded();
+  // What each lcore's engine holds (its jobs' channels, slot memory and mbuf quota), by index.
+  struct LcoreUse {
+    size_t jobs = 0, memory_bytes = 0, mbufs = 0;
+  };
+  std::vector<LcoreUse> use();
   // Every lcore drops the job's packets (its connections held closed) until add() or release().
   void hold(const control::JobSpec& spec);
   void release(const control::JobSpec& spec);
