@@ -113,7 +113,7 @@ struct ControlLoop {
     listeners->poll(
         [this](const control::Request& r, const control::Tenant* tenant) { return requests->handle(r, tenant); });
     events->poll();
-    for (const uint32_t id : app->bind_waiting()) requests->forget_saved(id);
+    for (const uint32_t id : app->check_bindings()) requests->forget_saved(id);
     if (stall_for_test && now - started >= std::chrono::duration<double>(stall_for_test->after_s)) {
       std::string err;
       if (!app->stall_lcore_for_test(stall_for_test->lcore, &err))

@@ -28,8 +28,9 @@ class RequestDispatcher {
   // The reply to one request: what the control socket sends back. `tenant`: who asks over TCP (an
   // add is then kept within its budgets: control::budget_refusal); null on the local socket.
   std::string handle(const control::Request& r, const control::Tenant* tenant = nullptr);
-  // A job the appliance refused after it was added (its ranks' binding turned out ambiguous,
-  // Appliance::bind_waiting): its state file goes, so that no restart registers it again.
+  // A job the appliance refused after it was added (its ranks' binding turned out ambiguous), or
+  // stopped because another host claimed a rank's place (Appliance::check_bindings): its state file
+  // goes, so that no restart registers it again.
   void forget_saved(uint32_t id);
 
  private:

@@ -164,6 +164,17 @@ int Rank::settle(const Registration& r) {
   return 0;
 }
 
+// A job stopped while it ran (another host claimed a rank's place, docs/binding.md) or failed is
+// listed so for a while, with the reason: every rank names it beside its own error.
+std::string Rank::appliance_word(uint32_t id) const {
+  if (o_.resolved.mode != Mode::ina || !o_.registers()) return "";
+  std::string e;
+  const std::optional<control::JobListLine> l =
+      ControlClient(o_.control, 2000, o_.resolved.control_secret).job_state(id, &e);
+  if (!l || (l->state != "refused" && l->state != "failed") || l->error.empty()) return "";
+  return "; the appliance: job " + std::to_string(id) + " " + l->state + ": " + l->error;
+}
+
 std::string Rank::register_job(uint32_t id, control::Collective c, bool adds) {
   if (o_.control.empty()) return "no control socket was given";
   const ControlClient control(o_.control, 5000, o_.resolved.control_secret);
@@ -221,6 +232,7 @@ bool Rank::allreduce(const uint8_t* in, uint8_t* out, uint64_t bytes) {
       std::string why = "allreduce " + std::to_string(collectives_ + 1) + " (" + std::to_string(bytes) + " bytes of " +
                         std::string(util::dtype_name(o_.resolved.dtype)) + "): " + error_;
       if (transport_ && last_tier_ == Tier::appliance) {
+        why += appliance_word(o_.job_id);
         const TransportCounters t = transport_->counters();
         why += " [this rank so far: " + std::to_string(t.packets_sent) + " packets sent, " +
                std::to_string(t.retransmitted) + " again, " + std::to_string(t.timeouts) + " ACK timeouts, " +
@@ -340,7 +352,8 @@ bool Rank::rotated(control::Collective c, const uint8_t* in, uint8_t* out, uint6
                          : ina_all_gather(x, g, rot, o_.geometry.rank, in + off, out + off, len, shard_bytes);
     if (!r.ok())
       return fail(std::string(name) + " of " + std::to_string(shard_bytes) + " bytes a rank (" +
-                  std::string(util::dtype_name(o_.resolved.dtype)) + "): " + r.error);
+                  std::string(util::dtype_name(o_.resolved.dtype)) + "): " + r.error +
+                  (own ? appliance_word(o_.job_id) : ""));
   }
   ++collectives_;
   bytes_ += shard_bytes * o_.geometry.ranks;

@@ -45,6 +45,11 @@ agg::PacketRef mbuf_alloc(void* ctx, uint16_t len) {
   return {m, reinterpret_cast<uint8_t*>(p), len};
 }
 
+// The lcores' clock (their now_ns), in which the station table keeps its sightings.
+uint64_t now_ns() {
+  return static_cast<uint64_t>(static_cast<double>(rte_rdtsc()) * 1e9 / static_cast<double>(rte_get_tsc_hz()));
+}
+
 struct LaunchArg {
   const Datapath* dp;
   LcoreState* l;
@@ -89,8 +94,13 @@ struct Appliance::Impl {
     std::string why;
   };
   std::mutex binding_mutex;
-  std::map<uint32_t, Waiting> waiting;                     // added, their ranks not all seen yet
-  std::map<uint32_t, control::JobSpec> bound;              // added jobs as the engines have them
+  std::map<uint32_t, Waiting> waiting;         // added, their ranks not all seen yet
+  std::map<uint32_t, control::JobSpec> bound;  // added jobs as the engines have them
+  struct Added {
+    control::JobSpec spec;  // as registered (its digest is what the ranks compare)
+    uint64_t bound_ns;      // when its ranks were bound: a claim of one seen later stops it
+  };
+  std::map<uint32_t, Added> added;
   control::RefusedJobs unbound{std::chrono::seconds(60)};  // waited, then refused: every rank learns why
   std::chrono::steady_clock::time_point next_bind{};
   std::string remember_path;             // the state directory's `bindings`, or ""
@@ -102,6 +112,7 @@ struct Appliance::Impl {
                  std::string* error);
   bool remove_bound(uint32_t id, std::string* error);
   void update_pins();
+  void stop_claimed(std::vector<uint32_t>* stopped);
   bool room_to_wait(const control::JobSpec& spec, int placed, std::string* error);
   control::JobStatus waiting_status(uint32_t id, const Waiting& w) const;
 };
@@ -350,7 +361,7 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart st
     return i < at.size() ? at[i] : std::vector<StationTable::Sighting>{};
   };
   seen.of_mac = [&](const Mac& m) { return jobs.stations({}, {m}).at(0); };
-  seen.now_ns = static_cast<uint64_t>(static_cast<double>(rte_rdtsc()) * 1e9 / static_cast<double>(rte_get_tsc_hz()));
+  seen.now_ns = now_ns();
   seen.settle_ns = kSettleNs;
   // The operator's first (the first match wins), then, for a job registered again after a restart,
   // where its ranks were bound before it.
@@ -383,10 +394,14 @@ BindOutcome Appliance::Impl::bind(const control::JobSpec& spec, agg::JobStart st
 bool Appliance::Impl::add_bound(const control::JobSpec& spec, const control::JobSpec& bound_spec, agg::JobStart start,
                                 int placed, std::string* error) {
   if (!jobs.add(spec, error, start, placed, &bound_spec)) {
-    if (jobs.owner_of(spec.id) < 0 && bound.erase(spec.id)) update_pins();  // a failed job it replaced went too
+    if (jobs.owner_of(spec.id) < 0 && bound.erase(spec.id)) {  // a failed job it replaced went too
+      added.erase(spec.id);
+      update_pins();
+    }
     return false;
   }
   bound[spec.id] = bound_spec;
+  added[spec.id] = {spec, now_ns()};
   update_pins();
   // A job of channels has no address-pair rules: its channels share their ranks' address pairs but
   // not their lcores; RSS by UDP source port spreads them, and what lands elsewhere is handed on.
@@ -407,15 +422,22 @@ int Appliance::job_lcore(uint32_t id) {
 
 // Every bound rank's MAC stays on its port in every lcore's MAC table while a job binds it: its
 // sums and everything else for it leave by that port, whatever frames claim its address.
+// Its address and MAC keep their entries in every lcore's station table, so that a claim of either
+// is noted whatever floods came before (stop_claimed).
 void Appliance::Impl::update_pins() {
   std::vector<std::pair<Mac, uint16_t>> pins;
+  std::vector<util::IpAddr> addresses;
   for (const auto& [id, s] : bound)
-    for (const control::ConnectionSpec& c : s.conns)
+    for (const control::ConnectionSpec& c : s.conns) {
       if (c.has_mac() && c.port != control::kAnyPort &&
           std::none_of(pins.begin(), pins.end(), [&](const auto& p) { return p.first == c.mac; }))
         pins.push_back({c.mac, c.port});
+      if (c.port != control::kAnyPort && std::find(addresses.begin(), addresses.end(), c.src_ip) == addresses.end())
+        addresses.push_back(c.src_ip);
+    }
   std::string err;
-  if (!jobs.set_pins(pins, &err)) util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
+  if (!jobs.set_pins(pins, addresses, &err))
+    util::log(util::LogModule::dataplane, util::LogLevel::error, "%s", err.c_str());
   save_bound();
 }
 
@@ -516,11 +538,11 @@ bool Appliance::remember_bindings(const std::string& path, std::string* error) {
   return true;
 }
 
-std::vector<uint32_t> Appliance::bind_waiting() {
+std::vector<uint32_t> Appliance::check_bindings() {
   Impl& I = *impl_;
   std::vector<uint32_t> refused;
   std::lock_guard<std::mutex> lock(I.binding_mutex);
-  if (I.waiting.empty()) return refused;
+  if (I.waiting.empty() && I.added.empty()) return refused;
   const auto now = std::chrono::steady_clock::now();
   if (now < I.next_bind) return refused;
   I.next_bind = now + std::chrono::milliseconds(20);
@@ -544,7 +566,49 @@ std::vector<uint32_t> Appliance::bind_waiting() {
     }
     it = I.waiting.erase(it);
   }
+  I.stop_claimed(&refused);
   return refused;
+}
+
+// The added jobs a rank of which another host claimed since the job was bound: each stops
+// (removed, its connections held closed for the closed hold, so that its ranks' packets are
+// dropped and every rank stops on its RC budget), listed as refused with the reason for a while.
+void Appliance::Impl::stop_claimed(std::vector<uint32_t>* stopped) {
+  if (added.empty()) return;
+  std::vector<util::IpAddr> addrs;
+  std::vector<Mac> macs;
+  for (const auto& [id, s] : bound)
+    for (const control::ConnectionSpec& c : s.conns) {
+      if (std::find(addrs.begin(), addrs.end(), c.src_ip) == addrs.end()) addrs.push_back(c.src_ip);
+      if (c.has_mac() && std::find(macs.begin(), macs.end(), c.mac) == macs.end()) macs.push_back(c.mac);
+    }
+  const std::vector<std::vector<StationTable::Sighting>> at = jobs.stations(addrs, macs);
+  Sightings seen;
+  seen.of_address = [&](const util::IpAddr& a) {
+    const size_t i = std::find(addrs.begin(), addrs.end(), a) - addrs.begin();
+    return i < addrs.size() && i < at.size() ? at[i] : std::vector<StationTable::Sighting>{};
+  };
+  seen.of_mac = [&](const Mac& m) {
+    const size_t i = addrs.size() + (std::find(macs.begin(), macs.end(), m) - macs.begin());
+    return i < addrs.size() + macs.size() && i < at.size() ? at[i] : std::vector<StationTable::Sighting>{};
+  };
+  seen.now_ns = now_ns();
+  std::vector<std::pair<uint32_t, std::string>> claimed;
+  for (const auto& [id, a] : added)
+    if (const auto b = bound.find(id); b != bound.end())
+      if (std::string why = claimed_since(b->second, seen, a.bound_ns); !why.empty()) claimed.push_back({id, why});
+  for (const auto& [id, why] : claimed) {
+    const control::JobSpec spec = added.at(id).spec;
+    std::string err;
+    if (!remove_bound(id, &err)) {
+      util::log(util::LogModule::control, util::LogLevel::error, "job %u: %s; but it cannot be removed: %s", id,
+                why.c_str(), err.c_str());
+      continue;
+    }
+    unbound.record(spec, why);
+    stopped->push_back(id);
+    util::log(util::LogModule::control, util::LogLevel::warning, "job %u stopped: %s", id, why.c_str());
+  }
 }
 
 bool Appliance::remove_job(uint32_t id, std::string* error) {
@@ -561,6 +625,7 @@ bool Appliance::remove_job(uint32_t id, std::string* error) {
 bool Appliance::Impl::remove_bound(uint32_t id, std::string* error) {
   if (!jobs.remove(id, error)) return false;
   bound.erase(id);
+  added.erase(id);
   update_pins();
   ports.steering().unsteer_job(id);
   return true;

@@ -166,12 +166,15 @@ std::vector<std::vector<StationTable::Sighting>> JobOwnership::stations(const st
   return all;
 }
 
-bool JobOwnership::set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins, std::string* error) {
+bool JobOwnership::set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins,
+                            const std::vector<util::IpAddr>& addresses, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
   bool ok = true;
   for (LcoreState* l : lcores_) {
     LcoreRequest r{LcoreRequest::Kind::set_pins};
     r.pins = pins;
+    r.addresses = addresses;
+    for (const auto& [mac, port] : pins) r.macs.push_back(mac);
     call_lcore(*l, r);
     if (!r.ok) {
       ok = false;

@@ -47,8 +47,10 @@ class JobOwnership {
   // Where each address, then each MAC, was seen on any lcore (StationTable), per query.
   std::vector<std::vector<StationTable::Sighting>> stations(const std::vector<util::IpAddr>& addresses,
                                                             const std::vector<Mac>& macs);
-  // Pins the bound ranks' MACs to their ports in every lcore's MAC table; false with *error.
-  bool set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins, std::string* error);
+  // Pins the bound ranks' MACs to their ports in every lcore's MAC table, and their addresses and
+  // MACs in every lcore's station table (StationTable::set_pinned); false with *error.
+  bool set_pins(const std::vector<std::pair<Mac, uint16_t>>& pins, const std::vector<util::IpAddr>& addresses,
+                std::string* error);
   bool remove(uint32_t id, std::string* error);
   std::vector<control::JobStatus> describe_all();
   bool describe(uint32_t id, control::JobStatus* out);

@@ -139,8 +139,8 @@ struct LcoreRequest {
   std::string error;
   std::vector<agg::JobInfo> infos;                        // job_info (each channel here), list_jobs
   agg::EngineCounters counters;                           // totals
-  std::vector<util::IpAddr> addresses;                    // stations
-  std::vector<Mac> macs;                                  // stations
+  std::vector<util::IpAddr> addresses;                    // stations; set_pins: the bound ranks' addresses
+  std::vector<Mac> macs;                                  // stations; set_pins: the bound ranks' MACs
   std::vector<std::vector<StationTable::Sighting>> seen;  // stations: addresses', then macs'
   std::vector<std::pair<Mac, uint16_t>> pins;             // set_pins
 };

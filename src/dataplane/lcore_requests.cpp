@@ -76,6 +76,10 @@ void apply(LcoreState& l, LcoreRequest& r) {
       l.lookup_cache_ns = 0;
       l.learn_cache_ns = 0;
       if (!r.ok) r.error = "a bound rank's MAC address found no room in the MAC table (--mac-table-size)";
+      if (!l.stations->set_pinned(r.addresses, r.macs, now_ns())) {
+        r.ok = false;
+        r.error = "a bound rank's address or MAC found no room in the station table (--mac-table-size)";
+      }
       break;
     case LcoreRequest::Kind::stall_for_test:  // serve_requests stalls once it has answered
       r.ok = true;

@@ -226,4 +226,29 @@ BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStat
   return out;
 }
 
+std::string claimed_since(const control::JobSpec& bound, const Sightings& seen, uint64_t since_ns) {
+  static constexpr const char* kStopped =
+      ": another host claims it; the job is stopped (find that host and take it off, then register the job again)";
+  for (const control::ConnectionSpec& c : bound.conns) {
+    if (c.port == control::kAnyPort) continue;
+    const std::string who = "job " + std::to_string(bound.id) + ": rank " + std::to_string(c.rank) + "'s ";
+    const std::string place = "port " + std::to_string(c.port) + (c.has_mac() ? " with MAC " + mac_text(c.mac) : "");
+    for (const StationTable::Sighting& s : seen.of_address(c.src_ip)) {
+      if (s.seen_ns <= since_ns) continue;
+      if (s.port != c.port)
+        return who + "address " + util::ip_text(c.src_ip) + " was seen on port " + std::to_string(s.port) + " (MAC " +
+               mac_text(s.mac) + ") while the job ran, but the rank is bound to " + place + kStopped;
+      if (c.has_mac() && s.mac != c.mac)
+        return who + "address " + util::ip_text(c.src_ip) + " was seen with MAC " + mac_text(s.mac) + " on port " +
+               std::to_string(s.port) + " while the job ran, but the rank is bound to " + place + kStopped;
+    }
+    if (!c.has_mac()) continue;
+    for (const StationTable::Sighting& s : seen.of_mac(c.mac))
+      if (s.seen_ns > since_ns && s.port != c.port)
+        return who + "MAC " + mac_text(c.mac) + " was seen on port " + std::to_string(s.port) +
+               " while the job ran, but the rank is bound to " + place + kStopped;
+  }
+  return "";
+}
+
 }  // namespace inagg::dataplane

@@ -112,7 +112,7 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
       oldest->seen_ns = oldest->first_ns = now_ns;
       return;
     }
-    const bool dead = e.key.b[0] == 0 || now_ns - e.last_ns() > ageing_ns_;
+    const bool dead = !e.pinned && (e.key.b[0] == 0 || now_ns - e.last_ns() > ageing_ns_);
     if (dead && free_slot == SIZE_MAX) free_slot = s;
   }
   if (free_slot == SIZE_MAX) {
@@ -128,7 +128,7 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
       recounted_ = true;
       recounted_ns_ = now_ns;
       for (Entry& e : entries_)
-        if (e.key.b[0] != 0 && now_ns - e.last_ns() > ageing_ns_) {
+        if (e.key.b[0] != 0 && !e.pinned && now_ns - e.last_ns() > ageing_ns_) {
           if (e.creator < per_port_.size() && per_port_[e.creator] > 0) --per_port_[e.creator];
           e = Entry{};
         }
@@ -147,6 +147,41 @@ void StationTable::note(const Key& k, const uint8_t* mac, uint16_t port, uint64_
   std::memcpy(e.seen[0].mac.data(), mac, 6);
   e.seen[0].seen_ns = e.seen[0].first_ns = now_ns;
   if (port < per_port_.size()) ++per_port_[port];
+}
+
+bool StationTable::set_pinned(const std::vector<util::IpAddr>& addresses, const std::vector<Mac>& macs,
+                              uint64_t now_ns) {
+  for (Entry& e : entries_) e.pinned = false;
+  bool ok = true;
+  for (const util::IpAddr& a : addresses) ok = pin(address_key(a), now_ns) && ok;
+  for (const Mac& m : macs) ok = pin(mac_key(m.data()), now_ns) && ok;
+  return ok;
+}
+
+// The key's entry, pinned; a new one (with no sighting yet) in the first slot not pinned whose
+// entry is empty or aged, else in the first one not pinned at all: a pinned key takes room from
+// stations that are not bound ranks, never the other way round.
+bool StationTable::pin(const Key& k, uint64_t now_ns) {
+  size_t unpinned = SIZE_MAX, free_slot = SIZE_MAX;
+  for (size_t i = 0, s = slot_of(k); i < kMaxProbe; ++i, s = (s + 1) & mask_) {
+    Entry& e = entries_[s];
+    if (e.key == k) {
+      e.pinned = true;
+      return true;
+    }
+    if (e.pinned) continue;
+    if (unpinned == SIZE_MAX) unpinned = s;
+    if (free_slot == SIZE_MAX && (e.key.b[0] == 0 || now_ns - e.last_ns() > ageing_ns_)) free_slot = s;
+  }
+  const size_t s = free_slot != SIZE_MAX ? free_slot : unpinned;
+  if (s == SIZE_MAX) return false;
+  Entry& e = entries_[s];
+  if (e.key.b[0] != 0 && e.creator < per_port_.size() && per_port_[e.creator] > 0) --per_port_[e.creator];
+  e = Entry{};
+  e.key = k;
+  e.creator = static_cast<uint16_t>(kPortIds);
+  e.pinned = true;
+  return true;
 }
 
 const StationTable::Entry* StationTable::find(const Key& k) const {

@@ -13,6 +13,7 @@
 using inagg::dataplane::bind_ranks;
 using inagg::dataplane::BindOutcome;
 using inagg::dataplane::BoundStation;
+using inagg::dataplane::claimed_since;
 using inagg::dataplane::Mac;
 using inagg::dataplane::parse_bindings;
 using inagg::dataplane::Sightings;
@@ -148,6 +149,43 @@ TEST(StationTable, AFloodOfAddressesFromOnePortStopsAtItsLimitAndEvictsNoOtherSt
   EXPECT_EQ(seen[0].port, 1);
 }
 
+// A bound rank's address and MAC keep their entries (set_pinned), so that a claim of either is
+// noted after a flood from the claimer's port reached its limit, or a flood filled the table: here
+// the rank's own frames never noted it (a job's RoCE frames note nothing).
+TEST(StationTable, AClaimOfAPinnedStationIsNotedWhateverTheFloodBeforeIt) {
+  const auto flood = [](StationTable& t, uint16_t port, uint64_t at) {
+    for (unsigned i = 0; i < 5000; ++i) {
+      Mac m = {2, 0x66, 0, static_cast<uint8_t>(i >> 16), static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i)};
+      const auto f = ipv4_frame(m, v4(10, 88, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i)));
+      t.note_frame(f.data(), 60, port, at);
+    }
+  };
+  const auto garp = arp_frame(kForger, v4(10, 77, 0, 1)), mac_claim = ipv4_frame(kMac0, v4(10, 99, 0, 9));
+  for (const size_t limit : {size_t{8}, size_t{0}}) {  // the claimer's port at its limit; the whole table full
+    StationTable t(64, kAgeing, 0x5eed, limit);
+    ASSERT_TRUE(t.set_pinned({v4(10, 77, 0, 1)}, {kMac0}, 1));
+    EXPECT_TRUE(t.of_address(v4(10, 77, 0, 1), 1).empty()) << "a pinned entry is no sighting";
+    flood(t, 4, 2);
+    EXPECT_GT(limit ? t.limit_refused() : t.full(), 4000u);
+    t.note_frame(garp.data(), 42, 4, 3);
+    t.note_frame(mac_claim.data(), 60, 4, 3);
+    const auto at = t.of_address(v4(10, 77, 0, 1), 4), mac_at = t.of_mac(kMac0, 4);
+    ASSERT_EQ(at.size(), 1u) << "limit " << limit << ": the claim of the rank's address was not noted";
+    EXPECT_EQ(at[0].port, 4);
+    EXPECT_EQ(at[0].mac, kForger);
+    ASSERT_EQ(mac_at.size(), 1u) << "limit " << limit << ": the claim of the rank's MAC was not noted";
+    EXPECT_EQ(mac_at[0].port, 4);
+  }
+  // Unpinned (the job removed), the entries age and give their room back.
+  StationTable u(16, kAgeing, 0x5eed, 0);
+  ASSERT_TRUE(u.set_pinned({v4(10, 77, 0, 1)}, {}, 1));
+  ASSERT_TRUE(u.set_pinned({}, {}, 1));
+  flood(u, 4, 2 * kAgeing);
+  u.note_frame(garp.data(), 42, 4, 2 * kAgeing + 1);
+  EXPECT_TRUE(u.of_address(v4(10, 77, 0, 1), 2 * kAgeing + 2).empty())
+      << "an unpinned entry kept its room in a full table";
+}
+
 TEST(BindRanks, EachRankGoesToThePortAndMacItsAddressWasSeenWith) {
   StationTable t(256, kAgeing, 1, 0);
   for (unsigned r = 0; r < 3; ++r) {
@@ -259,6 +297,68 @@ TEST(BindRanks, ANamedPortOrMacMustAgreeWithTheTableAndTheSightings) {
   s.conns[1].port = 1;
   b = bind_ranks(s, {}, from(StationTable(16, kAgeing, 1, 0), 2));
   EXPECT_EQ(b.kind, BindOutcome::Kind::bound) << b.why;
+}
+
+// While the job runs: every claim of a bound rank's place made after the job was bound is named,
+// whether from another port or with another MAC, by the rank's IPv4 or IPv6 address or its MAC;
+// the rank's own frames and the claims older than the binding are not.
+TEST(ClaimedSince, AClaimOfABoundRankWhileTheJobRunsIsNamed) {
+  const auto r0 = ipv4_frame(kMac0, v4(10, 77, 0, 1)), r1 = ipv4_frame(kMac1, v4(10, 77, 0, 2));
+  const auto seen_both = [&](StationTable& t, uint64_t at) {
+    t.note_frame(r0.data(), 60, 0, at);
+    t.note_frame(r1.data(), 60, 1, at);
+  };
+  StationTable t(256, kAgeing, 1, 0);
+  seen_both(t, 1);
+  const BindOutcome b = bind_ranks(job(2), {}, from(t, 2));
+  ASSERT_EQ(b.kind, BindOutcome::Kind::bound) << b.why;
+  EXPECT_EQ(claimed_since(b.spec, from(t, 3), 2), "");
+  seen_both(t, 5);  // the ranks' own frames go on
+  EXPECT_EQ(claimed_since(b.spec, from(t, 6), 2), "");
+  const auto garp = arp_frame(kForger, v4(10, 77, 0, 2));  // a fifth host's gratuitous ARP for rank 1
+  t.note_frame(garp.data(), 42, 4, 6);
+  std::string why = claimed_since(b.spec, from(t, 7), 2);
+  EXPECT_NE(why.find("job 7: rank 1's address 10.77.0.2 was seen on port 4 (MAC 02:00:00:00:00:66) while the job "
+                     "ran, but the rank is bound to port 1 with MAC 02:00:00:00:00:02: another host claims it; the "
+                     "job is stopped"),
+            std::string::npos)
+      << why;
+
+  StationTable u(256, kAgeing, 1, 0);  // the same port, another MAC
+  seen_both(u, 1);
+  const auto same_port = ipv4_frame(kForger, v4(10, 77, 0, 1));
+  u.note_frame(same_port.data(), 60, 0, 6);
+  why = claimed_since(b.spec, from(u, 7), 2);
+  EXPECT_NE(why.find("rank 0's address 10.77.0.1 was seen with MAC 02:00:00:00:00:66 on port 0 while the job ran"),
+            std::string::npos)
+      << why;
+
+  StationTable w(256, kAgeing, 1, 0);  // rank 0's MAC from another port, with another address
+  seen_both(w, 1);
+  const auto spoof_mac = ipv4_frame(kMac0, v4(10, 99, 0, 9));
+  w.note_frame(spoof_mac.data(), 60, 3, 6);
+  why = claimed_since(b.spec, from(w, 7), 2);
+  EXPECT_NE(why.find("rank 0's MAC 02:00:00:00:00:01 was seen on port 3 while the job ran, but the rank is bound to "
+                     "port 0"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(claimed_since(b.spec, from(w, 7), 6), "") << "a claim before the job was bound counts here";
+
+  // An IPv6 rank bound by its conn line's port, claimed from another port.
+  inagg::control::JobSpec s = job(1);
+  s.conns[0].src_ip = s.conns[0].dst_ip = *inagg::util::parse_ip("fd00:77::1");
+  s.conns[0].port = 2;
+  StationTable v(256, kAgeing, 1, 0);
+  const BindOutcome b6 = bind_ranks(s, {}, from(v, 2));
+  ASSERT_EQ(b6.kind, BindOutcome::Kind::bound) << b6.why;
+  EXPECT_EQ(claimed_since(b6.spec, from(v, 3), 2), "");
+  const auto claim6 = ipv6_frame(kForger, s.conns[0].src_ip);
+  v.note_frame(claim6.data(), 54, 0, 6);
+  why = claimed_since(b6.spec, from(v, 7), 2);
+  EXPECT_NE(why.find("rank 0's address fd00:77::1 was seen on port 0 (MAC 02:00:00:00:00:66) while the job ran, but "
+                     "the rank is bound to port 2:"),
+            std::string::npos)
+      << why;
 }
 
 TEST(BindingTable, LinesAreCheckedAndNamed) {

@@ -7,8 +7,11 @@
 #  2. w4 owns a one-rank job of its own and sends a WRITE that fits, then stale ones, with w0's MAC,
 #     then 2,000 with random MACs: w0's MAC must not move to w4's port (w1's datagrams to w0 reach
 #     w0, none reach w4) and the frames are counted as not from the rank's MAC;
-#  3. w4 claims rank 1's address (gratuitous ARPs) before the ranks register: the job is refused,
-#     and every rank stops with the reason naming the address and both ports, none exits 0.
+#  3. w4 claims rank 1's address (gratuitous ARPs) while a job of the four runs: the appliance
+#     stops the job, and every rank stops with the reason naming the address and port 4 (listed
+#     as refused, which each rank reads once its RC budget is spent), none exits 0;
+#  4. w4 claims rank 1's address again before the ranks register: the job is refused, and every
+#     rank stops with the reason naming the address and both ports, none exits 0.
 # Before ranks were bound at registration, (1) gave every rank wrong sums with no error and (2)
 # sent w1's traffic for w0 to w4.
 #   test_forged_rank.sh INAGG INAGG_CTL INAGG_WORKER SRCDIR
@@ -79,7 +82,7 @@ stats=$("$ctl" --socket "$tmp/ctl.sock" stats 3) || fail "stats 3: $stats"
 echo "ok: w0's MAC stayed on its port (20 of 20 datagrams to w0, none seen at w4); $(stat "$stats" drop_wrong_mac) frames counted as drop_wrong_mac"
 "$ctl" --socket "$tmp/ctl.sock" remove 3 >/dev/null || fail "remove job 3"
 
-echo "== 3. w4 claims rank 1's address before the ranks register"
+echo "== 3. w4 claims rank 1's address while the job runs"
 cat >"$tmp/garp.py" <<'PY'
 import logging, sys
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
@@ -88,6 +91,27 @@ sendp(Ether(src="02:77:00:00:00:05", dst="ff:ff:ff:ff:ff:ff") /
       ARP(op=2, hwsrc="02:77:00:00:00:05", psrc="10.77.0.2", hwdst="ff:ff:ff:ff:ff:ff", pdst="10.77.0.2"),
       iface="eth0", count=3, verbose=False)
 PY
+pids=()
+running=(-d float --message 1024 --payload 1024 -b 64K -e 64K -n 100000 -w 0 -c 1 --ack-timeout-ms 200 --timeout 60
+  --mode ina --register "$tmp/ctl.sock")
+for r in 0 1 2 3; do
+  ip netns exec "$(ns_w "$r")" "$worker" --workers 4 --rank "$r" --job-id 6 "${running[@]}" >"$tmp/d$r.log" 2>&1 &
+  pids+=($!)
+done
+released() { "$ctl" --socket "$tmp/ctl.sock" stats 6 2>/dev/null | awk '$1 == "released_slots" {exit !($2 > 100)}'; }
+wait_for 60 "job 6 to be active and release 100 slots" released || fail "job 6 never got going: $("$ctl" --socket "$tmp/ctl.sock" list)"
+ip netns exec "$(ns_w 4)" /usr/bin/python3 "$tmp/garp.py" || fail "gratuitous ARP"
+for r in 0 1 2 3; do
+  wait "${pids[$r]}" && fail "rank $r exited 0 though another host claimed a rank's address: $(tail -3 "$tmp/d$r.log")"
+  # Rank 1's address, claimed from port 4; or rank 0's, whose frames to rank 1 the claim sent to w4,
+  # which forwarded them (as in 4).
+  grep -Eq "job 6 refused: job 6: rank [01]'s address 10\.77\.0\.[12] was seen on port 4 \(MAC [0-9a-f:]+\) while the job ran, but the rank is bound to port [01]" "$tmp/d$r.log" ||
+    fail "rank $r did not stop with the reason: $(tail -3 "$tmp/d$r.log")"
+done
+grep -q "job 6 stopped: job 6: rank [01]'s address" "$tmp/inagg.log" || fail "the journal does not say why job 6 stopped"
+echo "ok: every rank stopped with: $(grep -Eo "rank [01]'s address 10\.77\.0\.[12] was seen on port 4 .* while the job ran" "$tmp/d0.log" | head -1)"
+
+echo "== 4. w4 claims rank 1's address before the ranks register"
 ip netns exec "$(ns_w 4)" /usr/bin/python3 "$tmp/garp.py" || fail "gratuitous ARP"
 pids=()
 for r in 0 1 2 3; do

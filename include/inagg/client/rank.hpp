@@ -276,6 +276,9 @@ class Rank {
   int fail_code(int code, std::string why);
   int register_rack_job();            // start(): ina/auto with a control socket
   int settle(const Registration& r);  // the registration switch
+  // "; the appliance: job N <state>: <why>" for a job the appliance stopped, refused or failed, or
+  // "" (ina with a control socket only): what a rank's own error after its RC budget cannot say.
+  std::string appliance_word(uint32_t id) const;
   bool ready(const char* what);
   bool allreduce_piece(const uint8_t* in, uint8_t* out, uint64_t bytes);
   bool auto_allreduce(uint8_t* buf, uint64_t bytes);

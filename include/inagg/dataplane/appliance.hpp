@@ -44,7 +44,7 @@ class Appliance {
   // Control side; any thread, serialised among themselves, applied by the owning lcores between
   // bursts (or here while no loop runs). add_job binds the job's ranks to ports first
   // (rank_binding.hpp): refused when that is ambiguous; a job whose ranks have not all been seen
-  // yet waits (state `binding`, its packets dropped) until bind_waiting() binds it.
+  // yet waits (state `binding`, its packets dropped) until check_bindings() binds it.
   // `lcore`: the datapath lcore (EAL lcore id) a new job goes to, as the state directory recorded
   // it; refused when that is not one of this appliance's datapath lcores. None: the lcore with the
   // fewest jobs. A re-added id (a failed job) stays where it is.
@@ -60,10 +60,13 @@ class Appliance {
   // are kept there, rewritten whenever a job is bound or removed. Call it before adding any job,
   // and again once the directory is made. False with *error when the file does not read.
   bool remember_bindings(const std::string& path, std::string* error);
-  // The control tick's: binds the waiting jobs whose ranks have been seen since (added then), and
-  // refuses those whose binding became ambiguous (listed as refused for a while, with the reason):
-  // their ids, whose registrations the caller forgets (the state directory's files).
-  std::vector<uint32_t> bind_waiting();
+  // The control tick's, every 20 ms at most: binds the waiting jobs whose ranks have been seen since
+  // (added then), refuses those whose binding became ambiguous, and stops the added jobs a rank of
+  // which another host claimed since it was bound (rank_binding.hpp, claimed_since: removed, as
+  // `inagg-ctl remove` does, so that every rank stops). Both are listed as refused for a while, with
+  // the reason. Returns their ids, whose registrations the caller forgets (the state directory's
+  // files).
+  std::vector<uint32_t> check_bindings();
   // Jobs as the control protocol describes them (control::JobStatus: the engine's figures and
   // counters, the spec's dtype and workers), by id.
   std::vector<control::JobStatus> describe_jobs();

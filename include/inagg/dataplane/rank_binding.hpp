@@ -11,7 +11,8 @@
 // An address or MAC seen on two ports, or an address seen with two MACs, is ambiguous: the job is
 // refused with that reason, never bound to a pick. An address not seen yet leaves the job waiting
 // (its packets dropped, counted as drop_closed) until it is. A registration's MAC must be the one
-// seen. Pure logic: the caller gives the sightings.
+// seen. The same claims made while the job runs stop it (claimed_since). Pure logic: the caller
+// gives the sightings.
 #pragma once
 
 #include <functional>
@@ -61,5 +62,12 @@ struct Sightings {
 };
 
 BindOutcome bind_ranks(const control::JobSpec& spec, const std::vector<BoundStation>& table, const Sightings& seen);
+
+// A claim of a bound rank's place seen after `since_ns` (when its job was bound): its address from
+// another port or with another MAC than the rank's, or its MAC from another port. `bound` is the
+// spec bind_ranks() gave. The reason, naming the rank, the address or MAC and the ports, or "" when
+// nothing claims them: a job whose rank is claimed while it runs is stopped, as it would have been
+// refused had the claim come before (docs/binding.md, "While the job runs").
+std::string claimed_since(const control::JobSpec& bound, const Sightings& seen, uint64_t since_ns);
 
 }  // namespace inagg::dataplane

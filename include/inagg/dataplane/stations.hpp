@@ -45,6 +45,13 @@ class StationTable {
   void note_address(const util::IpAddr& ip, const uint8_t* mac, uint16_t port, uint64_t now_ns);
   void note_mac(const uint8_t* mac, uint16_t port, uint64_t now_ns);
 
+  // Keeps an entry for each of these addresses and MACs (the bound ranks'), whatever the table's
+  // fill and the ports' limits, never aged out or taken by another station: a claim of a bound
+  // rank's address or MAC from any port is always noted, also after a flood filled the table or
+  // the claimer's port reached its limit. The entries pinned before and not named now age again.
+  // False when one found no room (its neighbourhood holds only pinned entries).
+  bool set_pinned(const std::vector<util::IpAddr>& addresses, const std::vector<Mac>& macs, uint64_t now_ns);
+
   // What was seen within the ageing time, newest first.
   std::vector<Sighting> of_address(const util::IpAddr& ip, uint64_t now_ns) const;
   std::vector<Sighting> of_mac(const Mac& mac, uint64_t now_ns) const;
@@ -59,7 +66,8 @@ class StationTable {
   };
   struct Entry {
     Key key;
-    uint16_t creator = 0;  // the port whose frame made the entry (its limit counts it)
+    uint16_t creator = 0;  // the port whose frame made the entry (its limit counts it; kPortIds: pinned)
+    bool pinned = false;   // a bound rank's (set_pinned): never dead
     std::array<Sighting, kSightings> seen{};
     uint64_t last_ns() const;
   };
@@ -67,6 +75,7 @@ class StationTable {
   static Key mac_key(const uint8_t* mac);
   size_t slot_of(const Key& k) const;
   void note(const Key& k, const uint8_t* mac, uint16_t port, uint64_t now_ns);
+  bool pin(const Key& k, uint64_t now_ns);
   const Entry* find(const Key& k) const;
   std::vector<Sighting> live(const Entry* e, uint64_t now_ns) const;
 
