@@ -1,6 +1,7 @@
 #include "inagg/client/plan.hpp"
 
 #include <ifaddrs.h>
+#include <linux/if_packet.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
@@ -37,6 +38,13 @@ std::string RackPlan::job_text() const {
     std::snprintf(buf, sizeof buf, "channels = %u\n", channels);
     t += buf;
   }
+  // This rank's own conn lines report its MAC, for the appliance to check against its frames.
+  std::string own_mac;
+  if (mac) {
+    std::snprintf(buf, sizeof buf, ",any,%02x:%02x:%02x:%02x:%02x:%02x", (*mac)[0], (*mac)[1], (*mac)[2], (*mac)[3],
+                  (*mac)[4], (*mac)[5]);
+    own_mac = buf;
+  }
   // Channel by channel, as the job file reads them; channel ch's QPNs and first PSN kChannelQpnStep
   // x ch above channel 0's (the exchanged connections' or the plan's own).
   for (unsigned ch = 0; ch < channels; ++ch) {
@@ -49,9 +57,9 @@ std::string RackPlan::job_text() const {
       const unsigned s = (r + 1) % workers;
       const RankConnection c = exchanged ? connections[r] : RankConnection{ip_of(r), send_qpn(r), 0, start_psn(r)};
       const RankConnection succ = exchanged ? connections[s] : RankConnection{ip_of(s), 0, recv_qpn(s), 0};
-      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x\n", r, util::ip_text(c.ip).c_str(),
+      std::snprintf(buf, sizeof buf, "conn = %u,%s,0x%x,%s,0x%x,0x%x%s\n", r, util::ip_text(c.ip).c_str(),
                     c.send_qpn + step, util::ip_text(succ.ip).c_str(), succ.recv_qpn + step,
-                    (c.start_psn + step) & 0xffffff);
+                    (c.start_psn + step) & 0xffffff, r == rank ? own_mac.c_str() : "");
       t += buf;
     }
   }
@@ -107,6 +115,29 @@ uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message) {
   for (uint32_t p = 4096; p >= 256; p /= 2)
     if (p + kRoceNicHeadroom <= link_mtu && message % p == 0) return p;
   return 0;
+}
+
+std::optional<std::array<uint8_t, 6>> interface_mac(const util::IpAddr& ip) {
+  const util::IpAddr v4 = util::gid_address(ip);
+  if (v4.version != util::IpVersion::v4) return std::nullopt;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return std::nullopt;
+  std::string name;  // the interface that holds the address, then its link-layer address
+  for (const ifaddrs* a = list; a && name.empty(); a = a->ifa_next)
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET &&
+        std::memcmp(&reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr, v4.bytes.data(), 4) == 0)
+      name = a->ifa_name;
+  std::optional<std::array<uint8_t, 6>> mac;
+  for (const ifaddrs* a = list; a && !name.empty() && !mac; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_PACKET || name != a->ifa_name) continue;
+    const auto* ll = reinterpret_cast<const sockaddr_ll*>(a->ifa_addr);
+    std::array<uint8_t, 6> m{};
+    if (ll->sll_halen != 6) continue;
+    std::memcpy(m.data(), ll->sll_addr, 6);
+    if ((m[0] | m[1] | m[2] | m[3] | m[4] | m[5]) != 0) mac = m;
+  }
+  ::freeifaddrs(list);
+  return mac;
 }
 
 std::optional<uint32_t> interface_mtu(const util::IpAddr& ip, std::string* name) {

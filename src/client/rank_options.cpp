@@ -42,6 +42,7 @@ std::string RankOptions::validate_job(const RankOptionNames& n) {
     if (!base || base->version != util::IpVersion::v4) return n.ip_base + " must be an IPv4 address";
     rack.ip_base = *base;
   }
+  rack.mac = interface_mac(rack.ip_of(g.rank));
   std::string dev;
   const std::optional<uint32_t> mtu = interface_mtu(rack.ip_of(g.rank), &dev);
   const std::string where = mtu ? dev + " (MTU " + std::to_string(*mtu) + ")" : "";

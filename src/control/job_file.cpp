@@ -371,6 +371,12 @@ std::optional<Collective> collective_of(std::string_view name) {
   return std::nullopt;
 }
 
-std::string job_digest(const JobSpec& spec) { return util::sha256_hex(format_job(spec)); }
+std::string job_digest(const JobSpec& spec) {
+  JobSpec s = spec;
+  for (ConnectionSpec& c : s.conns) c.mac = {};
+  return util::sha256_hex(format_job(s));
+}
+
+std::string job_text_digest(const JobSpec& spec) { return util::sha256_hex(format_job(spec)); }
 
 }  // namespace inagg::control

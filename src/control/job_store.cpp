@@ -116,7 +116,9 @@ std::optional<SavedJob> read_state(const std::string& text, uint32_t id, std::st
     *why = "its job does not read: " + perr;
     return std::nullopt;
   }
-  if (spec->id != id || format_job(*spec) != body || (v1 ? fnv1a_hex(body) : job_digest(*spec)) != digest) {
+  const bool digest_ok =
+      v1 ? fnv1a_hex(body) == digest : job_digest(*spec) == digest || job_text_digest(*spec) == digest;
+  if (spec->id != id || format_job(*spec) != body || !digest_ok) {
     *why = "its job is not the one its header names (the file was changed or cut short)";
     return std::nullopt;
   }

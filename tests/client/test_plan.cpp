@@ -1,8 +1,14 @@
 // The rack plan's job file and transport configs for a job of channels: the text parses as the
 // appliance reads it (control::parse_job), every channel is a ring an engine accepts, and each
-// rank's channel QPs, first PSNs and source ports are the ones the job file registers.
+// rank's channel QPs, first PSNs and source ports are the ones the job file registers; the MAC a
+// rank's text reports.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 
+#include <cstdio>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -26,6 +32,59 @@ RackPlan plan(unsigned rank, unsigned channels) {
 }
 
 }  // namespace
+
+// A rank's job text reports its own MAC on its own conn lines (every channel's), for the appliance
+// to check against its frames; the other ranks' lines have none, since it does not know theirs. The
+// digest every rank compares is the same whichever rank made the text.
+TEST(RackPlanMac, ARanksJobTextReportsItsOwnMacOnly) {
+  for (unsigned channels : {1u, 2u}) {
+    RackPlan p0 = plan(0, channels), p2 = plan(2, channels);
+    p0.mac = std::array<uint8_t, 6>{2, 0x77, 0, 0, 0, 1};
+    p2.mac = std::array<uint8_t, 6>{2, 0x77, 0, 0, 0, 3};
+    std::string err;
+    const std::optional<control::JobSpec> j0 = control::parse_job(p0.job_text(), &err);
+    ASSERT_TRUE(j0) << err;
+    for (const control::ConnectionSpec& c : j0->conns) {
+      EXPECT_EQ(c.port, control::kAnyPort);
+      EXPECT_EQ(c.has_mac(), c.rank == 0) << "rank " << c.rank;
+      if (c.rank == 0) EXPECT_EQ(c.mac, (std::array<uint8_t, 6>{2, 0x77, 0, 0, 0, 1}));
+    }
+    const std::optional<control::JobSpec> j2 = control::parse_job(p2.job_text(), &err);
+    const std::optional<control::JobSpec> none = control::parse_job(plan(1, channels).job_text(), &err);
+    ASSERT_TRUE(j2 && none) << err;
+    EXPECT_EQ(control::job_digest(*j0), control::job_digest(*j2));
+    EXPECT_EQ(control::job_digest(*j0), control::job_digest(*none));
+  }
+}
+
+// The interface MAC of an address this host holds, against what the kernel shows in
+// /sys/class/net/IFACE/address (also through its IPv4-mapped GID); the loopback's has none, and an
+// address no interface holds has none.
+TEST(RackPlanMac, InterfaceMacIsTheOneOfTheInterfaceHoldingTheAddress) {
+  EXPECT_FALSE(interface_mac(*util::parse_ip("127.0.0.1")));
+  EXPECT_FALSE(interface_mac(*util::parse_ip("203.0.113.254")));
+  ifaddrs* list = nullptr;
+  ASSERT_EQ(::getifaddrs(&list), 0);
+  std::string name;
+  util::IpAddr ip;
+  for (const ifaddrs* a = list; a && name.empty(); a = a->ifa_next)
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && !(a->ifa_flags & IFF_LOOPBACK)) {
+      name = a->ifa_name;
+      ip = util::IpAddr::v4(ntohl(reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
+    }
+  ::freeifaddrs(list);
+  std::ifstream sys("/sys/class/net/" + name + "/address");
+  std::string want;
+  if (name.empty() || !(sys >> want) || want == "00:00:00:00:00:00") GTEST_SKIP() << "no IPv4 interface with a MAC";
+  for (const util::IpAddr& a : {ip, *util::parse_ip("::ffff:" + util::ip_text(ip))}) {
+    const std::optional<std::array<uint8_t, 6>> m = interface_mac(a);
+    ASSERT_TRUE(m) << name << " holds " << util::ip_text(a);
+    char got[18];
+    std::snprintf(got, sizeof got, "%02x:%02x:%02x:%02x:%02x:%02x", (*m)[0], (*m)[1], (*m)[2], (*m)[3], (*m)[4],
+                  (*m)[5]);
+    EXPECT_EQ(got, want) << name;
+  }
+}
 
 TEST(RackPlanChannels, TheJobFileHasEveryChannelAndAnEngineTakesEach) {
   for (unsigned channels : {1u, 2u, 4u}) {

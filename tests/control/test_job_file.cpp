@@ -434,6 +434,23 @@ TEST(JobFile, AConnLineNamesItsRanksPortAndMac) {
   EXPECT_NE(format_job(*any).find(", any, 02:00:00:00:00:07"), std::string::npos) << format_job(*any);
 }
 
+// The digest leaves the reported MACs out (each rank knows only its own, and compares the digest of
+// a text without the others'), but keeps everything else, ports included.
+TEST(JobFile, TheDigestLeavesTheReportedMacsOut) {
+  const std::string conn1 = "conn = 1,10.0.0.2,19,10.0.0.1,0xABCDEF,0";
+  std::string err;
+  const auto plain = parse_job(kGood, &err);
+  const auto with_mac = parse_job(with(conn1, conn1 + ",any,02:00:00:00:00:07"), &err);
+  const auto other_mac = parse_job(with(conn1, conn1 + ",any,02:00:00:00:00:08"), &err);
+  const auto with_port = parse_job(with(conn1, conn1 + ",3,02:00:00:00:00:07"), &err);
+  ASSERT_TRUE(plain && with_mac && other_mac && with_port) << err;
+  EXPECT_EQ(job_digest(*with_mac), job_digest(*plain));
+  EXPECT_EQ(job_digest(*other_mac), job_digest(*plain));
+  EXPECT_NE(job_digest(*with_port), job_digest(*plain)) << "a port is part of the digest";
+  EXPECT_NE(job_text_digest(*with_mac), job_text_digest(*plain)) << "the whole text's digest has the MAC";
+  EXPECT_EQ(job_text_digest(*plain), job_digest(*plain)) << "a job naming no MAC keeps the digest it had";
+}
+
 TEST(JobFile, CrossFieldChecksAreLeftToTheEngine) {
   // Ranks vs workers, duplicate ranks and sizes that do not divide are add_job's to refuse.
   std::string err;

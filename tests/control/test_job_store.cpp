@@ -223,6 +223,23 @@ TEST_F(JobStoreTest, AFormatOneFileOfAnEarlierInaggStillLoads) {
   EXPECT_NE(refusal().find("not the one its header names"), std::string::npos);
 }
 
+// A file saved while the digest still covered the conn lines' MACs (the whole text's SHA-256) loads.
+TEST_F(JobStoreTest, AFileWhoseDigestCoversItsMacsStillLoads) {
+  JobSpec mac_job = job;
+  mac_job.conns[0].mac = {2, 0, 0, 0, 0, 9};
+  const std::string body = format_job(mac_job);
+  ASSERT_NE(job_text_digest(mac_job), job_digest(mac_job));
+  const std::string path = saved();
+  write(path, "inagg-state 2 job 7 spec " + job_text_digest(mac_job) + " lcore 1\n" + body);
+  JobStore s;
+  std::string err;
+  ASSERT_TRUE(s.open(dir, &err)) << err;
+  std::vector<SavedJob> jobs;
+  ASSERT_TRUE(s.load(&jobs, &err)) << err;
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(format_job(jobs[0].spec), body);
+}
+
 // A job set aside keeps its file, under another name that no load reads; saving the job again
 // later (it was registered again) leaves the set-aside file alone.
 TEST_F(JobStoreTest, AJobSetAsideIsKeptAndNoLongerLoaded) {

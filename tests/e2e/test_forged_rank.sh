@@ -4,6 +4,7 @@
 #  1. the job is added before its ranks ever sent anything; w4 then forges rank 1's WRITEs (its
 #     address, QPN and start PSN, and w1's MAC as the Ethernet source) every 5 ms, before and while
 #     the ranks run: every rank must end exact, the forgeries dropped and counted from the first;
+#     rank 0's job text reports its MAC, and the same job reporting another MAC is refused;
 #  2. w4 owns a one-rank job of its own and sends a WRITE that fits, then stale ones, with w0's MAC,
 #     then 2,000 with random MACs: w0's MAC must not move to w4's port (w1's datagrams to w0 reach
 #     w0, none reach w4) and the frames are counted as not from the rank's MAC;
@@ -30,6 +31,7 @@ stat() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
 echo "== 1. forged WRITEs of rank 1 from w4, the job added before its ranks sent anything"
 ip netns exec "$(ns_w 0)" "$worker" --workers 4 --rank 0 --job-id 1 "${common[@]}" --print-job >"$tmp/job1" ||
   fail "--print-job: $(cat "$tmp/job1")"
+grep -q "^conn = 0,10\.77\.0\.1,.*,any,$(mac 0)$" "$tmp/job1" || fail "rank 0 does not report its MAC: $(cat "$tmp/job1")"
 out=$("$ctl" --socket "$tmp/ctl.sock" add "$tmp/job1") || fail "add: $out"
 list=$("$ctl" --socket "$tmp/ctl.sock" list)
 grep -q "id=1 state=binding" <<<"$list" || fail "job 1 is not waiting for its ranks to be seen: $list"
@@ -49,6 +51,12 @@ grep -q "rank 1's data connection: not from the port its rank was pinned to" "$t
   fail "the journal does not name the forgeries: $(grep -i forg "$tmp/inagg.log" | head -3)"
 echo "ok: every rank exact; $(stat "$stats" drop_wrong_port) forged WRITEs dropped (drop_wrong_port)"
 "$ctl" --socket "$tmp/ctl.sock" remove 1 >/dev/null || fail "remove job 1"
+# A registration whose rank 0 reports another MAC than its frames came with is refused.
+sed -e 's/^id = 1$/id = 7/' -e "s/,any,$(mac 0)$/,any,02:77:00:00:00:99/" "$tmp/job1" >"$tmp/job7"
+out=$("$ctl" --socket "$tmp/ctl.sock" add "$tmp/job7") && fail "a job whose rank 0 reports another MAC was added: $out"
+grep -q "job 7: rank 0's address 10.77.0.1 registered with MAC 02:77:00:00:00:99 but came with $(mac 0) on port 0" <<<"$out" ||
+  fail "the refusal of job 7: $out"
+echo "ok: rank 0 reported its MAC; a registration reporting another is refused"
 
 echo "== 2. a job owner's frames carrying another host's MAC, and random MACs"
 ip netns exec "$(ns_w 4)" /usr/bin/python3 "$src/tests/e2e/station_probe.py" send 10.77.0.1 9 1 >/dev/null  # w4 is seen

@@ -4,6 +4,7 @@
 // tier's plan puts rank r in group r / group_size under that group's head.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -57,6 +58,10 @@ struct RackPlan {
   // The connections a transport made (Transport::job_connections(): the device's QPNs, the ranks'
   // GIDs), one per rank; empty: the plan's own addresses, QPNs and PSNs above.
   std::vector<RankConnection> connections;
+  // This rank's own MAC (interface_mac of its address), which its conn lines report (`, any, MAC`:
+  // the appliance refuses the job when the rank's frames come with another, docs/binding.md); none
+  // where this host does not hold the address (--print-job elsewhere).
+  std::optional<std::array<uint8_t, 6>> mac;
 
   // The appliance's job file for this job (what `inagg-worker --print-job` prints and rank 0 adds).
   std::string job_text() const;
@@ -81,6 +86,9 @@ constexpr uint32_t kRoceNicHeadroom = 96;
 // The path MTU payload an RDMA NIC would choose on a link of this MTU: the largest of 4096, 2048,
 // 1024, 512 and 256 no larger than MTU - kRoceNicHeadroom that divides `message`; 0 when none does.
 uint32_t payload_for_mtu(uint32_t link_mtu, uint32_t message);
+// The MAC of the interface here that holds address `ip` (IPv4, or IPv4-mapped); nullopt when none
+// holds it or it has none (loopback).
+std::optional<std::array<uint8_t, 6>> interface_mac(const util::IpAddr& ip);
 // The MTU of the interface here that holds address `ip`; nullopt when none holds it.
 std::optional<uint32_t> interface_mtu(const util::IpAddr& ip, std::string* name = nullptr);
 

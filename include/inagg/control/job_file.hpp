@@ -67,10 +67,16 @@ std::optional<Collective> collective_of(std::string_view name);
 // payload_bytes packets) divides 2^24.
 bool resumable(const JobSpec& spec, std::string* why);
 
-// SHA-256 of format_job(spec), 64 lower-case hex digits: `list` shows it, so a rank can tell its
-// own job from another job with the same id (an earlier run's, or one a host made to pass for
-// it: a digest that can be collided would let a forged spec pass for the rank's own).
+// SHA-256 of format_job(spec) less the MACs its conn lines report, 64 lower-case hex digits:
+// `list` shows it, so a rank can tell its own job from another job with the same id (an earlier
+// run's, or one a host made to pass for it: a digest that can be collided would let a forged spec
+// pass for the rank's own). The MACs are left out because each rank knows only its own (the
+// registering rank reports it, the others compare the digest of a text without it); the appliance
+// checks a reported MAC against the rank's frames instead (docs/binding.md).
 inline constexpr size_t kJobDigestHexDigits = 64;
 std::string job_digest(const JobSpec& spec);
+// SHA-256 of format_job(spec) whole, MACs included: what job_digest was before it left them out
+// (state files saved then still load, JobStore).
+std::string job_text_digest(const JobSpec& spec);
 
 }  // namespace inagg::control
