@@ -2,12 +2,13 @@
 """A host on the rack forging a rank's RDMA WRITEs (scapy-built RoCEv2 RC WRITE_ONLY, a good ICRC),
 as an attacker who knows the job's addresses, QPNs and start PSN would send them.
   forge_rank.py IFACE SRC_MAC DST_MAC SRC_IP DST_IP DQPN PSN PAYLOAD_BYTES every MS SECONDS
-      the WRITE at PSN, again every MS ms for SECONDS (or until it is stopped)
+      the WRITE at PSN, again every MS ms for SECONDS or until SIGTERM (then it says how many it sent)
   forge_rank.py IFACE SRC_MAC DST_MAC SRC_IP DST_IP DQPN PSN PAYLOAD_BYTES random-macs COUNT
       COUNT copies of it, each from a random locally administered source MAC
 The payload is float32 1.0 throughout: a tally element of 1.0 in every message it lands in."""
 import os
 import random
+import signal
 import struct
 import sys
 import time
@@ -33,11 +34,13 @@ def main(argv):
 
     sock = conf.L2socket(iface=iface)
     sent = 0
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     if argv[9] == "every":
         every, until = float(argv[10]) / 1000, time.monotonic() + float(argv[11])
         f = frame(src_mac)
         print("ready", flush=True)
-        while time.monotonic() < until:
+        while time.monotonic() < until and not stop:
             sock.send(f)
             sent += 1
             time.sleep(every)

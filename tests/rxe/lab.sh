@@ -4,7 +4,8 @@
 # the lab's lock (its taps and VMs have fixed names, so one lab at a time); on exit stops the
 # appliance the test started ($ipid, by PID), takes the lab down and removes what the run made.
 #   . "$src/tests/rxe/lab.sh" NAME LOG_LINES
-#   lab_up VMS              the lab with VMS VMs, its output in $tmp/up.log (and printed)
+#   lab_up VMS [ARGS]       the lab with VMS VMs (ARGS: more of `up`'s, e.g. --netns 1), its output in
+#                           $tmp/up.log (and printed)
 #   lab_require_verbs WORKER   skips (77) when WORKER was built without verbs support
 #   lab_start_appliance ARGS   inagg on the lab's ports (one lcore, no hugepages, --mtu 1500, control
 #                           socket $tmp/ctl.sock, log $tmp/inagg.log) with ARGS after them; sets
@@ -57,7 +58,7 @@ flock -w 900 9 || { echo "FAIL: another rxe-lab run held /run/rxe-lab.lock for 1
 trap lab_cleanup EXIT
 
 lab_up() {
-  "$lab" up --vms "$1" >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
+  "$lab" up --vms "$@" >"$tmp/up.log" 2>&1 || fail "the lab did not come up: $(cat "$tmp/up.log")"
   cat "$tmp/up.log"
 }
 

@@ -17,6 +17,14 @@
 #   6. reduce-scatter and all-gather in one pass (jobs 5 and 6, --collective): 64 KiB and 1 MiB,
 #      fp32, 1 timed and 1 checked each; the held packets released with a sum, and the
 #      placeholders filled, exactly as many as the schedule has.
+#   7. forged WRITEs (tests/e2e/forge_rank.py: scapy, a good ICRC, float32 1.0 throughout: forged data
+#      and a forged tally) on rank 1's connection to rank 2 (its addresses, rank 2's QPN, the job's
+#      start PSN, rank 1's MAC), every 5 ms from the moment rank 0 registers the job (read from the
+#      appliance's state directory) until the ranks end: (a) from a host that is not a rank, network
+#      namespace rxe-ns0 on a port of its own (jobs 7): every rank exact, the forgeries dropped and
+#      counted (drop_wrong_port); (b) straight into rank 2's tap from this host, around the appliance,
+#      at rank 2's RC responder (job 8): no rank may report a wrong element; either every rank is
+#      exact, or the job stops and rank 2's reason names the refused WRITE.
 #   Checks: every rank exits 0 with #wrong 0; rxe accepted every RoCE datagram its VM's UDP stack
 #   took (UDP InDatagrams grew exactly as much as rcvd_pkts: no packet with a bad ICRC, e.g. a
 #   regenerated one that is wrong, was refused; test_rxe_forward.sh shows that this check sees a
@@ -39,11 +47,11 @@ n=4 msg=4096 payload=1024 window=2
 lab_require_verbs "$worker"
 port=$((20000 + $$ % 20000))
 
-lab_up $n
+lab_up $n --netns 1  # rxe-ns0: the forging host of phase 7
 up_s=$((SECONDS - started))
 
 lab_secret
-lab_start_appliance --capture "$tmp/emitted.pcap" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret"
+lab_start_appliance --capture "$tmp/emitted.pcap" --state-dir "$tmp/state" --control-tcp "127.0.0.1:$port" --control-secret-file "$tmp/secret"
 grep -q "control requests over TCP on 127.0.0.1:$port" "$tmp/inagg.log" || fail "inagg does not say it listens on TCP port $port"
 
 lab_install_worker "$worker" $n "$tmp/secret"
@@ -72,7 +80,7 @@ run_ranks() {
   local -a ids
   for i in $(shuf -i 0-$((n - 1))); do
     [ "$skew_ms" -gt 0 ] && sleep "$(printf '0.%03d' $((RANDOM % skew_ms)))"
-    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window $sizes --in-place 0 --timeout 200 $reg $*")
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window $sizes --in-place 0 --timeout ${rank_timeout:-200} $reg $*")
   done
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||
@@ -183,6 +191,75 @@ for c in reduce_scatter all_gather; do
   snapshot "$c"
   echo "ok: $c over verbs in one pass, fp32, 64 KiB and 1 MiB: every element exact on every rank ($((SECONDS - t)) s); job $job: $want, $(grep -E '^(forwarded_unchanged|retransmits_answered|resends) ' <<<"$stats" | tr '\n' ' ')"
 done
+
+# --- 7. forged WRITEs on rank 1's connection, through the appliance and around it ---------------
+# forge_at JOB NAME CMD...: once rank 0 has registered JOB (its state file), CMD with rank 1's
+# connection (its address, rank 2's address and QPN, the start PSN) appended, in the background
+# ($forger); $tmp/NAME.log says when it was ready and how many the appliance had summed then.
+forge_at() {
+  local job=$1 name=$2
+  shift 2
+  (
+    wait_for 240 "job $job's registration" test -f "$tmp/state/job-$job.state" || exit 1
+    read -r r1_src r1_dst r1_dqpn r1_psn < <(awk -F'[ ,]+' '$1 == "conn" && $3 == "1" {print $4, $6, $7, $8}' "$tmp/state/job-$job.state")
+    echo "conn of rank 1: $r1_src -> $r1_dst QPN $r1_dqpn PSN $r1_psn"
+    exec "$@" "$r1_src" "$r1_dst" "$r1_dqpn" "$r1_psn" 1024 every 5 300
+  ) >"$tmp/$name.log" 2>&1 &
+  forger=$!
+  lab_pids+=("$forger")
+}
+# forged_ranks NAME JOB: every rank's outcome; fails when one reports a wrong element. $failed: the
+# ranks that exited non-zero.
+forged_ranks() {
+  local name=$1 job=$2 i wrong rows
+  local -a ids
+  failed=""
+  for i in $(seq 0 $((n - 1))); do
+    ids[i]=$("$lab" run "vm$i" --bg --timeout 240 -- "$run_env /lab/inagg/inagg-worker --rank $i --workers $n --ip-base 10.77.0.100 --transport verbs --exchange-secret-file /lab/inagg/secret --message $msg --payload $payload --window $window $sizes --in-place 0 --timeout 90 --job-id $job --register tcp://10.0.2.2:$port --control-secret-file /lab/inagg/secret --mode ina --dtype fp32 --seed $((23 + job))")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 || failed+=" $i"
+    wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" && $9 != "N/A" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
+    [ -z "$wrong" ] || fail "$name: rank $i summed wrong elements (#wrong '$wrong') under forged WRITEs"
+    rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
+    [[ " $failed " == *" $i "* ]] || [ "$rows" -eq "$want_rows" ] || fail "$name: rank $i exited 0 with $rows size rows"
+  done
+}
+# stop_forger NAME: ends $forger, which must have been ready and have sent.
+stop_forger() {
+  kill "$forger" 2>/dev/null
+  wait_pids 20 "the forger to stop" "$forger" || fail "$1: the forger did not stop"
+  grep -q "^sent [1-9]" "$tmp/$1.log" || fail "$1: the forger sent nothing: $(cat "$tmp/$1.log")"
+}
+sizes="-b 1024 -e 40960 -f 40 --iters 1 --warmup 0 -c 2" want_rows=2
+
+t=$SECONDS
+forge_at 7 forge-appliance ip netns exec rxe-ns0 /usr/bin/python3 "$src/tests/e2e/forge_rank.py" eth0 02:77:00:00:02:02 02:77:00:00:02:03
+forged_ranks forged-appliance 7
+stop_forger forge-appliance
+[ -z "$failed" ] || fail "forged-appliance: rank(s)$failed failed: $(for i in $failed; do tail -n 2 "$tmp/forged-appliance-$i.log"; done | tr '\n' ' ')"
+stats=$("$ctl" --socket "$tmp/ctl.sock" stats 7) || fail "stats 7: $stats"
+dropped=$(awk '$1 == "drop_wrong_port" {print $2}' <<<"$stats")
+[ "${dropped:-0}" -gt 0 ] || fail "forged-appliance: the appliance dropped none of rxe-ns0's forgeries as from the wrong port: $(tr '\n' ' ' <<<"$stats")"
+job_done forged-appliance 7
+echo "ok: forged WRITEs of rank 1 from rxe-ns0 (a host that is no rank, on its own port) during job 7: every element exact on every rank ($((SECONDS - t)) s); $(tail -n 1 "$tmp/forge-appliance.log"); job 7: drop_wrong_port $dropped, slots_released $(stat_of forged-appliance slots_released)"
+
+t=$SECONDS
+forge_at 8 forge-responder /usr/bin/python3 "$src/tests/e2e/forge_rank.py" rxe-t2 02:77:00:00:02:02 02:77:00:00:02:03
+counters vm2 >"$tmp/c-forge-before"
+forged_ranks forged-responder 8
+stop_forger forge-responder
+counters vm2 >"$tmp/c-forge-after"
+refused=$(($(delta "$tmp/c-forge-before" "$tmp/c-forge-after" udp_in) - $(delta "$tmp/c-forge-before" "$tmp/c-forge-after" rcvd_pkts)))
+if [ -z "$failed" ]; then
+  job_done forged-responder 8
+  echo "ok: forged WRITEs of rank 1 straight at rank 2's responder (around the appliance) during job 8: every element exact on every rank ($((SECONDS - t)) s); $(tail -n 1 "$tmp/forge-responder.log"); vm2's rxe refused $refused datagrams"
+else
+  grep -q "forged WRITE" "$tmp/forged-responder-2.log" ||
+    fail "forged-responder: rank(s)$failed failed, and rank 2's reason does not name the refused WRITE: $(tail -n 2 "$tmp/forged-responder-2.log" | tr '\n' ' ')"
+  "$ctl" --socket "$tmp/ctl.sock" remove 8 >/dev/null
+  echo "ok: forged WRITEs of rank 1 straight at rank 2's responder (around the appliance) during job 8: no rank summed a wrong element; the job stopped ($((SECONDS - t)) s; rank(s)$failed failed), rank 2 with: $(grep -h "forged WRITE" "$tmp/forged-responder-2.log" | tail -n 1); $(tail -n 1 "$tmp/forge-responder.log")"
+fi
 
 lab_stop_appliance
 /usr/bin/python3 "$here/check_icrc.py" "$tmp/emitted.pcap" >"$tmp/icrc.txt" 2>&1 || fail "the ICRC check of what inagg emitted: $(cat "$tmp/icrc.txt")"

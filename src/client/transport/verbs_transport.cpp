@@ -344,10 +344,18 @@ bool VerbsTransport::drain_cqs() {
       any = true;
       for (int i = 0; i < n; ++i) {
         if (wc[i].status != IBV_WC_SUCCESS) {
+          // The receive QP posts nothing itself, so its receives are flushed only when its RC
+          // responder stopped it: it refused a WRITE (the device's answer to a wrong rkey or
+          // address), which the appliance's sums never carry.
+          const bool responder_stopped = wc[i].wr_id != kWriteWr && wc[i].status == IBV_WC_WR_FLUSH_ERR;
           fail(std::string(wc[i].wr_id == kWriteWr ? "an RDMA WRITE to the successor"
                                                    : "a receive from the predecessor") +
                " completed with " + ibv_wc_status_str(wc[i].status) + " (status " + std::to_string(wc[i].status) +
-               ", vendor error " + std::to_string(wc[i].vendor_err) + ")");
+               ", vendor error " + std::to_string(wc[i].vendor_err) + ")" +
+               (responder_stopped ? ": the receive QP's responder refused a WRITE naming a wrong rkey or address "
+                                    "and stopped the QP (a forged WRITE, sent around the appliance by a host that "
+                                    "is not the predecessor); nothing it refused was written"
+                                  : ""));
           continue;
         }
         if (wc[i].wr_id == kWriteWr) {
