@@ -39,10 +39,23 @@ _TORCH_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int32
 _EXCHANGE_SECRET_ENV = "INAGG_EXCHANGE_SECRET"
 
 
+_STORE_SECRET_WARNING = (
+    "inagg: WARNING: no exchange secret was given (INAGG_EXCHANGE_SECRET or exchange_secret_file), so rank 0 made "
+    "one and put it in the store: the ranks' meeting is then only as safe as the store, and PyTorch's store is not "
+    "authenticated: any host that reaches it (MASTER_ADDR:MASTER_PORT) can read the secret and join the job as a "
+    "rank. Give every rank the job's secret: export INAGG_EXCHANGE_SECRET=$(head -c 24 /dev/urandom | base64) where "
+    "the job is launched, or exchange_secret_file=FILE (mode 0600)")
+_store_secret_warned = False
+
+
 def _secret_from_store(store, rank):
-    """The meeting's secret through a store every rank shares: rank 0 makes it at random. Every
-    rank makes its communicators in the same order, so its own count of them names the same key on
-    every rank (a store keeps an earlier communicator's keys)."""
+    """The meeting's secret through a store every rank shares: rank 0 makes it at random (said once
+    per process, loudly). Every rank makes its communicators in the same order, so its own count of
+    them names the same key on every rank (a store keeps an earlier communicator's keys)."""
+    global _store_secret_warned
+    if not _store_secret_warned:
+        _store_secret_warned = True
+        print(_STORE_SECRET_WARNING, file=sys.stderr, flush=True)
     generation = store.add(f"inagg/communicator/{rank}", 1)
     key = f"inagg/exchange-secret/{generation}"
     if rank == 0:

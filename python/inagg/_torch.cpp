@@ -19,6 +19,8 @@ PYBIND11_MODULE(_torch, m) {
       .def(py::init<>())
       .def_readwrite("control", &ProcessGroupOptions::control)
       .def_readwrite("control_secret_file", &ProcessGroupOptions::control_secret_file)
+      .def_readwrite("exchange_secret_file", &ProcessGroupOptions::exchange_secret_file)
+      .def_readwrite("store_prefix", &ProcessGroupOptions::store_prefix)
       .def_readwrite("job_id", &ProcessGroupOptions::job_id)
       .def_readwrite("dtype", &ProcessGroupOptions::dtype)
       .def_readwrite("address", &ProcessGroupOptions::address)

@@ -23,6 +23,12 @@ from the environment (or ``pg_options=inagg.torch.Options(...)``):
     INAGG_CONTROL_SECRET       or the credential itself in the environment (never an argument)
     INAGG_IFNAME, INAGG_ADDRESS  this rank's interface toward the appliance, or its address; default:
                                the address this host sends from toward MASTER_ADDR
+    INAGG_EXCHANGE_SECRET      the job's secret, the same on every rank (a launcher sets it once):
+    INAGG_EXCHANGE_SECRET_FILE or the first line of this file (mode 0600). Every value the backend
+                               puts in PyTorch's store (which is not authenticated) carries an HMAC
+                               under it, and a value that does not verify is refused. Without
+                               either, rank 0 makes one and puts it in the store, and the backend
+                               warns once: the meeting is then only as safe as the store
     INAGG_JOB_ID               the job's id on the appliance; default: one derived from the ranks'
                                addresses (a tenant whose credential owns only some ids sets it)
     INAGG_DTYPE                what the appliance sums: fp32 (default), fp16, bf16, int32
@@ -80,7 +86,8 @@ class Options:
     """The backend's options, for ``init_process_group(backend="inagg", pg_options=Options(...))``.
     A field left None is taken from the environment (the module's docstring), else its default.
 
-    control, control_secret_file, job_id, dtype, interface, address, debug: as INAGG_CONTROL ...
+    control, control_secret_file, exchange_secret_file, job_id, dtype, interface, address, debug: as
+                       INAGG_CONTROL ...
     message, payload   RDMA WRITE message size and path-MTU payload (payload None: from the link's
                        MTU, 4096 on MTU 4200 links, 1024 at 1500); every rank must agree
     window             messages in flight per connection
@@ -95,11 +102,13 @@ class Options:
 
     def __init__(self, control=None, control_secret_file=None, job_id=None, dtype=None, interface=None,
                  address=None, message=65536, payload=None, window=2, ack_timeout_ms=250.0, retry=15,
-                 chunk_bytes=8 << 20, timeout_s=60.0, debug=None, channels=None):
+                 chunk_bytes=8 << 20, timeout_s=60.0, debug=None, channels=None, exchange_secret_file=None):
         env = os.environ.get
         self.control = control if control is not None else env("INAGG_CONTROL", "/run/inagg/inagg.sock")
         self.control_secret_file = (control_secret_file if control_secret_file is not None
                                     else env("INAGG_CONTROL_SECRET_FILE", ""))
+        self.exchange_secret_file = (exchange_secret_file if exchange_secret_file is not None
+                                     else env("INAGG_EXCHANGE_SECRET_FILE", ""))
         self.job_id = int(job_id if job_id is not None else env("INAGG_JOB_ID", "0"))
         self.dtype = dtype or env("INAGG_DTYPE", "fp32")
         self.interface = interface if interface is not None else env("INAGG_IFNAME", "")
@@ -115,8 +124,8 @@ class Options:
 
     def _native(self, master_addr):
         o = _backend._Options()
-        for k in ("control_secret_file", "job_id", "dtype", "interface", "address", "message", "payload", "window",
-                  "channels", "ack_timeout_ms", "retry", "chunk_bytes", "timeout_s", "debug"):
+        for k in ("control_secret_file", "exchange_secret_file", "job_id", "dtype", "interface", "address", "message",
+                  "payload", "window", "channels", "ack_timeout_ms", "retry", "chunk_bytes", "timeout_s", "debug"):
             setattr(o, k, getattr(self, k))
         o.control = "" if self.control == "none" else self.control
         if self.control == "none":
@@ -160,6 +169,7 @@ def _create_process_group(backend_options, pg_options):
     generation = store.add(f"inagg/generation/{rank}", 1)
     prefix = f"inagg/{generation}/"
     gloo = dist.ProcessGroupGloo(dist.PrefixStore(prefix + "gloo/", store), rank, size, timeout)
+    options.store_prefix = prefix
     pg = _backend.ProcessGroupInagg(dist.PrefixStore(prefix, store), rank, size, gloo, options, timeout)
     _live.append(pg)
     return pg

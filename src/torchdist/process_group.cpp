@@ -6,14 +6,19 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
 #include "inagg/client/clock.hpp"
 #include "inagg/client/rank.hpp"
+#include "inagg/client/rendezvous.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/dtype.hpp"
+#include "inagg/util/hmac.hpp"
 
 namespace inagg::torchdist {
 namespace {
@@ -23,17 +28,67 @@ constexpr const char* kError = "error: ";
 std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
+// The backend's values in the store, each as "MAC VALUE": PyTorch's store is not authenticated, so
+// each value carries an HMAC-SHA256 under the job's exchange secret of everything that gives it its
+// meaning (the group's store prefix, size and job id, the rank that wrote it, its key). A value
+// another process wrote, or one moved from another key, rank or initialisation, does not verify.
+class StoreSeal {
+ public:
+  StoreSeal(std::string secret, const ProcessGroupOptions& o, int size)
+      : secret_(std::move(secret)),
+        binding_("inagg-torch-store\n" + o.store_prefix + "\n" + std::to_string(size) + "\n" +
+                 std::to_string(o.job_id) + "\n"),
+        prefix_(o.store_prefix) {}
+
+  // No secret: this rank could not load it, and its value is its reason (open() below).
+  std::vector<uint8_t> seal(int writer, const std::string& key, const std::string& value) const {
+    return bytes_of(secret_.empty() ? value : mac(writer, key, value) + " " + value);
+  }
+
+  // The value rank `writer` put under `key`; throws, naming the key, when its MAC does not verify.
+  // A rank that could not load the secret publishes its reason without one: such a value stops the
+  // set-up with that reason (said to be unauthenticated) and is used for nothing else.
+  std::string open(int reader, int writer, const std::string& key, const std::vector<uint8_t>& stored) const {
+    const std::string text = text_of(stored);
+    constexpr size_t kMacHex = 2 * util::kHmacBytes;
+    if (text.size() > kMacHex && text[kMacHex] == ' ') {
+      std::string value = text.substr(kMacHex + 1);
+      if (util::equal_constant_time(text.substr(0, kMacHex), mac(writer, key, value))) return value;
+    }
+    const std::string me = "inagg rank " + std::to_string(reader) + ": ";
+    if (text.rfind(kError, 0) == 0)
+      throw std::runtime_error(me + "rank " + std::to_string(writer) + " failed (an unauthenticated value under " +
+                               where(writer, key) + "): " + text.substr(std::string(kError).size()));
+    throw std::runtime_error(
+        me + "refused the store's value under " + where(writer, key) +
+        ": it does not carry a valid HMAC under the job's exchange secret, so another process wrote it (PyTorch's "
+        "store is not authenticated) or rank " +
+        std::to_string(writer) + " was given another secret ($" + client::kExchangeSecretEnv +
+        " or INAGG_EXCHANGE_SECRET_FILE); nothing from it was used");
+  }
+
+ private:
+  std::string where(int writer, const std::string& key) const {
+    return "key '" + key + "' (store prefix '" + prefix_ + "', rank " + std::to_string(writer) + "'s)";
+  }
+  std::string mac(int writer, const std::string& key, const std::string& value) const {
+    return util::hmac_sha256_hex(secret_, binding_ + std::to_string(writer) + "\n" + key + "\n" + value);
+  }
+  std::string secret_, binding_, prefix_;
+};
+
 // Every rank publishes `mine` (a value, or "error: why") under PHASE/RANK and reads every rank's;
 // a rank whose value is an error makes every rank raise with its reason. A failing rank still
 // waits (up to the timeout) until every rank has published: a rank that publishes has finished
 // making its inner Gloo group, whose connections the failing rank closes when it raises (a rank
 // still connecting would raise Gloo's "Connection closed by peer" instead of the reason).
-std::vector<std::string> all_publish(c10d::Store& store, int rank, int size, const std::string& phase,
-                                     const std::string& mine, std::chrono::milliseconds timeout) {
+std::vector<std::string> all_publish(c10d::Store& store, const StoreSeal& seal, int rank, int size,
+                                     const std::string& phase, const std::string& mine,
+                                     std::chrono::milliseconds timeout) {
   const std::string me = "inagg rank " + std::to_string(rank) + ": ";
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(phase + "/" + std::to_string(r));
-  store.set(keys[rank], bytes_of(mine));
+  store.set(keys[rank], seal.seal(rank, keys[rank], mine));
   const bool failed = mine.rfind(kError, 0) == 0;
   try {
     store.wait(keys, timeout);
@@ -48,12 +103,55 @@ std::vector<std::string> all_publish(c10d::Store& store, int rank, int size, con
   if (failed) throw std::runtime_error(me + mine.substr(std::string(kError).size()));
   std::vector<std::string> values;
   for (int r = 0; r < size; ++r) {
-    values.push_back(text_of(store.get(keys[r])));
+    values.push_back(seal.open(rank, r, keys[r], store.get(keys[r])));
     if (values.back().rfind(kError, 0) == 0)
       throw std::runtime_error(me + "rank " + std::to_string(r) + " failed (" + phase +
                                "): " + values.back().substr(std::string(kError).size()));
   }
   return values;
+}
+
+// The job's exchange secret: $INAGG_EXCHANGE_SECRET, else the first line of exchange_secret_file;
+// else one rank 0 makes at random and puts in the store, which every process says once, loudly.
+// "" with *why when a secret was named but cannot be read.
+std::string meeting_secret(c10d::Store& store, const ProcessGroupOptions& o, int rank,
+                           std::chrono::milliseconds timeout, std::string* why) {
+  std::string secret;
+  const char* env = std::getenv(client::kExchangeSecretEnv);
+  if ((env && *env) || !o.exchange_secret_file.empty()) {
+    if (!util::load_secret(client::kExchangeSecretEnv, o.exchange_secret_file, &secret, why))
+      *why = "the job's exchange secret ($" + std::string(client::kExchangeSecretEnv) +
+             " or INAGG_EXCHANGE_SECRET_FILE): " + *why;
+    return secret;
+  }
+  static std::once_flag warned;
+  std::call_once(warned, [rank] {
+    std::fprintf(stderr,
+                 "inagg rank %d: WARNING: no exchange secret was given ($%s or INAGG_EXCHANGE_SECRET_FILE), so rank "
+                 "0 made one and put it in PyTorch's store: the ranks' meeting (their endpoints, the job's id) is "
+                 "then only as safe as the store, which is not authenticated: any host that reaches it "
+                 "(MASTER_ADDR:MASTER_PORT) can read the secret and change what the ranks tell each other. Give "
+                 "every rank the job's secret: export %s=$(head -c 24 /dev/urandom | base64) where the job is "
+                 "launched, or INAGG_EXCHANGE_SECRET_FILE=FILE (mode 0600)\n",
+                 rank, client::kExchangeSecretEnv, client::kExchangeSecretEnv);
+  });
+  if (rank == 0) {
+    secret = util::random_hex(util::kNonceBytes);
+    if (secret.empty()) {
+      *why = "rank 0 could not draw a random exchange secret from the OS";
+      return "";
+    }
+    store.set("secret", bytes_of(secret));
+    return secret;
+  }
+  try {
+    store.wait({"secret"}, timeout);
+  } catch (const std::exception& e) {
+    *why = "rank 0 put no exchange secret in the store within " + std::to_string(timeout.count() / 1000) + " s (" +
+           e.what() + ")";
+    return "";
+  }
+  return text_of(store.get("secret"));
 }
 
 std::optional<util::IpAddr> address_of(const ProcessGroupOptions& o, std::string* why) {
@@ -116,9 +214,10 @@ ProcessGroupInagg::ProcessGroupInagg(const c10::intrusive_ptr<c10d::Store>& stor
 void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) {
   const int rank = getRank(), size = getSize();
   std::string why;
+  const StoreSeal seal(meeting_secret(*store, o_, rank, timeout, &why), o_, size);
   // 1. Endpoints: this rank's address from its own interface.
   std::string mine;
-  const std::optional<util::IpAddr> address = address_of(o_, &why);
+  const std::optional<util::IpAddr> address = why.empty() ? address_of(o_, &why) : std::nullopt;
   if (address) {
     client::RankOptions r;
     r.geometry.ranks = static_cast<unsigned>(size);
@@ -146,7 +245,7 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
   }
   mine = why.empty() ? client::format_endpoint(rank_->endpoint()) : kError + why;
   std::vector<client::RankEndpoint> all;
-  for (const std::string& line : all_publish(*store, rank, size, "endpoint", mine, timeout)) {
+  for (const std::string& line : all_publish(*store, seal, rank, size, "endpoint", mine, timeout)) {
     const std::optional<client::RankEndpoint> e = client::parse_endpoint(line, &why);
     if (!e) throw std::runtime_error("inagg rank " + std::to_string(rank) + ": " + why);
     all.push_back(*e);
@@ -154,13 +253,14 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
   // 2. Every rank binds its transport (UDP 4791 at its address) before anyone registers or sends;
   // its receive side stays closed until step 4.
   const bool opened = rank_->open(all);
-  all_publish(*store, rank, size, "open", opened ? "ok" : kError + rank_->error(), timeout);
+  all_publish(*store, seal, rank, size, "open", opened ? "ok" : kError + rank_->error(), timeout);
   // 3. Rank 0 registers the job and says when it is active.
   if (rank == 0) {
     why = register_job();
-    store->set("job", bytes_of(why.empty() ? std::to_string(job_id_) + " " + std::to_string(rs_job_id_) + " " +
-                                                 std::to_string(ag_job_id_)
-                                           : kError + why));
+    store->set("job", seal.seal(0, "job",
+                                why.empty() ? std::to_string(job_id_) + " " + std::to_string(rs_job_id_) + " " +
+                                                  std::to_string(ag_job_id_)
+                                            : kError + why));
     if (!why.empty()) throw std::runtime_error("inagg rank 0: " + why);
   } else {
     try {
@@ -169,7 +269,7 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
       throw std::runtime_error("inagg rank " + std::to_string(rank) + ": rank 0 did not say whether job registration " +
                                "succeeded within " + std::to_string(timeout.count() / 1000) + " s (" + e.what() + ")");
     }
-    const std::string v = text_of(store->get("job"));
+    const std::string v = seal.open(rank, 0, "job", store->get("job"));
     if (v.rfind(kError, 0) == 0)
       throw std::runtime_error("inagg rank " + std::to_string(rank) +
                                ": rank 0 could not register the job: " + v.substr(std::string(kError).size()));
@@ -180,7 +280,7 @@ void ProcessGroupInagg::set_up(const c10::intrusive_ptr<c10d::Store>& store, std
   // 4. The jobs are active: every rank opens its receive side (nothing written before is taken),
   // and nobody sends before every rank has.
   const bool receiving = rank_->open_receive();
-  all_publish(*store, rank, size, "receiving", receiving ? "ok" : kError + rank_->error(), timeout);
+  all_publish(*store, seal, rank, size, "receiving", receiving ? "ok" : kError + rank_->error(), timeout);
 }
 
 // The allreduce's job, then the reduce-scatter's and the all-gather's: an appliance that refuses

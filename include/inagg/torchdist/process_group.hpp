@@ -18,6 +18,12 @@
 // each binds its transport and says so; rank 0 registers the job with the appliance (replacing a
 // job that an earlier run on these same addresses left behind) and publishes the job's id once it
 // is active. A rank that fails a step publishes why, and every rank raises with that reason.
+// PyTorch's store is not authenticated: every value the backend puts there carries an
+// HMAC-SHA256 under the job's exchange secret ($INAGG_EXCHANGE_SECRET, else the file
+// exchange_secret_file), bound to the store prefix, the group's size, the job id, the writing rank
+// and the key; a value that does not verify is refused with the key's name. Without a secret given,
+// rank 0 makes one and puts it in the store, and the backend says once that the meeting is then
+// only as safe as the store (docs/training.md, "The store").
 //
 // Calls are queued to one thread per process group and run in the order they were made, so that
 // every rank runs them in the same order whichever way each goes; that thread keeps the transport
@@ -53,6 +59,8 @@ namespace inagg::torchdist {
 struct ProcessGroupOptions {
   std::string control;                    // the appliance's control socket, or tcp://HOST:PORT
   std::string control_secret_file;        // tcp://: the tenant's credential ($INAGG_CONTROL_SECRET first)
+  std::string exchange_secret_file;       // the job's secret for the store's values ($INAGG_EXCHANGE_SECRET first)
+  std::string store_prefix;               // the store's prefix for this group (names keys in errors; bound in MACs)
   uint32_t job_id = 0;                    // 0: derived from the job's connections
   std::string dtype = "fp32";             // what the appliance sums
   std::string address;                    // this rank's address; "": interface's, or the route's toward master_addr
