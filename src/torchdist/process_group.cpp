@@ -14,7 +14,6 @@
 
 #include "inagg/client/clock.hpp"
 #include "inagg/client/rank.hpp"
-#include "inagg/client/rendezvous.hpp"
 #include "inagg/control/job_file.hpp"
 #include "inagg/control/socket.hpp"
 #include "inagg/util/dtype.hpp"
