@@ -11,7 +11,8 @@
     domain (RFC 2606, RFC 6761), no noreply address;
   - debian/changelog is a history: each entry's version above the next one's (dpkg's order) and
     its date no earlier, the newest at meson's project version; CHANGELOG.md has the same
-    versions, newest first, each under "## X.Y.Z — YYYY-MM-DD" with its entry's date.
+    versions, newest first, each under "## X.Y.Z — YYYY-MM-DD" with its entry's date, under an
+    optional "## Unreleased" at the top.
 Then it plants a mistake of each kind in copies and checks each is reported
 (a check that cannot fail proves nothing). Exit 0 when all hold; 1 with one line per problem."""
 import datetime
@@ -102,9 +103,12 @@ def check_history(root):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     heads = re.findall(r"^## (\S+) — (\d{4}-\d{2}-\d{2})$", text, re.MULTILINE)
-    odd = [h for h in re.findall(r"^## .*$", text, re.MULTILINE)
-           if not re.fullmatch(r"## \S+ — \d{4}-\d{2}-\d{2}", h)]
-    problems += [f"CHANGELOG.md: '{h}' is not '## X.Y.Z — YYYY-MM-DD'" for h in odd]
+    # "## Unreleased" may open the history (what changed since the last version), nowhere else.
+    all_heads = re.findall(r"^## .*$", text, re.MULTILINE)
+    odd = [h for i, h in enumerate(all_heads)
+           if not re.fullmatch(r"## \S+ — \d{4}-\d{2}-\d{2}", h) and not (i == 0 and h == "## Unreleased")]
+    problems += [f"CHANGELOG.md: '{h}' is not '## X.Y.Z — YYYY-MM-DD'" +
+                 (" ('## Unreleased' only as the first heading)" if h == "## Unreleased" else "") for h in odd]
     want = [(v, f"{d:%Y-%m-%d}") for v, d, _ in entries]
     if heads != want:
         problems.append("CHANGELOG.md's versions and dates " + ", ".join(f"{v} {d}" for v, d in heads) +
@@ -172,6 +176,7 @@ def planted(root):
             ("debian/changelog", "\n -- ", "\n -- Someone Else <se@inagg.dev>  \n\n -- ", "the maintainer differs"),
             ("meson.build", "version : '", "version : '9", "meson.build's project version"),
             ("CHANGELOG.md", " — 2026-12-02\n", " — 2026-12-01\n", "CHANGELOG.md's versions and dates"),
+            ("CHANGELOG.md", "## 0.5.0 — ", "## Unreleased\n\n## 0.5.0 — ", "only as the first heading"),
             ("debian/changelog", "inagg (0.2.0)", "inagg (0.0.9)", "is not above the next entry's"),
         ]
         for path, old, new, expect in plants:
