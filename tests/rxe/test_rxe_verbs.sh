@@ -69,6 +69,20 @@ bad=$("$lab" run vm0 --timeout 60 -- bash /lab/inagg/bad-secret.sh 2>&1)
 grep -q "^error: wrong credential" <<<"$bad" || fail "a request from vm0 with a wrong MAC was not refused with 'wrong credential': $bad"
 echo "ok: control over TCP from vm0 (10.0.2.2:$port) with a wrong secret: $bad"
 
+# outcome LOG RANK: $rows (sizes the rank reports) and $wrong (its wrong-element counts other than 0
+# or N/A, space-separated). Rank 0 prints the job's table (nccl-tests' columns: #wrong, summed over
+# the ranks, is field 9, N/A when nothing was checked); each other rank a closing line with its own
+# sizes and wrong elements ("# rank R: S sizes, C checked placements, W wrong elements").
+outcome() {
+  if [ "$2" = 0 ]; then
+    wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" && $9 != "N/A" {print $9}' "$1" | tr '\n' ' ')
+    rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$1" | wc -l)
+  else
+    read -r rows wrong < <(awk '/^# rank [0-9]+: [0-9]+ sizes,/ {print $4, ($9 == "0" ? "" : $9)}' "$1")
+    rows=${rows:-0}
+  fi
+}
+
 # run_ranks NAME JOB ARGS...: every rank with ARGS (a job id 0: no registration), each checking
 # every element; the ranks' outputs in $tmp/NAME-RANK.log. $sizes: the sizes and iterations
 # ($want_rows size rows); $skew_ms: each rank starts up to that long after the one before it.
@@ -85,16 +99,7 @@ run_ranks() {
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 ||
       fail "$name: rank $i failed ($(tail -n 3 "$tmp/$name-$i.log" | tr '\n' ' '))"
-    # Rank 0 prints the job's table (nccl-tests' columns: #wrong, summed over the ranks, is field 9,
-    # N/A when nothing was checked); each other rank a closing line with its own sizes and wrong
-    # elements ("# rank R: S sizes, C checked placements, W wrong elements").
-    if [ "$i" = 0 ]; then
-      wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
-      rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
-    else
-      read -r rows wrong < <(awk '/^# rank [0-9]+: [0-9]+ sizes,/ {print $4, ($9 == "0" ? "" : $9)}' "$tmp/$name-$i.log")
-      rows=${rows:-0}
-    fi
+    outcome "$tmp/$name-$i.log" "$i"
     if [ "$rows" -ne "$want_rows" ] || [ -n "$wrong" ]; then fail "$name: rank $i printed $rows size rows, #wrong '$wrong'"; fi
   done
 }
@@ -219,9 +224,8 @@ forged_ranks() {
   done
   for i in $(seq 0 $((n - 1))); do
     "$lab" wait "vm$i" "${ids[i]}" --timeout 260 >"$tmp/$name-$i.log" 2>&1 || failed+=" $i"
-    wrong=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $9 != "0" && $9 != "N/A" {print $9}' "$tmp/$name-$i.log" | tr '\n' ' ')
+    outcome "$tmp/$name-$i.log" "$i"
     [ -z "$wrong" ] || fail "$name: rank $i summed wrong elements (#wrong '$wrong') under forged WRITEs"
-    rows=$(awk '!/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/' "$tmp/$name-$i.log" | wc -l)
     [[ " $failed " == *" $i "* ]] || [ "$rows" -eq "$want_rows" ] || fail "$name: rank $i exited 0 with $rows size rows"
   done
 }
