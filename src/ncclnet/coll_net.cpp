@@ -455,24 +455,45 @@ struct Window {
   }
 };
 
+// The scatter-gather list of a window: every part registered, together the window's bytes, the
+// window inside the ranks' buffer. "" when it is; else why not, for `what` ("iallgather's output").
+std::string why_not_parts(const char* what, int nparts, const Sge* parts, const Window& w, unsigned ranks) {
+  size_t bytes = 0;
+  for (int i = 0; i < nparts; ++i) {
+    bytes += parts[i].size;
+    if (std::string why = why_not_region(parts[i].mhandle, parts[i].address, parts[i].size, what); !why.empty())
+      return why;
+  }
+  if (bytes != w.bytes || w.offset + w.bytes > w.per_rank * ranks)
+    return std::string(what) + ": the parts hold " + std::to_string(bytes) + " bytes for a window of " +
+           std::to_string(w.bytes) + " at " + std::to_string(w.offset) + " of " + std::to_string(ranks) + " x " +
+           std::to_string(w.per_rank);
+  return "";
+}
+
+// Walks the window's parts in order beside each rank's part of it at `shards` + r x shard:
+// copy(part_address, shard_address, n) for every run. Returns the bytes walked.
+template <class Copy>
+size_t walk_parts(const Sge* parts, const Window& w, unsigned ranks, uint8_t* shards, size_t shard, Copy copy) {
+  size_t at = 0, in_part = 0;
+  int part = 0;
+  for (unsigned r = 0; r < ranks; ++r)
+    for (size_t left = w.part(r), from = 0; left > 0;) {
+      const size_t n = std::min(left, parts[part].size - in_part);
+      copy(static_cast<uint8_t*>(parts[part].address) + in_part, shards + r * shard + from, n);
+      left -= n, from += n, at += n, in_part += n;
+      if (in_part == parts[part].size) ++part, in_part = 0;
+    }
+  return at;
+}
+
 ncclResult_t coll_iallgather(void* coll_comm, void* send, int nrecv_parts, Sge* recv_parts, size_t bytes_per_rank,
                              size_t window_offset, size_t window_bytes, void* send_mhandle, void** request) {
   *request = nullptr;
   auto& c = *static_cast<CollComm*>(coll_comm);
   const Window w{window_offset, window_bytes, bytes_per_rank};
-  size_t parts_bytes = 0;
-  for (int i = 0; i < nrecv_parts; ++i) {
-    parts_bytes += recv_parts[i].size;
-    if (std::string why =
-            why_not_region(recv_parts[i].mhandle, recv_parts[i].address, recv_parts[i].size, "iallgather's output");
-        !why.empty())
-      return fail(ncclInvalidArgument, why);
-  }
-  if (parts_bytes != window_bytes || window_offset + window_bytes > bytes_per_rank * c.ranks)
-    return fail(ncclInvalidArgument, "iallgather: the output parts hold " + std::to_string(parts_bytes) +
-                                         " bytes for a window of " + std::to_string(window_bytes) + " at " +
-                                         std::to_string(window_offset) + " of " + std::to_string(c.ranks) + " x " +
-                                         std::to_string(bytes_per_rank));
+  if (std::string why = why_not_parts("iallgather's output", nrecv_parts, recv_parts, w, c.ranks); !why.empty())
+    return fail(ncclInvalidArgument, why);
   const size_t mine = w.part(c.rank);
   if (std::string why = why_not_region(send_mhandle, send, mine, "iallgather's input"); !why.empty())
     return fail(ncclInvalidArgument, why);
@@ -484,16 +505,8 @@ ncclResult_t coll_iallgather(void* coll_comm, void* send, int nrecv_parts, Sge* 
   c.shards.resize(shard * c.ranks);
   if (!c.inagg->all_gather(c.window.data(), c.shards.data(), shard)) return failed_collective(c, "an all-gather");
   // Rank r's part lands at window position begin(r) - offset; the parts list is that window in order.
-  size_t at = 0;
-  int part = 0;
-  size_t in_part = 0;
-  for (unsigned r = 0; r < c.ranks; ++r)
-    for (size_t left = w.part(r), from = 0; left > 0;) {
-      const size_t n = std::min(left, recv_parts[part].size - in_part);
-      std::memcpy(static_cast<uint8_t*>(recv_parts[part].address) + in_part, c.shards.data() + r * shard + from, n);
-      left -= n, from += n, at += n, in_part += n;
-      if (in_part == recv_parts[part].size) ++part, in_part = 0;
-    }
+  const size_t at = walk_parts(recv_parts, w, c.ranks, c.shards.data(), shard,
+                               [](uint8_t* out, const uint8_t* sum, size_t n) { std::memcpy(out, sum, n); });
   return done(request, at);
 }
 
@@ -504,19 +517,8 @@ ncclResult_t coll_ireducescatter(void* coll_comm, int nsend_parts, Sge* send_par
   auto& c = *static_cast<CollComm*>(coll_comm);
   if (std::string why = why_not(type, op); !why.empty()) return fail(ncclInvalidArgument, "ireducescatter: " + why);
   const Window w{window_offset, window_bytes, bytes_per_rank};
-  size_t parts_bytes = 0;
-  for (int i = 0; i < nsend_parts; ++i) {
-    parts_bytes += send_parts[i].size;
-    if (std::string why =
-            why_not_region(send_parts[i].mhandle, send_parts[i].address, send_parts[i].size, "ireducescatter's input");
-        !why.empty())
-      return fail(ncclInvalidArgument, why);
-  }
-  if (parts_bytes != window_bytes || window_offset + window_bytes > bytes_per_rank * c.ranks)
-    return fail(ncclInvalidArgument, "ireducescatter: the input parts hold " + std::to_string(parts_bytes) +
-                                         " bytes for a window of " + std::to_string(window_bytes) + " at " +
-                                         std::to_string(window_offset) + " of " + std::to_string(c.ranks) + " x " +
-                                         std::to_string(bytes_per_rank));
+  if (std::string why = why_not_parts("ireducescatter's input", nsend_parts, send_parts, w, c.ranks); !why.empty())
+    return fail(ncclInvalidArgument, why);
   const size_t mine = w.part(c.rank);
   if (std::string why = why_not_region(recv_mhandle, recv, mine, "ireducescatter's output"); !why.empty())
     return fail(ncclInvalidArgument, why);
@@ -525,15 +527,8 @@ ncclResult_t coll_ireducescatter(void* coll_comm, int nsend_parts, Sge* send_par
   const std::lock_guard lock(c.mutex);
   // Rank r's part of the window, padded with zeros to the shard, at shard r.
   c.shards.assign(shard * c.ranks, 0);
-  int part = 0;
-  size_t in_part = 0;
-  for (unsigned r = 0; r < c.ranks; ++r)
-    for (size_t left = w.part(r), to = 0; left > 0;) {
-      const size_t n = std::min(left, send_parts[part].size - in_part);
-      std::memcpy(c.shards.data() + r * shard + to, static_cast<const uint8_t*>(send_parts[part].address) + in_part, n);
-      left -= n, to += n, in_part += n;
-      if (in_part == send_parts[part].size) ++part, in_part = 0;
-    }
+  walk_parts(send_parts, w, c.ranks, c.shards.data(), shard,
+             [](const uint8_t* in, uint8_t* shard_at, size_t n) { std::memcpy(shard_at, in, n); });
   c.window.resize(shard);
   if (!c.inagg->reduce_scatter(c.shards.data(), c.window.data(), shard))
     return failed_collective(c, "a reduce-scatter");
